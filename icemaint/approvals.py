@@ -1,0 +1,44 @@
+"""Approvals for runs over the cost ceiling, kept in the append-only audit log itself.
+
+An approval is an audit record (operation `approve`, decision `approved`) for a table and date; it
+holds until a compaction of that date runs.
+"""
+
+from __future__ import annotations
+
+from icemaint.decisions import refusal_for
+
+
+class ApprovalRefused(PermissionError):
+    pass
+
+
+def approve(config, audit, table: str, date: str, note: str | None = None):
+    """Record an approval by the current identity; refused when policy forbids that identity."""
+    from icemaint.audit import AuditRecord
+    from icemaint.names import TableName
+    from icemaint.scope import parse_date
+
+    key = TableName.parse(table).key
+    date = parse_date(date, config.dates_start).isoformat()
+    identity = config.identity()
+    why = refusal_for(config.policy(key), "compact", identity)
+    if why:
+        raise ApprovalRefused(f"cannot approve compaction of {key} {date}: {why}")
+    record = AuditRecord(table=key, operation="approve", decision="approved", date=date, identity=identity,
+                         reason=note or "cost ceiling approved by operator", trigger="operator")
+    audit.append(record)
+    return record
+
+
+def is_approved(audit, table: str, date: str) -> bool:
+    """An approval for (table, date) newer than its last compaction run."""
+    latest_approval = latest_run = None
+    for r in audit.records(table=table):
+        if r.date != date:
+            continue
+        if r.operation == "approve" and r.decision == "approved":
+            latest_approval = max(latest_approval or r.ts, r.ts)
+        elif r.operation == "compact" and r.decision in ("run", "rollback") and not r.details.get("dry_run"):
+            latest_run = max(latest_run or r.ts, r.ts)
+    return latest_approval is not None and (latest_run is None or latest_approval > latest_run)

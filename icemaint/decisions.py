@@ -1,0 +1,174 @@
+"""Pure maintenance decisions: (health, policy, claim state, now) -> run / defer / refuse / noop.
+
+No Dagster, no Spark. Sensors, assets and the CLI call these and record what they return.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterable, Sequence
+
+from icemaint.health import TableHealth
+from icemaint.policy import TablePolicy
+
+RUN, DEFER, REFUSE, NOOP = "run", "defer", "refuse", "noop"
+# Used for a cost estimate when a table has no measured past runs: conservative for 2 cores.
+DEFAULT_REWRITE_BYTES_PER_SECOND = 20 * 2**20
+
+
+@dataclass(frozen=True)
+class Decision:
+    table: str
+    operation: str
+    verdict: str
+    reason: str
+    date: str | None = None
+    benefit: float = 0.0
+    needs_approval: bool = False
+    rationale: dict = field(default_factory=dict)
+    cost_estimate: dict = field(default_factory=dict)
+    writer_check: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Gates:
+    """What the decider knows besides health and policy."""
+
+    now: dt.datetime
+    identity: str
+    claim_holder: str | None = None
+    approved: bool = False
+    bytes_per_second: float | None = None  # measured throughput of this table's past rewrites
+
+
+def _refusal(policy: TablePolicy, operation: str, identity: str) -> str | None:
+    if not policy.enabled:
+        return "maintenance is disabled for this table by policy (enabled: false)"
+    if policy.read_only:
+        return "table is read-only by policy (read_only: true): no mutating maintenance"
+    if not policy.allows_operation(operation):
+        return (f"operation {operation!r} is not allowed by policy "
+                f"(allowed_operations: {', '.join(sorted(policy.allowed_operations or ()))})")
+    if not policy.allows_identity(identity):
+        return (f"identity {identity!r} is not allowed by policy "
+                f"(allowed_identities: {', '.join(sorted(policy.allowed_identities or ()))})")
+    return None
+
+
+def refusal_for(policy: TablePolicy, operation: str, identity: str) -> str | None:
+    """Why `identity` may not run `operation` on a table under `policy`, or None when it may."""
+    return _refusal(policy, operation, identity)
+
+
+def writer_check(health: TableHealth, policy: TablePolicy) -> dict:
+    idle_for = health.seconds_since_writer_commit
+    return {
+        "last_writer_commit_at": health.last_writer_commit_at,
+        "seconds_since_writer_commit": idle_for,
+        "writer_idle_seconds": policy.writer_idle_seconds,
+        "idle": idle_for is None or idle_for >= policy.writer_idle_seconds,
+    }
+
+
+def estimate_cost(rewrite_bytes: int, files: int, bytes_per_second: float | None) -> dict:
+    rate = bytes_per_second or DEFAULT_REWRITE_BYTES_PER_SECOND
+    return {"rewrite_bytes": rewrite_bytes, "files": files, "bytes_per_second": rate,
+            "throughput_source": "measured" if bytes_per_second else "default",
+            "seconds": round(rewrite_bytes / rate, 3)}
+
+
+def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates: Gates) -> Decision:
+    """Whether one date partition of a table should be compacted now, and why (or why not)."""
+    base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="", date=date,
+                    writer_check=writer_check(health, policy))
+    refused = _refusal(policy, "compact", gates.identity)
+    if refused:
+        return replace(base, verdict=REFUSE, reason=refused)
+    if health.time_column is None:
+        return replace(base, verdict=REFUSE,
+                       reason="table has no time column (no day/hour/month/year partition): set time_column in its policy")
+    part = health.partition(date)
+    if part is None or part.data_files == 0:
+        return replace(base, reason=f"no data files on {date}")
+    with_deletes = part.delete_files > 0
+    rationale = {
+        "small_files": part.small_files, "min_input_files": policy.min_input_files,
+        "data_files": part.data_files, "delete_files": part.delete_files,
+        "deleted_row_ratio": round(part.deleted_row_ratio, 6), "max_delete_ratio": policy.max_delete_ratio,
+        "small_file_size_bytes": policy.small_file_size_bytes,
+    }
+    many_small = part.small_files >= policy.min_input_files
+    too_many_deletes = with_deletes and part.deleted_row_ratio > policy.max_delete_ratio
+    if not (many_small or too_many_deletes):
+        return replace(base, rationale=rationale, reason=(
+            f"below thresholds: {part.small_files} small files < min_input_files {policy.min_input_files}"
+            f" and deleted-row ratio {part.deleted_row_ratio:.3f} <= {policy.max_delete_ratio}"))
+    rationale["trigger"] = "small_files" if many_small else "delete_ratio"
+    # Files carrying deletes are rewritten whole; small files are rewritten in any case.
+    rewrite_bytes = part.total_bytes if too_many_deletes else part.small_bytes
+    cost = estimate_cost(rewrite_bytes, part.data_files if too_many_deletes else part.small_files,
+                         gates.bytes_per_second)
+    benefit = (max(part.small_files - 1, 0) + part.delete_files) / max(rewrite_bytes, 1) * 2**20
+    base = replace(base, rationale=rationale, cost_estimate=cost, benefit=benefit)
+
+    day_end = dt.datetime.combine(dt.date.fromisoformat(date) + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
+    age = (gates.now - day_end).total_seconds()
+    if age < policy.hot_partition_age_seconds:
+        return replace(base, verdict=DEFER, reason=(
+            f"hot partition: {date} ended {age:.0f}s ago, within hot_partition_age {policy.hot_partition_age_seconds:.0f}s"))
+    wc = base.writer_check
+    if not wc["idle"]:
+        return replace(base, verdict=DEFER, reason=(
+            f"writer active: last writer commit {wc['seconds_since_writer_commit']:.0f}s ago, "
+            f"within the {policy.writer_idle_seconds:.0f}s idle window"))
+    if gates.claim_holder:
+        return replace(base, verdict=DEFER, reason=f"claim busy: held by {gates.claim_holder}")
+    if rewrite_bytes > policy.max_rewrite_bytes and not gates.approved:
+        return replace(base, verdict=DEFER, needs_approval=True, reason=(
+            f"awaiting approval: rewrite of {rewrite_bytes} bytes exceeds max_rewrite_bytes "
+            f"{policy.max_rewrite_bytes} (approve with: icemaint approve {health.table} --date {date})"))
+    return replace(base, verdict=RUN, reason=(
+        f"{part.small_files} small files >= {policy.min_input_files}" if many_small
+        else f"deleted-row ratio {part.deleted_row_ratio:.3f} > {policy.max_delete_ratio}"))
+
+
+def decide_table_compactions(health: TableHealth, policy: TablePolicy, gates: Gates,
+                             dates: Iterable[str] | None = None) -> list[Decision]:
+    """Decisions for every dated partition of a table (or the given dates)."""
+    wanted = list(dates) if dates is not None else [p.date for p in health.partitions]
+    return [decide_compaction(health, d, policy, gates) for d in wanted]
+
+
+def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = None,
+                       max_bytes: int | None = None) -> list[Decision]:
+    """Runs ordered by benefit (small files removed per MiB rewritten); runs past the tick's budget
+    become defers. Non-run decisions pass through unchanged, after the runs."""
+    runs = sorted((d for d in decisions if d.verdict == RUN), key=lambda d: (-d.benefit, d.table, d.date or ""))
+    out, used_bytes = [], 0
+    for d in runs:
+        cost = d.cost_estimate.get("rewrite_bytes", 0)
+        if max_runs is not None and len(out) >= max_runs:
+            out.append(replace(d, verdict=DEFER, reason=f"tick budget: at most {max_runs} runs per tick; ranked lower"))
+            continue
+        if max_bytes is not None and used_bytes + cost > max_bytes and used_bytes > 0:
+            out.append(replace(d, verdict=DEFER, reason=f"tick budget: {max_bytes} bytes per tick used; ranked lower"))
+            continue
+        used_bytes += cost
+        out.append(d)
+    placed = [d for d in out if d.verdict == RUN] + [d for d in out if d.verdict != RUN]
+    return placed + [d for d in decisions if d.verdict != RUN]
+
+
+def measured_throughput(past_runs: Iterable[dict]) -> float | None:
+    """Bytes per second over a table's past successful rewrites (audit `details` of compact runs)."""
+    total_bytes = total_seconds = 0.0
+    for run in past_runs:
+        b, s = run.get("rewritten_bytes"), run.get("rewrite_seconds")
+        if b and s and s > 0:
+            total_bytes += b
+            total_seconds += s
+    return total_bytes / total_seconds if total_seconds > 0 else None

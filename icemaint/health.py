@@ -1,0 +1,199 @@
+"""Table health: pure computation from metadata rows (files, manifests, snapshots) to numbers.
+
+No Spark, no pyiceberg, no Dagster here: `icemaint.metadata` reads the rows, this module counts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+# Snapshot operations that only reorganise data. Writers append, overwrite and delete; Iceberg's
+# rewrite actions (data files, manifests, position deletes) commit `replace`.
+MAINTENANCE_OPERATIONS = frozenset({"replace"})
+# A cherry-pick republishes a writer's commit (after a rollback): it is maintenance, and the writer's
+# activity is the time of the source snapshot.
+REPUBLISHED_KEY = "source-snapshot-id"
+MAINTENANCE_TAG = "icemaint.maintenance"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    content: int  # 0 data, 1 position deletes, 2 equality deletes
+    size_bytes: int
+    record_count: int
+    date: dt.date | None
+
+
+@dataclass(frozen=True)
+class SnapshotEntry:
+    snapshot_id: int
+    parent_id: int | None
+    committed_at: dt.datetime
+    operation: str | None
+    summary: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def by_maintenance(self) -> bool:
+        return (self.operation in MAINTENANCE_OPERATIONS or REPUBLISHED_KEY in self.summary
+                or self.summary.get(MAINTENANCE_TAG) == "true")
+
+
+@dataclass(frozen=True)
+class PartitionHealth:
+    date: str
+    data_files: int
+    small_files: int
+    total_bytes: int
+    small_bytes: int
+    records: int
+    delete_files: int
+    delete_records: int
+
+    @property
+    def deleted_row_ratio(self) -> float:
+        return self.delete_records / self.records if self.records else 0.0
+
+
+@dataclass(frozen=True)
+class TableHealth:
+    table: str
+    metadata_location: str
+    snapshot_id: int | None
+    schema_id: int
+    spec_id: int
+    time_column: str | None
+    time_transform: str | None
+    data_files: int
+    small_files: int
+    total_bytes: int
+    avg_file_bytes: float
+    median_file_bytes: float
+    records: int
+    delete_files: int
+    delete_records: int
+    deleted_row_ratio: float
+    manifests: int
+    manifest_bytes: int
+    small_manifests: int
+    snapshots: int
+    oldest_snapshot_age_seconds: float
+    metadata_files: int
+    last_commit_at: str | None
+    last_commit_operation: str | None
+    last_commit_by: str | None  # "writer" | "maintenance"
+    last_writer_commit_at: str | None
+    seconds_since_writer_commit: float | None
+    small_file_size_bytes: int
+    partitions: tuple[PartitionHealth, ...] = ()
+
+    def partition(self, date: str) -> PartitionHealth | None:
+        return next((p for p in self.partitions if p.date == date), None)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["partitions"] = [asdict(p) for p in self.partitions]
+        return out
+
+
+def _iso(ts: dt.datetime | None) -> str | None:
+    return ts.isoformat() if ts else None
+
+
+def last_writer_commit(snapshots: Sequence[SnapshotEntry]) -> dt.datetime | None:
+    """When a writer last committed: the newest non-maintenance snapshot (or a republished one's source)."""
+    by_id = {s.snapshot_id: s for s in snapshots}
+    latest = None
+    for snap in snapshots:
+        if REPUBLISHED_KEY in snap.summary:
+            source = by_id.get(int(snap.summary[REPUBLISHED_KEY]))
+            when = source.committed_at if source else None
+        elif snap.by_maintenance:
+            when = None
+        else:
+            when = snap.committed_at
+        if when and (latest is None or when > latest):
+            latest = when
+    return latest
+
+
+def compute_health(
+    *,
+    table: str,
+    metadata_location: str,
+    snapshot_id: int | None,
+    schema_id: int,
+    spec_id: int,
+    time_column: str | None,
+    time_transform: str | None,
+    files: Iterable[FileEntry],
+    manifest_lengths: Sequence[int],
+    snapshots: Sequence[SnapshotEntry],
+    metadata_files: int,
+    small_file_size_bytes: int,
+    small_manifest_bytes: int,
+    now: dt.datetime,
+) -> TableHealth:
+    """Health of one table at its current snapshot."""
+    data_sizes: list[int] = []
+    records = delete_files = delete_records = 0
+    per_date: dict[str, dict[str, int]] = {}
+    for f in files:
+        key = f.date.isoformat() if f.date else None
+        part = per_date.setdefault(key, dict.fromkeys(
+            ("data_files", "small_files", "total_bytes", "small_bytes", "records", "delete_files",
+             "delete_records"), 0)) if key else None
+        if f.content == 0:
+            data_sizes.append(f.size_bytes)
+            records += f.record_count
+            small = f.size_bytes < small_file_size_bytes
+            if part is not None:
+                part["data_files"] += 1
+                part["total_bytes"] += f.size_bytes
+                part["records"] += f.record_count
+                part["small_files"] += small
+                part["small_bytes"] += f.size_bytes if small else 0
+        else:
+            delete_files += 1
+            delete_records += f.record_count
+            if part is not None:
+                part["delete_files"] += 1
+                part["delete_records"] += f.record_count
+
+    ordered = sorted(snapshots, key=lambda s: s.committed_at)
+    last = ordered[-1] if ordered else None
+    writer_at = last_writer_commit(ordered)
+    total = sum(data_sizes)
+    return TableHealth(
+        table=table,
+        metadata_location=metadata_location,
+        snapshot_id=snapshot_id,
+        schema_id=schema_id,
+        spec_id=spec_id,
+        time_column=time_column,
+        time_transform=time_transform,
+        data_files=len(data_sizes),
+        small_files=sum(1 for s in data_sizes if s < small_file_size_bytes),
+        total_bytes=total,
+        avg_file_bytes=total / len(data_sizes) if data_sizes else 0.0,
+        median_file_bytes=float(statistics.median(data_sizes)) if data_sizes else 0.0,
+        records=records,
+        delete_files=delete_files,
+        delete_records=delete_records,
+        deleted_row_ratio=delete_records / records if records else 0.0,
+        manifests=len(manifest_lengths),
+        manifest_bytes=sum(manifest_lengths),
+        small_manifests=sum(1 for m in manifest_lengths if m < small_manifest_bytes),
+        snapshots=len(ordered),
+        oldest_snapshot_age_seconds=(now - ordered[0].committed_at).total_seconds() if ordered else 0.0,
+        metadata_files=metadata_files,
+        last_commit_at=_iso(last.committed_at) if last else None,
+        last_commit_operation=last.operation if last else None,
+        last_commit_by=("maintenance" if last.by_maintenance else "writer") if last else None,
+        last_writer_commit_at=_iso(writer_at),
+        seconds_since_writer_commit=(now - writer_at).total_seconds() if writer_at else None,
+        small_file_size_bytes=small_file_size_bytes,
+        partitions=tuple(PartitionHealth(date=d, **v) for d, v in sorted(per_date.items())),
+    )

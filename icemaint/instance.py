@@ -1,0 +1,47 @@
+"""The Dagster instance home under the state dir: storage, telemetry off, and the run queue's limits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from icemaint.config import MaintenanceConfig
+
+TABLE_TAG = "icemaint/table"
+
+
+def instance_settings(config: MaintenanceConfig) -> dict:
+    return {
+        "telemetry": {"enabled": False},
+        "nux": {"enabled": False},
+        # One maintenance run per table at a time (sensor/CLI runs carry icemaint/table; backfill runs
+        # carry Dagster's own partition tags), and a global cap for the estate.
+        "concurrency": {"runs": {
+            "max_concurrent_runs": config.max_runs_total,
+            "tag_concurrency_limits": [
+                {"key": TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+                {"key": "dagster/partition/table", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+            ],
+        }},
+    }
+
+
+def ensure_dagster_home(config: MaintenanceConfig) -> Path:
+    """Create `<state_dir>/dagster/dagster.yaml` (rewritten when settings change) and point DAGSTER_HOME at it."""
+    home = config.dagster_home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "dagster.yaml"
+    text = yaml.safe_dump(instance_settings(config), sort_keys=False)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def get_instance(config: MaintenanceConfig):
+    from dagster import DagsterInstance
+
+    ensure_dagster_home(config)
+    return DagsterInstance.get()

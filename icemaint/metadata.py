@@ -1,0 +1,244 @@
+"""Reads Iceberg metadata with pyiceberg (no Spark): table listing, current metadata, health rows.
+
+This is what sensors use: cheap, Spark-free observation (see STACK.md for the measured costs).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from icemaint.config import MaintenanceConfig, catalog_secret_properties
+from icemaint.health import FileEntry, SnapshotEntry, TableHealth, compute_health
+from icemaint.names import InvalidTableName, TableName
+
+log = logging.getLogger(__name__)
+EPOCH = dt.date(1970, 1, 1)
+TIME_TRANSFORMS = ("hour", "day", "month", "year")
+
+
+class TableNotFound(LookupError):
+    """The catalog has no table of that name."""
+
+
+@dataclass(frozen=True)
+class TimePartitioning:
+    column: str | None
+    transform: str | None  # hour | day | month | year | identity | "bounds" (from file stats) | None
+    source: str            # "partition spec", "policy", or a reason there is none
+
+    @property
+    def found(self) -> bool:
+        return self.column is not None
+
+
+def partition_date(value: Any, transform: str) -> dt.date | None:
+    """The date a partition value of a time transform falls on (month/year: their first day)."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, int):
+        if transform == "day":
+            return EPOCH + dt.timedelta(days=value)
+        if transform == "hour":
+            return (dt.datetime(1970, 1, 1) + dt.timedelta(hours=value)).date()
+        if transform == "month":
+            return dt.date(1970 + value // 12, value % 12 + 1, 1)
+        if transform == "year":
+            return dt.date(1970 + value, 1, 1)
+    raise ValueError(f"cannot read a date from partition value {value!r} ({transform})")
+
+
+def time_partitioning(table, time_column: str | None = None) -> TimePartitioning:
+    """The table's time column: from a day/hour/month/year (or identity-on-date) partition field,
+    else the policy's `time_column` (files are then dated by their column lower bound)."""
+    schema = table.schema()
+    spec = table.spec()
+    for pf in spec.fields:
+        transform = str(pf.transform)
+        source = schema.find_field(pf.source_id)
+        if transform in TIME_TRANSFORMS:
+            return TimePartitioning(source.name, transform, "partition spec")
+        if transform == "identity" and str(source.field_type) == "date":
+            return TimePartitioning(source.name, "identity", "partition spec")
+    if time_column:
+        try:
+            field_type = str(schema.find_field(time_column).field_type)
+        except ValueError:
+            return TimePartitioning(None, None, f"policy time_column {time_column!r} is not a column of the table")
+        if field_type not in ("date", "timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns"):
+            return TimePartitioning(None, None, f"policy time_column {time_column!r} has type {field_type}, not a date or timestamp")
+        return TimePartitioning(time_column, "bounds", "policy")
+    return TimePartitioning(None, None, "no day/hour/month/year partition and no time_column in policy")
+
+
+class CatalogReader:
+    """Spark-free access to the configured catalog's tables and their metadata."""
+
+    def __init__(self, config: MaintenanceConfig):
+        self.config = config
+        self._catalog = None
+
+    # -- catalog ---------------------------------------------------------------------------
+    def _pyiceberg_catalog(self):
+        if self._catalog is None:
+            from pyiceberg.catalog import load_catalog
+
+            cat = self.config.catalog
+            props = {**cat.properties, **catalog_secret_properties(cat)}
+            if cat.type == "jdbc":
+                self._catalog = load_catalog(cat.name, type="sql", uri=jdbc_to_sqlalchemy(cat.uri, props),
+                                             warehouse=cat.warehouse or "")
+            elif cat.type == "rest":
+                self._catalog = load_catalog(cat.name, type="rest", uri=cat.uri, warehouse=cat.warehouse or "", **props)
+            elif cat.type == "glue":
+                self._catalog = load_catalog(cat.name, type="glue", **props)
+            else:
+                raise AssertionError("the hadoop catalog is read from the warehouse directory")
+        return self._catalog
+
+    def _table_dir(self, name: TableName) -> Path:
+        return Path(self.config.catalog.warehouse, *name.namespace, name.name)
+
+    def list_tables(self) -> list[str]:
+        """Every table in the catalog, as `namespace.table` keys (names we cannot handle are skipped)."""
+        if self.config.catalog.type == "hadoop":
+            root = Path(self.config.catalog.warehouse)
+            found = []
+            if root.is_dir():
+                for hint in root.glob("**/metadata/version-hint.text"):
+                    parts = hint.parent.parent.relative_to(root).parts
+                    found.append(".".join(parts))
+        else:
+            catalog = self._pyiceberg_catalog()
+            found = []
+            stack = list(catalog.list_namespaces())
+            while stack:
+                ns = stack.pop()
+                found.extend(".".join(ident) for ident in catalog.list_tables(ns))
+                stack.extend(catalog.list_namespaces(ns))
+        tables = []
+        for key in sorted(set(found)):
+            try:
+                tables.append(TableName.parse(key).key)
+            except InvalidTableName as exc:
+                log.warning("skipping table %s: %s", key, exc)
+        return tables
+
+    def metadata_location(self, table: str) -> str:
+        """The table's current metadata file; cheap (one small read for the hadoop catalog)."""
+        name = TableName.parse(table)
+        if self.config.catalog.type == "hadoop":
+            hint = self._table_dir(name) / "metadata" / "version-hint.text"
+            try:
+                version = hint.read_text().strip()
+            except FileNotFoundError:
+                raise TableNotFound(f"table {table} not found in catalog {self.config.catalog.name!r} "
+                                    f"(no {hint})") from None
+            return str(hint.parent / f"v{version}.metadata.json")
+        return self.load(table).metadata_location
+
+    def load(self, table: str):
+        """The pyiceberg table at its current metadata."""
+        name = TableName.parse(table)
+        if self.config.catalog.type == "hadoop":
+            from pyiceberg.table import StaticTable
+
+            return StaticTable.from_metadata(self.metadata_location(table))
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self._pyiceberg_catalog().load_table((*name.namespace, name.name))
+        except NoSuchTableError:
+            raise TableNotFound(f"table {table} not found in catalog {self.config.catalog.name!r}") from None
+
+    # -- health ----------------------------------------------------------------------------
+    def health(self, table: str, now: dt.datetime | None = None, loaded=None) -> TableHealth:
+        """Health numbers of the table's current snapshot (see `icemaint.health`)."""
+        now = now or dt.datetime.now(dt.timezone.utc)
+        policy = self.config.policy(table)
+        tbl = loaded if loaded is not None else self.load(table)
+        timing = time_partitioning(tbl, policy.time_column)
+        snapshot = tbl.current_snapshot()
+        files = list(read_file_entries(tbl, timing)) if snapshot else []
+        manifests = tbl.inspect.manifests().column("length").to_pylist() if snapshot else []
+        return compute_health(
+            table=TableName.parse(table).key,
+            metadata_location=tbl.metadata_location,
+            snapshot_id=snapshot.snapshot_id if snapshot else None,
+            schema_id=tbl.metadata.current_schema_id,
+            spec_id=tbl.metadata.default_spec_id,
+            time_column=timing.column,
+            time_transform=timing.transform,
+            files=files,
+            manifest_lengths=manifests,
+            snapshots=read_snapshots(tbl),
+            metadata_files=len(tbl.metadata.metadata_log) + 1,
+            small_file_size_bytes=policy.small_file_size_bytes,
+            small_manifest_bytes=policy.manifest_small_bytes,
+            now=now,
+        )
+
+
+def read_snapshots(tbl) -> list[SnapshotEntry]:
+    out = []
+    for snap in tbl.metadata.snapshots:
+        summary = snap.summary
+        props = dict(summary.additional_properties) if summary else {}
+        out.append(SnapshotEntry(
+            snapshot_id=snap.snapshot_id,
+            parent_id=snap.parent_snapshot_id,
+            committed_at=dt.datetime.fromtimestamp(snap.timestamp_ms / 1000, dt.timezone.utc),
+            operation=summary.operation.value if summary else None,
+            summary=props,
+        ))
+    return out
+
+
+def read_file_entries(tbl, timing: TimePartitioning):
+    """The current snapshot's data and delete files, each dated by the table's time column."""
+    files = tbl.inspect.files()
+    contents = files.column("content").to_pylist()
+    sizes = files.column("file_size_in_bytes").to_pylist()
+    records = files.column("record_count").to_pylist()
+    dates: list[dt.date | None]
+    if timing.transform in (*TIME_TRANSFORMS, "identity"):
+        field_name = next(pf.name for pf in tbl.spec().fields
+                          if tbl.schema().find_field(pf.source_id).name == timing.column
+                          and str(pf.transform) in (*TIME_TRANSFORMS, "identity"))
+        transform = "day" if timing.transform == "identity" else timing.transform
+        dates = [partition_date((p or {}).get(field_name), transform)
+                 for p in files.column("partition").to_pylist()]
+    elif timing.transform == "bounds":
+        metrics = files.column("readable_metrics").to_pylist()
+        dates = []
+        for m in metrics:
+            lower = ((m or {}).get(timing.column) or {}).get("lower_bound")
+            dates.append(partition_date(lower, "day") if lower is not None else None)
+    else:
+        dates = [None] * len(contents)
+    for content, size, count, date in zip(contents, sizes, records, dates):
+        yield FileEntry(content=content, size_bytes=size, record_count=count, date=date)
+
+
+def jdbc_to_sqlalchemy(uri: str, props: dict[str, str]) -> str:
+    """`jdbc:postgresql://host:port/db` + jdbc.user/jdbc.password -> a SQLAlchemy URI for pyiceberg."""
+    if uri.startswith("jdbc:postgresql://"):
+        rest = uri[len("jdbc:postgresql://"):]
+        user = props.get("jdbc.user") or os.environ.get("PGUSER", "")
+        password = props.get("jdbc.password") or os.environ.get("PGPASSWORD", "")
+        auth = ""
+        if user:
+            auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "") + "@"
+        return f"postgresql+psycopg2://{auth}{rest}"
+    if uri.startswith("jdbc:sqlite:"):
+        return "sqlite:///" + uri[len("jdbc:sqlite:"):].lstrip("/")
+    raise ValueError(f"catalog.uri {uri!r}: only jdbc:postgresql:// and jdbc:sqlite: JDBC catalogs are supported")

@@ -1,0 +1,65 @@
+"""Table identifiers: the one place user-supplied table names are checked before they reach SQL or a path."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Iceberg allows more, but a maintenance system that builds SQL and file paths from names
+# accepts only plain identifiers: no quotes, dots inside parts, slashes, spaces or semicolons.
+_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class InvalidTableName(ValueError):
+    """A table name that is not `namespace.table` made of plain identifiers."""
+
+
+@dataclass(frozen=True, order=True)
+class TableName:
+    namespace: tuple[str, ...]
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> "TableName":
+        if not isinstance(text, str) or not text:
+            raise InvalidTableName(f"table name {text!r} is empty; expected 'namespace.table'")
+        parts = text.split(".")
+        if len(parts) < 2:
+            raise InvalidTableName(f"table name {text!r} has no namespace; expected 'namespace.table'")
+        for part in parts:
+            if not _PART.match(part):
+                raise InvalidTableName(
+                    f"table name {text!r} is not allowed: part {part!r} must be letters, digits and "
+                    "underscores, starting with a letter or underscore (no quotes, paths, spaces or SQL)"
+                )
+        return cls(tuple(parts[:-1]), parts[-1])
+
+    @property
+    def key(self) -> str:
+        """The dotted name, as used for partition keys, policy keys and audit records."""
+        return ".".join((*self.namespace, self.name))
+
+    def sql(self, catalog: str) -> str:
+        """The fully qualified, back-quoted Spark SQL identifier."""
+        return ".".join(f"`{p}`" for p in (catalog, *self.namespace, self.name))
+
+    def procedure_arg(self) -> str:
+        """The table argument of an Iceberg procedure, a SQL string literal (parts are plain identifiers)."""
+        return "'" + self.key + "'"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def check_column(name: str) -> str:
+    """A column name from config or metadata, checked before it is quoted into SQL."""
+    if not isinstance(name, str) or not _COLUMN.match(name):
+        raise ValueError(f"column name {name!r} is not a plain identifier")
+    return name
+
+
+def quote_column(name: str) -> str:
+    return f"`{check_column(name)}`"

@@ -1,0 +1,215 @@
+"""Per-table maintenance policy: thresholds, retention, cost ceiling, and who may do what.
+
+A `TablePolicy` is the config file's `defaults` with the table's own overrides applied. It is
+plain data; the decision functions read it, nothing here talks to Spark or Dagster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+from icemaint.units import parse_duration, parse_size
+
+OPERATIONS = ("compact", "expire", "orphans", "manifests", "rollback")
+SORT_STRATEGIES = ("binpack", "sort", "zorder")
+
+MiB = 2**20
+
+
+class PolicyError(ValueError):
+    """A policy value that is not allowed; the message names the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class TablePolicy:
+    owner: str | None = None
+    enabled: bool = True
+    read_only: bool = False
+    # compaction
+    small_file_size_bytes: int = 32 * MiB
+    target_file_size_bytes: int = 128 * MiB
+    min_input_files: int = 5
+    max_delete_ratio: float = 0.10
+    delete_file_threshold: int = 1
+    partial_progress: bool = False
+    max_concurrent_file_group_rewrites: int = 2
+    strategy: str = "binpack"
+    sort_order: str | None = None
+    time_column: str | None = None
+    max_commit_retries: int = 3
+    retry_backoff_seconds: float = 2.0
+    # gates
+    writer_idle_seconds: float = 300.0
+    hot_partition_age_seconds: float = 3600.0
+    max_rewrite_bytes: int = 10 * 2**30
+    allowed_operations: frozenset[str] | None = None
+    allowed_identities: frozenset[str] | None = None
+    # validation
+    sample_fraction: float = 0.05
+    # retention
+    snapshot_older_than_seconds: float = 7 * 86400.0
+    snapshot_retain_last: int = 1
+    snapshot_min_age_seconds: float = 0.0
+    snapshot_max_count: int = 100
+    keep_files: bool = False
+    orphan_older_than_seconds: float = 72 * 3600.0
+    manifest_min_count: int = 20
+    manifest_small_bytes: int = 8 * MiB
+
+    def allows_operation(self, operation: str) -> bool:
+        return self.allowed_operations is None or operation in self.allowed_operations
+
+    def allows_identity(self, identity: str) -> bool:
+        return self.allowed_identities is None or identity in self.allowed_identities
+
+
+# YAML key -> (dataclass field, parser). Durations and sizes accept units; the YAML keys are the
+# names operators write, the fields carry their unit in the name.
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{v!r} is not a boolean; use true or false")
+    return v
+
+
+def _int(minimum: int):
+    def parse(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{v!r} is not a whole number")
+        if v < minimum:
+            raise ValueError(f"{v!r} is below the minimum {minimum}")
+        return v
+    return parse
+
+
+def _ratio(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+        raise ValueError(f"{v!r} is not a ratio between 0 and 1")
+    return float(v)
+
+
+def _fraction(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise ValueError(f"{v!r} is not a fraction in (0, 1]")
+    return float(v)
+
+
+def _text(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"{v!r} is not a non-empty string")
+    return v
+
+
+def _choice(allowed: tuple[str, ...]):
+    def parse(v: Any) -> str:
+        if v not in allowed:
+            raise ValueError(f"{v!r} is not allowed; allowed: {', '.join(allowed)}")
+        return v
+    return parse
+
+
+def _operations(v: Any) -> frozenset[str]:
+    if not isinstance(v, list):
+        raise ValueError(f"{v!r} is not a list; use a list of: {', '.join(OPERATIONS)}")
+    bad = [x for x in v if x not in OPERATIONS]
+    if bad:
+        raise ValueError(f"{bad!r} not allowed; allowed operations: {', '.join(OPERATIONS)}")
+    return frozenset(v)
+
+
+def _identities(v: Any) -> frozenset[str]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise ValueError(f"{v!r} is not a list of identity names")
+    return frozenset(v)
+
+
+def _column(v: Any) -> str:
+    from icemaint.names import check_column
+
+    return check_column(v)
+
+
+def _sort_order(v: Any) -> str:
+    # Passed to Iceberg as a string literal: refuse quotes and statement separators outright.
+    text = _text(v)
+    if any(c in text for c in "'\";\\`"):
+        raise ValueError(f"{v!r} contains quotes or ';'; write e.g. 'id ASC NULLS LAST, ts' or 'zorder(a, b)'")
+    return text
+
+
+def _retain_last(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{v!r} is not allowed; retain_last must be a whole number of at least 1 "
+                         "(the current snapshot is always kept)")
+    return v
+
+
+POLICY_KEYS: dict[str, tuple[str, Any]] = {
+    "owner": ("owner", _text),
+    "enabled": ("enabled", _bool),
+    "read_only": ("read_only", _bool),
+    "small_file_size_bytes": ("small_file_size_bytes", parse_size),
+    "target_file_size_bytes": ("target_file_size_bytes", parse_size),
+    "min_input_files": ("min_input_files", _int(2)),
+    "max_delete_ratio": ("max_delete_ratio", _ratio),
+    "delete_file_threshold": ("delete_file_threshold", _int(1)),
+    "partial_progress": ("partial_progress", _bool),
+    "max_concurrent_file_group_rewrites": ("max_concurrent_file_group_rewrites", _int(1)),
+    "strategy": ("strategy", _choice(SORT_STRATEGIES)),
+    "sort_order": ("sort_order", _sort_order),
+    "time_column": ("time_column", _column),
+    "max_commit_retries": ("max_commit_retries", _int(0)),
+    "retry_backoff": ("retry_backoff_seconds", parse_duration),
+    "writer_idle": ("writer_idle_seconds", parse_duration),
+    "hot_partition_age": ("hot_partition_age_seconds", parse_duration),
+    "max_rewrite_bytes": ("max_rewrite_bytes", parse_size),
+    "allowed_operations": ("allowed_operations", _operations),
+    "allowed_identities": ("allowed_identities", _identities),
+    "sample_fraction": ("sample_fraction", _fraction),
+    "snapshot_older_than": ("snapshot_older_than_seconds", parse_duration),
+    "retain_last": ("snapshot_retain_last", _retain_last),
+    "snapshot_min_age": ("snapshot_min_age_seconds", parse_duration),
+    "snapshot_max_count": ("snapshot_max_count", _int(1)),
+    "keep_files": ("keep_files", _bool),
+    "orphan_older_than": ("orphan_older_than_seconds", parse_duration),
+    "manifest_min_count": ("manifest_min_count", _int(2)),
+    "manifest_small_bytes": ("manifest_small_bytes", parse_size),
+}
+
+
+def apply_overrides(base: TablePolicy, overrides: Mapping[str, Any], where: str) -> TablePolicy:
+    """`base` with the YAML mapping `overrides` applied; `where` names the mapping in errors."""
+    if not isinstance(overrides, Mapping):
+        raise PolicyError(f"{where}: expected a mapping of policy keys, got {overrides!r}")
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key not in POLICY_KEYS:
+            raise PolicyError(f"{where}.{key}: unknown policy key; allowed: {', '.join(sorted(POLICY_KEYS))}")
+        attr, parse = POLICY_KEYS[key]
+        try:
+            changes[attr] = None if value is None and attr in _NULLABLE else parse(value)
+        except ValueError as exc:
+            raise PolicyError(f"{where}.{key}: {exc}") from None
+    policy = replace(base, **changes)
+    if policy.small_file_size_bytes > policy.target_file_size_bytes:
+        raise PolicyError(
+            f"{where}: small_file_size_bytes ({policy.small_file_size_bytes}) is larger than "
+            f"target_file_size_bytes ({policy.target_file_size_bytes})"
+        )
+    if policy.strategy in ("sort", "zorder") and not policy.sort_order:
+        raise PolicyError(f"{where}.sort_order: strategy {policy.strategy!r} needs a sort_order")
+    return policy
+
+
+_NULLABLE = {f.name for f in fields(TablePolicy) if f.default is None}
+
+
+@dataclass(frozen=True)
+class PolicyBook:
+    """The estate's policies: defaults and per-table overrides keyed by `namespace.table`."""
+
+    defaults: TablePolicy = field(default_factory=TablePolicy)
+    tables: Mapping[str, TablePolicy] = field(default_factory=dict)
+
+    def for_table(self, table: str) -> TablePolicy:
+        return self.tables.get(table, self.defaults)

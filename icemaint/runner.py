@@ -1,0 +1,82 @@
+"""Runs the code location's jobs in this process against the instance under the state dir.
+
+The CLI and the demo use this, so every materialization they cause shows up in the Dagster UI
+exactly as a sensor- or UI-launched run would.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+
+from icemaint.config import MaintenanceConfig
+from icemaint.instance import get_instance
+from icemaint.metadata import CatalogReader
+from icemaint.names import TableName
+from icemaint.scope import parse_date
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunReport:
+    """What one run did: its success and the domain outcome the asset attached to its events."""
+
+    run_id: str
+    success: bool
+    outcome: dict = field(default_factory=dict)
+    error: str | None = None
+
+
+class MaintenanceRunner:
+    def __init__(self, config: MaintenanceConfig, config_path: str | None = None):
+        from maint_assets.definitions import build_definitions
+
+        self.config = config
+        self.instance = get_instance(config)
+        self.defs = build_definitions(config_path or config.source)
+        self.reader = CatalogReader(config)
+
+    # -- inputs ------------------------------------------------------------------------------
+    def check_table(self, table: str) -> str:
+        """The validated key of an existing table, registered as a `table` partition."""
+        key = TableName.parse(table).key
+        self.reader.metadata_location(key)  # raises TableNotFound with the catalog named
+        if not self.instance.has_dynamic_partition("table", key):
+            self.instance.add_dynamic_partitions("table", [key])
+        return key
+
+    def check_date(self, date: str) -> str:
+        today = dt.datetime.now(dt.timezone.utc).date()
+        return parse_date(date, self.config.dates_start, today + dt.timedelta(days=1)).isoformat()
+
+    # -- runs --------------------------------------------------------------------------------
+    def _execute(self, job_name: str, partition_key: str, run_config: dict | None = None,
+                 tags: dict | None = None, outcome_key: str = "outcome") -> RunReport:
+        job = self.defs.resolve_job_def(job_name)
+        result = job.execute_in_process(instance=self.instance, partition_key=partition_key,
+                                        run_config=run_config or {}, tags=tags or {}, raise_on_error=False)
+        outcome, error = {}, None
+        for event in result.all_events:
+            if event.is_step_materialization or event.event_type_value == "ASSET_OBSERVATION":
+                data = event.event_specific_data
+                entry = getattr(data, "materialization", None) or getattr(data, "asset_observation", None)
+                if entry is not None and outcome_key in entry.metadata:
+                    outcome = entry.metadata[outcome_key].value
+            if event.is_step_failure:
+                error = event.event_specific_data.error.message.strip().splitlines()[0] if event.event_specific_data.error else "step failed"
+        return RunReport(result.run_id, result.success, outcome, error)
+
+    def health(self, table: str) -> RunReport:
+        key = self.check_table(table)
+        return self._execute("health_job", key, tags={"icemaint/table": key, "icemaint/trigger": "cli"},
+                             outcome_key="health")
+
+    def compact(self, table: str, date: str, *, dry_run: bool = False, approved: bool = False,
+                trigger: str = "cli") -> RunReport:
+        key = self.check_table(table)
+        day = self.check_date(date)
+        run_config = {"ops": {"compaction": {"config": {"dry_run": dry_run, "approved": approved}}}}
+        return self._execute("compaction_job", f"{day}|{key}", run_config,
+                             tags={"icemaint/table": key, "icemaint/trigger": trigger})

@@ -1,0 +1,53 @@
+"""A date scope: the Spark SQL predicate that selects one day of a table's time column.
+
+Built only from a validated column name, its Iceberg type and a `datetime.date`, never from user text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from icemaint.names import quote_column
+
+_TIMESTAMP_TYPES = ("timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns")
+
+
+class InvalidDate(ValueError):
+    """A date that is malformed or outside the maintained range."""
+
+
+def parse_date(text: str, start: dt.date | None = None, end: dt.date | None = None) -> dt.date:
+    """A `YYYY-MM-DD` string as a date, checked against the maintained range [start, end]."""
+    try:
+        date = dt.date.fromisoformat(text) if isinstance(text, str) and len(text) == 10 else None
+    except ValueError:
+        date = None
+    if date is None:
+        raise InvalidDate(f"date {text!r} is not a calendar date in the form YYYY-MM-DD")
+    if start and date < start:
+        raise InvalidDate(f"date {text} is before the maintained range, which starts at {start} (dates_start)")
+    if end and date > end:
+        raise InvalidDate(f"date {text} is after the maintained range, which ends at {end}")
+    return date
+
+
+@dataclass(frozen=True)
+class DateScope:
+    column: str
+    column_type: str  # the Iceberg type name: date, timestamp, timestamptz, ...
+    date: dt.date
+
+    def predicate(self) -> str:
+        col = quote_column(self.column)
+        if self.column_type == "date":
+            return f"{col} = DATE '{self.date.isoformat()}'"
+        if self.column_type in _TIMESTAMP_TYPES:
+            start = f"{self.date.isoformat()} 00:00:00"
+            end = f"{(self.date + dt.timedelta(days=1)).isoformat()} 00:00:00"
+            return f"{col} >= TIMESTAMP '{start}' AND {col} < TIMESTAMP '{end}'"
+        raise ValueError(f"column {self.column!r} has type {self.column_type}; a date scope needs a date or timestamp")
+
+    @property
+    def ends_at(self) -> dt.datetime:
+        return dt.datetime.combine(self.date + dt.timedelta(days=1), dt.time(), dt.timezone.utc)

@@ -1,0 +1,135 @@
+"""One sensor tick over the estate: observe each table's metadata, decide, and say when to look again.
+
+Spark-free and Dagster-free: sensors call `plan_compaction_tick` and turn its runs into RunRequests.
+An unchanged table costs one metadata-location read (O(1)) unless a deferral is due for a recheck.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from icemaint.config import MaintenanceConfig
+from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, decide_table_compactions, \
+    measured_throughput, rank_within_budget
+from icemaint.health import TableHealth
+
+log = logging.getLogger(__name__)
+
+# How long to wait before re-evaluating an unchanged table whose decision was a defer.
+RECHECK_CLAIM_BUSY_SECONDS = 60.0
+RECHECK_APPROVAL_SECONDS = 300.0
+
+
+@dataclass
+class TableCursor:
+    metadata_location: str
+    recheck_at: float | None = None  # epoch seconds; None: only when metadata changes
+
+
+@dataclass
+class TickPlan:
+    runs: list[tuple[Decision, TableHealth]] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    cursor: dict[str, TableCursor] = field(default_factory=dict)
+    evaluated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        counts = {v: sum(1 for d in self.decisions if d.verdict == v) for v in (RUN, DEFER, REFUSE, NOOP)}
+        text = (f"{len(self.evaluated)} tables evaluated, {len(self.unchanged)} unchanged; "
+                f"{len(self.runs)} runs requested; {counts[DEFER]} deferred, {counts[REFUSE]} refused, "
+                f"{counts[NOOP]} nothing to do")
+        reasons = [f"{d.table} {d.date}: {d.verdict}: {d.reason}" for d in self.decisions if d.verdict in (DEFER, REFUSE)]
+        if self.errors:
+            reasons += [f"{t}: ERROR {e}" for t, e in self.errors.items()]
+        return text + ("\n" + "\n".join(reasons[:50]) if reasons else "")
+
+
+def encode_cursor(cursor: dict[str, TableCursor]) -> str:
+    return json.dumps({t: [c.metadata_location, c.recheck_at] for t, c in sorted(cursor.items())})
+
+
+def decode_cursor(text: str | None) -> dict[str, TableCursor]:
+    if not text:
+        return {}
+    return {t: TableCursor(v[0], v[1]) for t, v in json.loads(text).items()}
+
+
+def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, policy) -> float | None:
+    """When an unchanged table's deferred date is worth deciding again (epoch seconds)."""
+    reason = decision.reason
+    if reason.startswith("writer active"):
+        since = health.seconds_since_writer_commit or 0.0
+        return now.timestamp() + max(policy.writer_idle_seconds - since, 1.0)
+    if reason.startswith("hot partition"):
+        day_end = dt.datetime.combine(dt.date.fromisoformat(decision.date) + dt.timedelta(days=1), dt.time(),
+                                      dt.timezone.utc)
+        return day_end.timestamp() + policy.hot_partition_age_seconds
+    if reason.startswith("claim busy"):
+        return now.timestamp() + RECHECK_CLAIM_BUSY_SECONDS
+    if decision.needs_approval or reason.startswith("tick budget"):
+        return now.timestamp() + RECHECK_APPROVAL_SECONDS
+    return None
+
+
+def plan_compaction_tick(
+    config: MaintenanceConfig,
+    tables: Iterable[str],
+    *,
+    metadata_location: Callable[[str], str],
+    health: Callable[[str], TableHealth],
+    claim_holder: Callable[[str], str | None],
+    approved: Callable[[str, str], bool],
+    past_runs: Callable[[str], list[dict]],
+    cursor: dict[str, TableCursor],
+    now: dt.datetime,
+    max_runs: int | None = None,
+    valid_dates: Callable[[str], bool] = lambda d: True,
+) -> TickPlan:
+    """Observe and decide compaction for every table; returns the runs to request and the new cursor."""
+    plan = TickPlan()
+    identity = config.identity()
+    candidates: list[Decision] = []
+    healths: dict[str, TableHealth] = {}
+    for table in tables:
+        try:
+            location = metadata_location(table)
+        except Exception as exc:  # one unreadable table must not stop the estate's tick; it is reported
+            plan.errors[table] = f"{type(exc).__name__}: {exc}"
+            continue
+        previous = cursor.get(table)
+        if previous and previous.metadata_location == location and (
+                previous.recheck_at is None or now.timestamp() < previous.recheck_at):
+            plan.cursor[table] = previous
+            plan.unchanged.append(table)
+            continue
+        plan.evaluated.append(table)
+        policy = config.policy(table)
+        h = health(table)
+        healths[table] = h
+        gates = Gates(now=now, identity=identity, claim_holder=claim_holder(table),
+                      bytes_per_second=measured_throughput(past_runs(table)))
+        table_decisions = []
+        for d in decide_table_compactions(h, policy, gates, [p.date for p in h.partitions if valid_dates(p.date)]):
+            if d.needs_approval and approved(table, d.date):
+                d = decide_table_compactions(h, policy, Gates(now=now, identity=identity, approved=True,
+                                                                claim_holder=gates.claim_holder,
+                                                                bytes_per_second=gates.bytes_per_second), [d.date])[0]
+            table_decisions.append(d)
+        candidates.extend(table_decisions)
+        rechecks = [recheck_after(d, h, now, policy) for d in table_decisions if d.verdict == DEFER]
+        rechecks = [r for r in rechecks if r is not None]
+        plan.cursor[table] = TableCursor(location, min(rechecks) if rechecks else None)
+    ranked = rank_within_budget(candidates, max_runs=max_runs)
+    for d in ranked:
+        plan.decisions.append(d)
+        if d.verdict == RUN:
+            plan.runs.append((d, healths[d.table]))
+        elif d.reason.startswith("tick budget"):
+            plan.cursor[d.table].recheck_at = now.timestamp()  # look again next tick
+    return plan

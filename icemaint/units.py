@@ -1,0 +1,59 @@
+"""Parsing of the human units the config file and the CLI accept: durations and byte sizes."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$")
+_SIZE_BYTES = {
+    None: 1, "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds in a duration such as ``72h``, ``7d``, ``30m``, ``45s`` or a bare number of seconds.
+
+    Raises:
+        ValueError: naming the value and the units allowed; negative durations are refused.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration; use a number with a unit s, m, h, d or w (e.g. 72h, 7d)")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(
+                f"{value!r} is not a duration; use a number with a unit s, m, h, d or w (e.g. 72h, 7d, 30m)"
+            )
+        seconds = float(match.group(1)) * _DURATION_SECONDS[match.group(2)]
+    if seconds < 0:
+        raise ValueError(f"{value!r} is negative; a duration must be zero or more")
+    return seconds
+
+
+def parse_size(value: object) -> int:
+    """Bytes in a size such as ``128MiB``, ``512MB`` or a bare number of bytes."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size; use bytes or a unit B, KB, MB, GB, KiB, MiB, GiB")
+    if isinstance(value, (int, float)):
+        size = int(value)
+    else:
+        match = _SIZE.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a size; use bytes or a unit B, KB, MB, GB, KiB, MiB, GiB (e.g. 128MiB)")
+        size = int(float(match.group(1)) * _SIZE_BYTES[match.group(2)])
+    if size < 0:
+        raise ValueError(f"{value!r} is negative; a size must be zero or more")
+    return size
+
+
+def format_duration(seconds: float) -> str:
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length and seconds % length == 0:
+            return f"{int(seconds // length)}{unit}"
+    return f"{seconds:g}s"

@@ -1,0 +1,141 @@
+"""`compaction` and `validation_report` (table x date), with Great Expectations proofs as blocking checks."""
+
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from icemaint.compaction import CompactionOutcome, CompactionRequest, Compactor
+from icemaint.decisions import RUN
+from maint_assets.health import table_health
+from maint_assets.metadata import as_json, numeric
+from maint_assets.partitions import TABLE_DIMENSION, split_table_date
+from resources.catalog import IcebergCatalogResource
+from resources.claims import AuditResource, TableClaimResource
+from resources.spark import SparkResource
+
+VALIDATION_CHECKS = {
+    "row_count_parity": "Rows in the date before the rewrite == rows after (GX ExpectTableRowCountToEqual).",
+    "sample_comparison": "Sampled rows before are found unchanged after, and the reverse (GX UnexpectedRowsExpectation).",
+    "column_aggregates": "Per-column non-null counts, min/max and sums/hashes equal before and after.",
+}
+# Run tags the sensors set; the asset re-plans when the table moved on since.
+PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
+PLANNED_SCHEMA_TAG = "icemaint/planned_schema_id"
+TRIGGER_TAG = "icemaint/trigger"
+TABLE_TAG = "icemaint/table"
+
+
+class CompactionConfig(dg.Config):
+    dry_run: bool = False
+    approved: bool = False
+
+
+def outcome_metadata(outcome: CompactionOutcome) -> dict:
+    numbers = {k: v for k, v in outcome.to_dict().items() if k in (
+        "files_before", "files_after", "small_files_before", "small_files_after", "avg_file_bytes_before",
+        "avg_file_bytes_after", "delete_files_before", "delete_files_after", "rewritten_files", "added_files",
+        "rewritten_bytes", "attempts")}
+    numbers.update({f"probe_before_{k}": v for k, v in outcome.probe_before.items()})
+    numbers.update({f"probe_after_{k}": v for k, v in outcome.probe_after.items()})
+    numbers.update({f"{k}": v for k, v in outcome.durations.items()})
+    meta = {**numeric(numbers),
+            "decision": dg.MetadataValue.text(outcome.decision),
+            "reason": dg.MetadataValue.text(outcome.reason),
+            "before_snapshot_id": dg.MetadataValue.text(str(outcome.before_snapshot_id)),
+            "after_snapshot_id": dg.MetadataValue.text(str(outcome.after_snapshot_id)),
+            "rolled_back": dg.MetadataValue.bool(outcome.rolled_back),
+            "outcome": as_json(outcome.to_dict())}
+    return meta
+
+
+def check_results(outcome: CompactionOutcome) -> list[dg.AssetCheckResult]:
+    commits = outcome.validation.get("commits", [])
+    results = []
+    for name in VALIDATION_CHECKS:
+        per_commit = [c for r in commits for c in r["checks"] if c["name"] == name]
+        results.append(dg.AssetCheckResult(
+            check_name=name,
+            passed=bool(per_commit) and all(c["passed"] for c in per_commit),
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"observed": as_json([c.get("observed") for c in per_commit]),
+                      "before_snapshot_id": dg.MetadataValue.text(str(outcome.before_snapshot_id)),
+                      "after_snapshot_id": dg.MetadataValue.text(str(outcome.after_snapshot_id)),
+                      "rolled_back": dg.MetadataValue.bool(outcome.rolled_back)},
+        ))
+    return results
+
+
+def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
+    @dg.asset(
+        partitions_def=partitions_def,
+        group_name="maintenance",
+        kinds={"spark", "iceberg"},
+        deps=[dg.AssetDep(table_health, partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
+            partition_dimension_name=TABLE_DIMENSION))],
+        check_specs=[dg.AssetCheckSpec(name, asset="compaction", description=desc, blocking=True)
+                     for name, desc in VALIDATION_CHECKS.items()],
+        output_required=False,
+        description="Bin-packs one date of one table's small files (rewrite_data_files scoped to the date) under "
+                    "the table's claim, proves the rewrite with Great Expectations and rolls back on failure. "
+                    "Materializes only when a rewrite committed; defers and refusals are observations.",
+    )
+    def compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
+                   catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
+        table, date = split_table_date(context.partition_key)
+        tags = context.run.tags
+        planned = tags.get(PLANNED_SNAPSHOT_TAG)
+        planned_schema = tags.get(PLANNED_SCHEMA_TAG)
+        request = CompactionRequest(
+            table=table, date=date, dry_run=config.dry_run, approved=config.approved,
+            trigger=tags.get(TRIGGER_TAG, "manual"), run_id=context.run.run_id,
+            planned_snapshot_id=int(planned) if planned else None,
+            planned_schema_id=int(planned_schema) if planned_schema else None)
+        compactor = Compactor(spark.settings.config, spark.session, catalog.reader, claims.claims, audit.log,
+                              progress=context.log.info)
+        outcome = compactor.run(request)
+        context.log.info(f"{table} {date}: {outcome.decision}: {outcome.reason}")
+        if outcome.decision == "refuse":
+            raise dg.Failure(description=f"refused: {outcome.reason}", metadata=outcome_metadata(outcome))
+        if outcome.decision != RUN or outcome.dry_run:
+            context.log_event(dg.AssetObservation(asset_key="compaction", partition=context.partition_key,
+                                                  metadata=outcome_metadata(outcome)))
+            return
+        yield dg.MaterializeResult(metadata=outcome_metadata(outcome), check_results=check_results(outcome))
+
+    @dg.asset(
+        partitions_def=partitions_def,
+        group_name="maintenance",
+        kinds={"iceberg"},
+        deps=[compaction],
+        description="The evidence of the latest compaction of a date: snapshot ids before and after, and the "
+                    "Great Expectations results of every proof. Also written to <state_dir>/reports/.",
+    )
+    def validation_report(context: dg.AssetExecutionContext, spark: SparkResource) -> dg.MaterializeResult:
+        table, date = split_table_date(context.partition_key)
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("compaction"), asset_partitions=[str(context.partition_key)]),
+            limit=1).records
+        if not records:
+            raise dg.Failure(description=f"no compaction of {table} {date} has been materialized yet")
+        event = records[0].asset_materialization
+        outcome = event.metadata["outcome"].value
+        report_dir = Path(spark.settings.config.state_dir, "reports", table)
+        report_dir.mkdir(parents=True, exist_ok=True)
+        report_path = report_dir / f"{date}.json"
+        report = {"table": table, "date": date, "before_snapshot_id": outcome["before_snapshot_id"],
+                  "after_snapshot_id": outcome["after_snapshot_id"], "validation": outcome["validation"],
+                  "rolled_back": outcome["rolled_back"], "rollback": outcome["rollback"]}
+        report_path.write_text(json.dumps(report, indent=2, default=str))
+        commits = outcome["validation"].get("commits", [])
+        return dg.MaterializeResult(metadata={
+            "passed": dg.MetadataValue.bool(bool(outcome["validation"].get("passed"))),
+            "before_snapshot_id": dg.MetadataValue.text(str(outcome["before_snapshot_id"])),
+            "after_snapshot_id": dg.MetadataValue.text(str(outcome["after_snapshot_id"])),
+            "validation_seconds": dg.MetadataValue.float(float(sum(c.get("duration_seconds", 0) for c in commits))),
+            "report_path": dg.MetadataValue.path(str(report_path)),
+            "report": as_json(report),
+        })
+
+    return compaction, validation_report

@@ -1,0 +1,48 @@
+"""The code location: assembles assets, checks, jobs, sensors and resources. Nothing else lives here.
+
+Built inside `@dg.definitions`, so the config file is read when the location loads, never at import;
+no Spark session or catalog call happens until a run or a sensor tick needs one.
+"""
+
+
+import dagster as dg
+
+from icemaint.config import load_config
+from icemaint.instance import ensure_dagster_home
+from maint_assets.compaction import build_compaction_assets
+from maint_assets.health import table_health
+from maint_assets.jobs import build_jobs
+from maint_assets.partitions import date_partitions, table_date_partitions, table_partitions
+from resources.catalog import IcebergCatalogResource
+from resources.claims import AuditResource, TableClaimResource
+from resources.settings import MaintenanceSettings
+from resources.spark import SparkResource
+from sensors.compaction import build_compaction_sensor
+from sensors.discovery import build_discovery_sensor
+
+
+def build_definitions(config_path: str | None = None) -> dg.Definitions:
+    config = load_config(config_path)
+    ensure_dagster_home(config)
+    multi = table_date_partitions(config.dates_start)
+    compaction, validation_report = build_compaction_assets(multi)
+    jobs = build_jobs(table_partitions, multi)
+    settings = MaintenanceSettings(config_path=str(config_path or config.source or ""))
+    return dg.Definitions(
+        assets=[table_health, compaction, validation_report],
+        jobs=list(jobs.values()),
+        sensors=[build_discovery_sensor(jobs["health"]),
+                 build_compaction_sensor(jobs["compaction"], date_partitions(config.dates_start))],
+        resources={
+            "settings": settings,
+            "spark": SparkResource(settings=settings),
+            "catalog": IcebergCatalogResource(settings=settings),
+            "claims": TableClaimResource(settings=settings),
+            "audit": AuditResource(settings=settings),
+        },
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions()

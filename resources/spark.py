@@ -1,0 +1,21 @@
+"""Execution layer: the Spark session (with the Iceberg catalog) as a lazily built Dagster resource."""
+
+
+from dagster import ConfigurableResource
+
+from icemaint.spark_session import get_spark
+from resources.settings import MaintenanceSettings
+
+
+class SparkResource(ConfigurableResource):
+    """One SparkSession per process, created on first use (never at import or definition load)."""
+
+    settings: MaintenanceSettings
+
+    @property
+    def session(self):
+        return get_spark(self.settings.config)
+
+    @property
+    def catalog(self) -> str:
+        return self.settings.config.catalog.name

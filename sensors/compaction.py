@@ -1,0 +1,73 @@
+"""The compaction sensor: observes metadata (pyiceberg), decides per table/date, requests runs or records why not."""
+
+
+import datetime as dt
+
+import dagster as dg
+
+from icemaint.approvals import is_approved
+from icemaint.audit import AuditRecord
+from icemaint.decisions import DEFER, REFUSE
+from icemaint.tick import decode_cursor, encode_cursor, plan_compaction_tick
+from maint_assets.compaction import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG
+from maint_assets.partitions import table_date_key, table_partitions
+from resources.catalog import IcebergCatalogResource
+from resources.claims import AuditResource, TableClaimResource
+
+MAX_RUNS_PER_TICK = 20
+
+
+def compaction_run_request(decision, health, trigger: str = "sensor") -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=f"compact:{decision.table}:{decision.date}:{health.snapshot_id}",
+        partition_key=table_date_key(decision.table, decision.date),
+        tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger,
+              PLANNED_SNAPSHOT_TAG: str(health.snapshot_id), PLANNED_SCHEMA_TAG: str(health.schema_id)},
+    )
+
+
+def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: TableClaimResource,
+                        audit: AuditResource, cursor_text: str | None, now: dt.datetime, date_keys: set[str]):
+    """The tick's plan: shared by the sensor and `icemaint tick`."""
+    config = catalog.settings.config
+    tables = instance.get_dynamic_partitions(table_partitions.name)
+
+    def holder(table):
+        info = claims.holder_of(table)
+        return getattr(info, "holder", None) if info else None
+
+    def past_runs(table):
+        return [r.details for r in audit.records(table=table, operation="compact") if r.decision == "run"]
+
+    plan = plan_compaction_tick(
+        config, tables, metadata_location=catalog.metadata_location, health=catalog.health,
+        claim_holder=holder, approved=lambda t, d: is_approved(audit.log, t, d), past_runs=past_runs,
+        cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
+        valid_dates=lambda d: d in date_keys)
+    for d in plan.decisions:
+        if d.verdict in (DEFER, REFUSE):
+            audit.append(AuditRecord(table=d.table, operation="compact", decision=d.verdict, reason=d.reason,
+                                     date=d.date, trigger="sensor", identity=config.identity(),
+                                     writer_check=d.writer_check, partition_rationale=d.rationale,
+                                     cost_estimate=d.cost_estimate))
+    return plan
+
+
+def build_compaction_sensor(compaction_job, date_partitions_def) -> dg.SensorDefinition:
+    @dg.sensor(name="compaction_sensor", job=compaction_job, minimum_interval_seconds=30,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description="Polls each table's metadata; requests a compaction run per (table, date) when "
+                           "thresholds pass, writers are idle, the claim is free and cost/policy allow; "
+                           "otherwise records a defer or refusal in the audit trail.")
+    def compaction_sensor(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource,
+                          claims: TableClaimResource, audit: AuditResource):
+        now = dt.datetime.now(dt.timezone.utc)
+        date_keys = set(date_partitions_def.get_partition_keys(current_time=now))
+        plan = evaluate_compaction(context.instance, catalog, claims, audit, context.cursor, now, date_keys)
+        summary = plan.summary()
+        context.log.info(summary)
+        requests = [compaction_run_request(d, h) for d, h in plan.runs]
+        return dg.SensorResult(run_requests=requests, cursor=encode_cursor(plan.cursor),
+                               skip_reason=None if requests else summary)
+
+    return compaction_sensor

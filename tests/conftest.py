@@ -1,0 +1,63 @@
+"""Shared fixtures: one real Spark session and one temp Iceberg warehouse for the whole run.
+
+Tests create their own uniquely named tables in that warehouse (see `table_name`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from icemaint.config import MaintenanceConfig, parse_config
+
+_counter = itertools.count()
+
+
+def make_config(root: Path, **overrides) -> MaintenanceConfig:
+    doc = {
+        "catalog": {"name": "lake", "type": "hadoop", "warehouse": str(root / "warehouse")},
+        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false",
+                                                  "spark.sql.shuffle.partitions": "2",
+                                                  "spark.default.parallelism": "2"}},
+        "state_dir": str(root / "state"),
+        "defaults": {"writer_idle": "0s", "hot_partition_age": "0s", "small_file_size_bytes": "1MiB",
+                     "target_file_size_bytes": "8MiB", "min_input_files": 3,
+                     "retry_backoff": "0s"},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(doc.get(key), dict):
+            doc[key] = {**doc[key], **value}
+        else:
+            doc[key] = value
+    return parse_config(doc, root)
+
+
+@pytest.fixture(scope="session")
+def lake_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("lake")
+
+
+@pytest.fixture(scope="session")
+def config(lake_root) -> MaintenanceConfig:
+    os.environ.setdefault("ICEMAINT_IDENTITY", "maint-test")
+    return make_config(lake_root)
+
+
+@pytest.fixture(scope="session")
+def spark(config):
+    from icemaint.spark_session import get_spark
+
+    session = get_spark(config)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def table_name(request) -> str:
+    """A fresh `namespace.table` name, unique in the session's warehouse."""
+    base = "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:40]
+    return f"t.{base}_{next(_counter)}"
+from pg_server import postgres_dsn, postgres_server  # noqa: E402,F401
