@@ -86,8 +86,9 @@ class CompactionOutcome:
 
 
 # (spark, catalog, table, scope, options, strategy, sort_order) -> the procedure's result row.
-# Swappable so tests can inject a faulty rewrite; the default is Iceberg's rewrite_data_files. A
-# rewrite that commits more than `replace` snapshots names them under COMMITTED_KEY.
+# Swappable so tests can inject a faulty rewrite; the default is Iceberg's rewrite_data_files (which
+# commits one `replace` for the rewrite and one for dangling deletes). A rewrite that commits other
+# snapshots too names them under COMMITTED_KEY so that they are validated (and rolled back) with it.
 RewriteFn = Callable[..., dict]
 COMMITTED_KEY = "committed_snapshot_ids"
 
@@ -227,9 +228,8 @@ class Compactor:
         snapshots = read_snapshots(tbl)
         current = tbl.current_snapshot().snapshot_id
         new = chain_since(snapshots, current, health.snapshot_id)
-        declared = result.get(COMMITTED_KEY)
-        committed = ([s for s in new if s.snapshot_id in set(declared)] if declared is not None
-                     else [s for s in new if s.by_maintenance])
+        declared = set(result.get(COMMITTED_KEY) or ())
+        committed = [s for s in new if s.by_maintenance or s.snapshot_id in declared]
         if not committed:
             outcome.decision = NOOP
             outcome.reason = "nothing rewritten: no file group of the date met the rewrite options"
@@ -283,8 +283,12 @@ class Compactor:
             "delete-file-threshold": str(policy.delete_file_threshold),
             "partial-progress.enabled": str(policy.partial_progress).lower(),
             "max-concurrent-file-group-rewrites": str(policy.max_concurrent_file_group_rewrites),
-            # Position deletes whose data files were rewritten are dropped in the same commit.
+            # Position deletes whose data files were rewritten are dropped in the same commit. New
+            # files take the commit's sequence number so that deletes committed at the starting
+            # sequence number count as dangling too; a conflicting new delete still fails Iceberg's
+            # commit validation (retried, then deferred), and the GX proof is the second net.
             "remove-dangling-deletes": "true",
+            "use-starting-sequence-number": "false",
         }
 
     def _rewrite_with_retries(self, name, date, policy, identity, request, scope, health, outcome):

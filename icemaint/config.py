@@ -18,6 +18,7 @@ import yaml
 
 from icemaint.names import InvalidTableName, TableName
 from icemaint.policy import PolicyBook, PolicyError, TablePolicy, apply_overrides
+from icemaint.scope import parse_date
 
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "glue")
 CLAIM_BACKENDS = ("file", "postgres")
@@ -25,6 +26,7 @@ AUDIT_SINKS = ("file", "postgres")
 DEFAULT_CONFIG_NAME = "maintenance.yaml"
 CONFIG_ENV = "ICEMAINT_CONFIG"
 IDENTITY_ENV = "ICEMAINT_IDENTITY"
+SECRET_ENV_PREFIX = "ICEMAINT_CATALOG_"
 
 
 class ConfigError(ValueError):
@@ -147,7 +149,7 @@ def _resolve(path: str, base: Path) -> str:
 
 def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> MaintenanceConfig:
     """Parse a loaded YAML document. Raises ConfigError naming the bad key and value."""
-    doc = _mapping(raw, source or "config")
+    doc = _mapping(raw, "config")
     _only(doc, _TOP_KEYS, "config")
 
     cat = _mapping(doc.get("catalog"), "catalog")
@@ -168,7 +170,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         if any(s in key.lower() for s in ("password", "secret", "token", "credential")):
             raise ConfigError(
                 f"catalog.properties.{key}: secrets are not read from the file; set "
-                f"ICEMAINT_CATALOG_{key.upper().replace('.', '_').replace('-', '_')} in the environment instead"
+                f"{secret_env_name(key)} in the environment instead"
             )
     catalog = CatalogConfig(catalog_name, catalog_type, warehouse, uri and _string(uri, "catalog.uri"),
                             _string_map(cat.get("properties"), "catalog.properties"))
@@ -205,10 +207,10 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     start = doc.get("dates_start", dt.date(2020, 1, 1))
     if isinstance(start, str):
         try:
-            start = dt.date.fromisoformat(start)
+            start = parse_date(start)
         except ValueError:
             raise ConfigError(f"dates_start: {start!r} is not a date (YYYY-MM-DD)") from None
-    if not isinstance(start, dt.date):
+    if isinstance(start, dt.datetime) or not isinstance(start, dt.date):
         raise ConfigError(f"dates_start: {start!r} is not a date (YYYY-MM-DD)")
 
     max_runs = doc.get("max_runs_total", 2)
@@ -246,6 +248,8 @@ def load_config(path: str | os.PathLike | None = None) -> MaintenanceConfig:
         raise ConfigError(f"{p}: configuration file not found (set --config or ${CONFIG_ENV})")
     try:
         raw = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the configuration file: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
     try:
@@ -257,11 +261,16 @@ def load_config(path: str | os.PathLike | None = None) -> MaintenanceConfig:
 def catalog_secret_properties(catalog: CatalogConfig) -> dict[str, str]:
     """Catalog properties that come from the environment: `ICEMAINT_CATALOG_<KEY>` -> `<key>`.
 
-    E.g. `ICEMAINT_CATALOG_JDBC_PASSWORD` becomes `jdbc.password`.
+    E.g. `ICEMAINT_CATALOG_JDBC_PASSWORD` becomes `jdbc.password` and
+    `ICEMAINT_CATALOG_S3_SECRET__ACCESS__KEY` becomes `s3.secret-access-key` (`__` is `-`).
     """
     out = {}
-    prefix = "ICEMAINT_CATALOG_"
     for name, value in os.environ.items():
-        if name.startswith(prefix) and value:
-            out[name[len(prefix):].lower().replace("_", ".")] = value
+        if name.startswith(SECRET_ENV_PREFIX) and value:
+            out[name[len(SECRET_ENV_PREFIX):].lower().replace("__", "-").replace("_", ".")] = value
     return out
+
+
+def secret_env_name(key: str) -> str:
+    """The environment variable that supplies catalog property `key` (inverse of catalog_secret_properties)."""
+    return SECRET_ENV_PREFIX + key.upper().replace("-", "__").replace(".", "_")

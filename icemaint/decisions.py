@@ -118,8 +118,10 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     day_end = dt.datetime.combine(dt.date.fromisoformat(date) + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
     age = (gates.now - day_end).total_seconds()
     if age < policy.hot_partition_age_seconds:
+        # A day still in progress (or in the future) has not "ended ... ago": say so plainly.
+        ended = f"ended {age:.0f}s ago" if age >= 0 else f"has not ended yet (ends in {-age:.0f}s)"
         return replace(base, verdict=DEFER, reason=(
-            f"hot partition: {date} ended {age:.0f}s ago, within hot_partition_age {policy.hot_partition_age_seconds:.0f}s"))
+            f"hot partition: {date} {ended}, within hot_partition_age {policy.hot_partition_age_seconds:.0f}s"))
     wc = base.writer_check
     if not wc["idle"]:
         return replace(base, verdict=DEFER, reason=(
@@ -148,16 +150,17 @@ def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = Non
     """Runs ordered by benefit (small files removed per MiB rewritten); runs past the tick's budget
     become defers. Non-run decisions pass through unchanged, after the runs."""
     runs = sorted((d for d in decisions if d.verdict == RUN), key=lambda d: (-d.benefit, d.table, d.date or ""))
-    out, used_bytes = [], 0
+    out, used_bytes, kept = [], 0, 0
     for d in runs:
         cost = d.cost_estimate.get("rewrite_bytes", 0)
-        if max_runs is not None and len(out) >= max_runs:
+        if max_runs is not None and kept >= max_runs:
             out.append(replace(d, verdict=DEFER, reason=f"tick budget: at most {max_runs} runs per tick; ranked lower"))
             continue
         if max_bytes is not None and used_bytes + cost > max_bytes and used_bytes > 0:
             out.append(replace(d, verdict=DEFER, reason=f"tick budget: {max_bytes} bytes per tick used; ranked lower"))
             continue
         used_bytes += cost
+        kept += 1
         out.append(d)
     placed = [d for d in out if d.verdict == RUN] + [d for d in out if d.verdict != RUN]
     return placed + [d for d in decisions if d.verdict != RUN]

@@ -27,7 +27,7 @@ class TableName:
         if len(parts) < 2:
             raise InvalidTableName(f"table name {text!r} has no namespace; expected 'namespace.table'")
         for part in parts:
-            if not _PART.match(part):
+            if not _PART.fullmatch(part):
                 raise InvalidTableName(
                     f"table name {text!r} is not allowed: part {part!r} must be letters, digits and "
                     "underscores, starting with a letter or underscore (no quotes, paths, spaces or SQL)"
@@ -56,7 +56,7 @@ _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 def check_column(name: str) -> str:
     """A column name from config or metadata, checked before it is quoted into SQL."""
-    if not isinstance(name, str) or not _COLUMN.match(name):
+    if not isinstance(name, str) or not _COLUMN.fullmatch(name):
         raise ValueError(f"column name {name!r} is not a plain identifier")
     return name
 

@@ -45,7 +45,7 @@ class SnapshotInfo:
 
     @property
     def committed_at(self) -> datetime:
-        return datetime.fromtimestamp(self.timestamp_ms / 1000, tz=timezone.utc)
+        return _from_ms(self.timestamp_ms)
 
 
 @dataclass(frozen=True)
@@ -105,12 +105,17 @@ def _aware(value: datetime, what: str) -> datetime:
     return value.astimezone(timezone.utc)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_ONE_MS = timedelta(milliseconds=1)
+
+
+# Integer arithmetic, not float timestamps: the cutoff literal must hit a snapshot's millisecond exactly.
 def _ms(value: datetime) -> int:
-    return int(round(value.timestamp() * 1000))
+    return (value - _EPOCH) // _ONE_MS
 
 
 def _from_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return _EPOCH + ms * _ONE_MS
 
 
 def _seconds(value: float, setting: str) -> float:
@@ -148,8 +153,7 @@ def _kept_refs(refs: Mapping[str, SnapshotRef], by_id: Mapping[int, SnapshotInfo
         snap = by_id.get(ref.snapshot_id)
         if snap is None:
             continue
-        max_age = ref.max_ref_age_ms if ref.max_ref_age_ms is not None else None
-        if max_age is None or now_ms - snap.timestamp_ms <= max_age:
+        if ref.max_ref_age_ms is None or now_ms - snap.timestamp_ms <= ref.max_ref_age_ms:
             kept[name] = ref
     return kept
 
@@ -565,14 +569,17 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
         return []
     retained = sorted(s.snapshot_id for s in snapshots if s.snapshot_id not in expiring)
     files_sql = _metadata_table(catalog, table, "files")
-    live_in_retained = " UNION ".join(
-        f"SELECT file_path FROM {files_sql} VERSION AS OF {int(sid)}" for sid in retained)
+    # One query per retained snapshot: Spark resolves several `VERSION AS OF` reads of the same
+    # metadata table inside one query to a single version (a UNION of them silently lost files).
+    live_in_retained: set[str] = set()
+    for sid in retained:
+        live_in_retained.update(r["file_path"] for r in spark.sql(
+            f"SELECT file_path FROM {files_sql} VERSION AS OF {int(sid)}").collect())
     released = [
         _ReleasedFile(r["file_path"], "data" if r["content"] == 0 else "delete", int(r["file_size_in_bytes"]))
-        for r in spark.sql(
-            "SELECT DISTINCT a.content, a.file_path, a.file_size_in_bytes "
-            f"FROM {_metadata_table(catalog, table, 'all_files')} a "
-            f"LEFT ANTI JOIN ({live_in_retained}) r ON a.file_path = r.file_path").collect()
+        for r in spark.sql("SELECT DISTINCT content, file_path, file_size_in_bytes "
+                           f"FROM {_metadata_table(catalog, table, 'all_files')}").collect()
+        if r["file_path"] not in live_in_retained
     ]
     manifests: dict[str, tuple[int, set[int]]] = {}
     for r in spark.sql(f"SELECT path, length, reference_snapshot_id FROM "
@@ -622,6 +629,8 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     """
     table = _table(table)
     catalog_sql = _catalog(catalog)
+    _retain_last(plan.retain_last, "plan.retain_last")
+    _aware(plan.older_than, "plan.older_than")
     _check_gc_enabled(spark, catalog, table)
     snapshots, refs = read_snapshots(spark, catalog, table)
     expiring = _check_plan_current(plan, snapshots, refs, table)
@@ -629,7 +638,8 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     base = dict(table=table.key, dry_run=dry_run, keep_files=plan.keep_files, older_than=plan.older_than,
                 retain_last=plan.retain_last, snapshots_before=len(snapshots))
 
-    if dry_run:
+    if dry_run or (not expiring and not plan.dropped_refs):
+        # Nothing to expire: no call, so no new metadata version either.
         gone = [] if plan.keep_files else released
         left = released if plan.keep_files else []
         return ExpiryResult(**base, snapshots_after=len(snapshots) - len(expiring),

@@ -30,9 +30,10 @@ class RunReport:
 
 
 class MaintenanceRunner:
-    def __init__(self, config: MaintenanceConfig, config_path: str | None = None):
+    def __init__(self, config: MaintenanceConfig, config_path: str | None = None, log_level: str = "WARNING"):
         from maint_assets.definitions import build_definitions
 
+        self.log_level = log_level
         self.config = config
         self.instance = get_instance(config)
         self.defs = build_definitions(config_path or config.source)
@@ -55,8 +56,9 @@ class MaintenanceRunner:
     def _execute(self, job_name: str, partition_key: str, run_config: dict | None = None,
                  tags: dict | None = None, outcome_key: str = "outcome") -> RunReport:
         job = self.defs.resolve_job_def(job_name)
+        run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": self.log_level}}}}
         result = job.execute_in_process(instance=self.instance, partition_key=partition_key,
-                                        run_config=run_config or {}, tags=tags or {}, raise_on_error=False)
+                                        run_config=run_config, tags=tags or {}, raise_on_error=False)
         outcome, error = {}, None
         for event in result.all_events:
             if event.is_step_materialization or event.event_type_value == "ASSET_OBSERVATION":

@@ -6,11 +6,14 @@ Built only from a validated column name, its Iceberg type and a `datetime.date`,
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 
 from icemaint.names import quote_column
 
 _TIMESTAMP_TYPES = ("timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns")
+# Python 3.11+ fromisoformat also accepts week dates (2024-W01-1) and compact forms: check the shape first.
+_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 class InvalidDate(ValueError):
@@ -20,7 +23,7 @@ class InvalidDate(ValueError):
 def parse_date(text: str, start: dt.date | None = None, end: dt.date | None = None) -> dt.date:
     """A `YYYY-MM-DD` string as a date, checked against the maintained range [start, end]."""
     try:
-        date = dt.date.fromisoformat(text) if isinstance(text, str) and len(text) == 10 else None
+        date = dt.date.fromisoformat(text) if isinstance(text, str) and _ISO_DATE.fullmatch(text) else None
     except ValueError:
         date = None
     if date is None:

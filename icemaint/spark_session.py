@@ -37,7 +37,9 @@ def catalog_spark_conf(config: MaintenanceConfig) -> dict[str, str]:
     """The `spark.sql.catalog.<name>.*` settings for the configured catalog."""
     cat = config.catalog
     prefix = f"spark.sql.catalog.{cat.name}"
-    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+    # Maintenance decides on, validates against and rolls back to snapshots that other processes
+    # may have just committed: a cached table would plan and time-travel on stale metadata.
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": "false"}
     if cat.type == "glue":
         conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.aws.glue.GlueCatalog"
     else:

@@ -108,9 +108,14 @@ def plan_compaction_tick(
             plan.cursor[table] = previous
             plan.unchanged.append(table)
             continue
+        try:
+            h = health(table)
+        except Exception as exc:  # as above: a table whose metadata cannot be read is reported, not fatal;
+            # it keeps no cursor entry, so the next tick reads it again. Claim/audit outages still raise.
+            plan.errors[table] = f"{type(exc).__name__}: {exc}"
+            continue
         plan.evaluated.append(table)
         policy = config.policy(table)
-        h = health(table)
         healths[table] = h
         gates = Gates(now=now, identity=identity, claim_holder=claim_holder(table),
                       bytes_per_second=measured_throughput(past_runs(table)))

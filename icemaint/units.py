@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$")
+_SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$")
 _SIZE_BYTES = {
     None: 1, "B": 1,
     "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -23,6 +24,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration; use a number with a unit s, m, h, d or w (e.g. 72h, 7d)")
     if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a duration; use a finite number with a unit s, m, h, d or w")
         seconds = float(value)
     else:
         match = _DURATION.match(str(value))
@@ -41,6 +44,8 @@ def parse_size(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a size; use bytes or a unit B, KB, MB, GB, KiB, MiB, GiB")
     if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a size; use a finite number of bytes or a unit (e.g. 128MiB)")
         size = int(value)
     else:
         match = _SIZE.match(str(value))

@@ -20,14 +20,15 @@ CHECK_NAMES = (ROW_COUNT_PARITY, SAMPLE_COMPARISON, COLUMN_AGGREGATES)
 
 # GX's UnexpectedRowsExpectation registers the batch as a session-wide temp view with a fixed
 # name ("tmp_view"): two validations on one session at once would read each other's batch.
-_gx_lock = threading.Lock()
+# Public so any other GX query expectation run on the shared session can hold it too.
+gx_session_lock = threading.Lock()
 
 # Sampling is a hash of the row's content, not rand(): the same row gets the same decision in
 # both snapshots whatever the file layout, so comparing the two samples is comparing each sampled
 # row against the whole other snapshot.
 _SAMPLE_BUCKETS = 1_000_000_000
 
-_MAX_TEXT = 2000  # characters kept of a traceback or a long string in a trimmed GX result
+_MAX_TEXT = 8000  # characters kept of a query, a traceback or any long string in a trimmed GX result
 
 
 class ValidationError(ValueError):
@@ -367,7 +368,7 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
             unexpected_rows_query=_gx_query(column_aggregates_query(before_sql, schema)),
             meta={"check": COLUMN_AGGREGATES}),
     ]
-    with _gx_lock:
+    with gx_session_lock:
         results = _run_suite(spark, after_df, expectations,
                              {"before_row_count": int(before_counts["n"])})
 
@@ -384,6 +385,8 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
             rows = (result.get("details") or {}).get("unexpected_rows") or []
             observed = {"differences": result.get("observed_value")}
             if name == SAMPLE_COMPARISON:
+                # the direction counts cover the rows GX lists (its cap is 200); "differences"
+                # is the exact number of differing row groups
                 observed.update({
                     "sample_fraction": float(sample_fraction), "seed": seed,
                     "sampled_before_rows": int(before_counts["sampled"]),

@@ -25,11 +25,12 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
     config = load_config(config_path)
     ensure_dagster_home(config)
     multi = table_date_partitions(config.dates_start)
-    compaction, validation_report = build_compaction_assets(multi)
+    compaction, validation_report, validation_checks = build_compaction_assets(multi)
     jobs = build_jobs(table_partitions, multi)
     settings = MaintenanceSettings(config_path=str(config_path or config.source or ""))
     return dg.Definitions(
         assets=[table_health, compaction, validation_report],
+        asset_checks=validation_checks,
         jobs=list(jobs.values()),
         sensors=[build_discovery_sensor(jobs["health"]),
                  build_compaction_sensor(jobs["compaction"], date_partitions(config.dates_start))],

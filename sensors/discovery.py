@@ -1,10 +1,16 @@
 """Table discovery: keeps the `table` dynamic partitions equal to the catalog's tables (within scope)."""
 
-
 import dagster as dg
 
 from maint_assets.partitions import table_partitions
 from resources.catalog import IcebergCatalogResource
+
+
+def discover_tables(instance, catalog: IcebergCatalogResource) -> tuple[list[str], list[str]]:
+    """(added, removed) tables versus the known `table` partitions. Shared by the sensor and `icemaint tick`."""
+    found = set(catalog.list_tables())
+    known = set(instance.get_dynamic_partitions(table_partitions.name))
+    return sorted(found - known), sorted(known - found)
 
 
 def build_discovery_sensor(health_job) -> dg.SensorDefinition:
@@ -13,11 +19,10 @@ def build_discovery_sensor(health_job) -> dg.SensorDefinition:
                description="Adds catalog tables (filtered by the config's scope) to the `table` partitions, "
                            "removes dropped ones, and requests a health snapshot of each new table.")
     def table_discovery(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource):
-        found = set(catalog.list_tables())
-        known = set(context.instance.get_dynamic_partitions(table_partitions.name))
-        added, removed = sorted(found - known), sorted(known - found)
+        added, removed = discover_tables(context.instance, catalog)
         if not added and not removed:
-            return dg.SkipReason(f"no change: {len(known)} tables known")
+            known = len(context.instance.get_dynamic_partitions(table_partitions.name))
+            return dg.SkipReason(f"no change: {known} tables known")
         requests = []
         if added:
             requests.append(table_partitions.build_add_request(added))

@@ -136,6 +136,11 @@ def test_invalid_settings_are_refused_by_name(kwargs, policy, message):
         plan_expiry(snaps, main_at(snaps), NOW, policy, **kwargs)
 
 
+def test_plan_on_a_table_without_snapshots_is_a_noop():
+    plan = plan_expiry([], {}, NOW, POLICY)
+    assert plan.is_noop and plan.expiring_snapshot_ids == () and plan.snapshot_count == 0
+
+
 def test_naive_now_is_refused():
     snaps = history([10, 1])
     with pytest.raises(RetentionError, match="timezone-aware"):
@@ -192,12 +197,13 @@ def table_dir(config, name: str) -> Path:
     return Path(config.catalog.warehouse) / ns / table
 
 
-def listing(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under root (Hadoop's hidden .crc checksum files aside) -> (size, mtime_ns)."""
+def listing(root: Path, checksums: bool = True) -> dict[str, tuple[int, int]]:
+    """Every file under root -> (size, mtime_ns); optionally without Hadoop's hidden .crc files
+    (the local filesystem's checksums of metadata files: not table files, not counted by Iceberg)."""
     out = {}
     for dirpath, _, names in os.walk(root):
         for n in names:
-            if n.endswith(".crc") and n.startswith("."):
+            if not checksums and n.endswith(".crc") and n.startswith("."):
                 continue
             p = Path(dirpath) / n
             st = p.stat()
@@ -240,16 +246,16 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
     assert listing(root) == files_before and metadata_pointer(root) == pointer_before
     assert read_snapshots(spark, "lake", table_name)[0] == snaps
 
+    tables_files_before = listing(root, checksums=False)
     result = expire_snapshots(spark, "lake", table_name, plan)
-    after = listing(root)
-    vanished = set(files_before) - set(after)
+    vanished = set(tables_files_before) - set(listing(root, checksums=False))
     assert result.expired_snapshot_ids == plan.expiring_snapshot_ids
     assert (result.snapshots_before, result.snapshots_after) == (12, 2)
     assert {s.snapshot_id for s in read_snapshots(spark, "lake", table_name)[0]} == set(retained)
     # the small files the compaction superseded are physically gone, and measured exactly
     vanished_data = {p for p in vanished if "/data/" in p}
     assert len(vanished_data) == result.data_files_deleted == res["rewritten_data_files_count"]
-    assert result.bytes_reclaimed == sum(files_before[p][0] for p in vanished) > 0
+    assert result.bytes_reclaimed == sum(tables_files_before[p][0] for p in vanished) > 0
     assert result.data_files_deleted + result.manifests_deleted + result.manifest_lists_deleted == len(vanished)
     assert result.procedure_counts["deleted_data_files_count"] == result.data_files_deleted
     assert result.procedure_counts["deleted_manifest_files_count"] == result.manifests_deleted
@@ -317,16 +323,24 @@ def test_keep_files_expires_snapshots_but_leaves_files(spark, config, table_name
     assert rows_at(spark, table_name, snaps[-1].snapshot_id) == rows
 
 
-def test_stale_plan_is_refused_and_changes_nothing(spark, config, table_name):
+def test_bad_or_stale_plans_are_refused_and_change_nothing(spark, config, table_name):
     create_table(spark, table_name, commits=3)
     snaps, refs = read_snapshots(spark, "lake", table_name)
     plan = plan_expiry(snaps, refs, now_utc(), TablePolicy(), older_than_seconds=0, retain_last=2)
-    spark.sql(f"INSERT INTO lake.{table_name} VALUES (1000, TIMESTAMP '2024-01-01 00:00:00', 'new')")
     root = table_dir(config, table_name)
+    before = listing(root)
+    with pytest.raises(RetentionError, match="plan.retain_last=0"):
+        expire_snapshots(spark, "lake", table_name, replace(plan, retain_last=0))
+    with pytest.raises(RetentionError, match="older_than=-60"):
+        plan_expiry(snaps, refs, now_utc(), TablePolicy(), older_than_seconds=-60)
+    assert listing(root) == before
+
+    spark.sql(f"INSERT INTO lake.{table_name} VALUES (1000, TIMESTAMP '2024-01-01 00:00:00', 'new')")
     before = listing(root)
     with pytest.raises(RetentionError, match="stale"):
         expire_snapshots(spark, "lake", table_name, plan)
     assert listing(root) == before
+    assert len(read_snapshots(spark, "lake", table_name)[0]) == 4
 
 
 def referenced_files(spark, name: str) -> set[str]:
@@ -405,10 +419,10 @@ def test_rewrite_manifests_merges_and_keeps_rows(spark, config, table_name):
     create_table(spark, table_name, commits=6)
     root = table_dir(config, table_name)
     rows = sorted(tuple(r) for r in spark.sql(f"SELECT * FROM lake.{table_name}").collect())
-    before = listing(root)
+    before, pointer = listing(root), metadata_pointer(root)
     preview = rewrite_manifests(spark, "lake", table_name, dry_run=True)
     assert preview.manifests_before == 6 and preview.manifests_after == 1
-    assert listing(root) == before
+    assert listing(root) == before and metadata_pointer(root) == pointer
 
     result = rewrite_manifests(spark, "lake", table_name)
     assert result.manifests_before == 6 and result.manifests_after < 6

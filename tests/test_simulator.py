@@ -129,29 +129,30 @@ def test_batches_commit_inside_the_claim_and_the_ledger_matches_the_table(spark,
     writer.claim_factory = claim
     created_version = claim.version()
 
-    results = [writer.write_batch() for _ in range(3)]
+    results = [writer.write_batch() for _ in range(2)]
 
     # Every commit happened inside a claim, and none outside one.
-    assert commits == [(0, "append"), (1, "append"), (1, "delete"), (2, "append")]
-    assert len(claim.spans) == 4
+    assert commits == [(0, "append"), (1, "append"), (1, "delete")]
+    assert len(claim.spans) == 3
     assert claim.spans[0][0] == created_version
     assert all(after == before + 1 for before, after in claim.spans)
     assert all(nxt[0] == prev[1] for prev, nxt in zip(claim.spans, claim.spans[1:]))
 
     ledger = writer.ledger
-    assert ledger.expected_count() == 3 * 12 - 3
+    assert ledger.expected_count() == 2 * 12 - 3
     assert table_ids(spark, catalog, table_name) == ledger.expected_ids()
-    assert [r.batch for r in results] == [0, 1, 2]
-    assert [len(r.deleted_ids) for r in results] == [0, 3, 0]
+    assert [r.batch for r in results] == [0, 1]
+    assert [len(r.deleted_ids) for r in results] == [0, 3]
     assert set(results[1].deleted_ids) <= set(results[0].appended_ids) | set(results[1].appended_ids)
 
     # One small data file per day per append; merge-on-read deletes left position-delete files.
-    data = [f for f in files(spark, catalog, table_name) if f["content"] == 0]
-    deletes = [f for f in files(spark, catalog, table_name) if f["content"] == 1]
+    live_files = files(spark, catalog, table_name)
+    data = [f for f in live_files if f["content"] == 0]
+    deletes = [f for f in live_files if f["content"] == 1]
     per_day = {}
     for f in data:
         per_day[f["day"]] = per_day.get(f["day"], 0) + 1
-    assert per_day == {dt.date(2026, 1, d): 3 for d in (1, 2, 3)}
+    assert per_day == {dt.date(2026, 1, d): 2 for d in (1, 2, 3)}
     assert all(f["record_count"] == 4 for f in data)
     assert deletes and sum(f["record_count"] for f in deletes) == 3
 
@@ -171,14 +172,14 @@ def test_same_seed_writes_the_same_rows(spark, config, table_name):
     catalog = config.catalog.name
     contents = []
     for suffix in ("a", "b"):
-        spec = WorkloadSpec(table=f"{table_name}_{suffix}", **SMALL)
+        spec = WorkloadSpec(table=f"{table_name}_{suffix}", **{**SMALL, "delete_every": 1})
         writer = StreamingWriter(spark, catalog, spec)
         writer.create_table()
-        writer.run(2)
+        writer.run(2)  # two appends, each followed by a seeded delete
         contents.append(spark.sql(
             f"SELECT event_id, device_id, CAST(ts AS STRING) AS ts, reading, status "
             f"FROM {writer.table_sql} ORDER BY event_id").collect())
-    assert len(contents[0]) == 2 * 12 - 3
+    assert len(contents[0]) == 2 * 12 - 6
     assert contents[0] == contents[1]
 
 
@@ -187,7 +188,6 @@ def test_resume_continues_ids_and_a_stale_ledger_is_refused(spark, config, table
     spec = WorkloadSpec(table=table_name, **SMALL)
     first = StreamingWriter(spark, catalog, spec)
     first.create_table()
-    first.write_batch()
     first.ledger.save(tmp_path / "stale.json")
     first.write_batch()
     first.ledger.save(tmp_path / "ledger.json")
@@ -195,17 +195,18 @@ def test_resume_continues_ids_and_a_stale_ledger_is_refused(spark, config, table
 
     stop = threading.Event()
     resumed = StreamingWriter(spark, catalog, spec, ledger=Ledger.load(tmp_path / "ledger.json"),
-                              on_commit=lambda batch, kind: stop.set())
+                              on_commit=lambda batch, kind: stop.set() if kind == "delete" else None)
+    assert resumed.next_batch == 1
+    resumed.run(5, interval_seconds=5.0, stop=stop)  # stops after batch 1's delete, without sleeping
     assert resumed.next_batch == 2
-    resumed.run(5, interval_seconds=5.0, stop=stop)  # stops after its first commit, without sleeping
-    assert resumed.next_batch == 3
     new_ids = resumed.ledger.written - ids_before
-    assert len(new_ids) == 12 and min(new_ids) == 2 * ID_STRIDE
+    assert len(new_ids) == 12 and min(new_ids) == ID_STRIDE
+    assert len(resumed.ledger.deleted) == 3
     assert table_ids(spark, catalog, table_name) == resumed.ledger.expected_ids()
 
     snapshots = snapshot_count(spark, catalog, table_name)
     stale = StreamingWriter(spark, catalog, spec, ledger=Ledger.load(tmp_path / "stale.json"))
-    with pytest.raises(LedgerBehindTable, match="batch 2 committed"):
+    with pytest.raises(LedgerBehindTable, match="batch 1 committed"):
         stale.write_batch()
     assert snapshot_count(spark, catalog, table_name) == snapshots
     assert table_ids(spark, catalog, table_name) == resumed.ledger.expected_ids()

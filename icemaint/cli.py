@@ -1,0 +1,194 @@
+"""`icemaint`: the operators' command line, a thin front over the Dagster definitions.
+
+Every mutating command runs the code location's jobs in process against the instance under the
+state dir, so its materializations, checks and observations appear in the Dagster UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from typing import Sequence
+
+from icemaint.config import ConfigError, MaintenanceConfig, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _print_json(value) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+def _dates(args, runner) -> list[str]:
+    dates = list(args.date or [])
+    if args.date_from or args.date_to:
+        if not (args.date_from and args.date_to):
+            raise ValueError("--from and --to go together")
+        start, end = dt.date.fromisoformat(runner.check_date(args.date_from)), dt.date.fromisoformat(runner.check_date(args.date_to))
+        if end < start:
+            raise ValueError(f"--to {end} is before --from {start}")
+        dates += [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
+    if not dates:
+        raise ValueError("give at least one --date YYYY-MM-DD (or --from/--to)")
+    return [runner.check_date(d) for d in dates]
+
+
+def cmd_health(config: MaintenanceConfig, args) -> int:
+    from icemaint.runner import MaintenanceRunner
+
+    runner = MaintenanceRunner(config, args.config)
+    report = runner.health(args.table)
+    if not report.success:
+        print(f"error: health of {args.table} failed: {report.error}", file=sys.stderr)
+        return EXIT_FAILED
+    health = report.outcome
+    if args.json:
+        _print_json(health)
+        return EXIT_OK
+    print(f"{health['table']}  snapshot {health['snapshot_id']}  ({health['time_column']} by {health['time_transform']})")
+    print(f"  data files {health['data_files']} ({health['small_files']} small), {health['total_bytes']} bytes, "
+          f"avg {health['avg_file_bytes']:.0f} B, median {health['median_file_bytes']:.0f} B")
+    print(f"  delete files {health['delete_files']} ({health['delete_records']} deleted rows, "
+          f"ratio {health['deleted_row_ratio']:.3f}); manifests {health['manifests']}; snapshots {health['snapshots']}; "
+          f"metadata files {health['metadata_files']}")
+    print(f"  last commit {health['last_commit_at']} ({health['last_commit_operation']}, by {health['last_commit_by']})")
+    print(f"  {'date':<12}{'files':>7}{'small':>7}{'bytes':>12}{'deletes':>9}")
+    for p in health["partitions"]:
+        print(f"  {p['date']:<12}{p['data_files']:>7}{p['small_files']:>7}{p['total_bytes']:>12}{p['delete_files']:>9}")
+    return EXIT_OK
+
+
+def _outcome_line(o: dict) -> str:
+    line = f"{o.get('table')} {o.get('date')}: {o.get('decision')}: {o.get('reason')}"
+    if o.get("decision") == "run" and not o.get("dry_run"):
+        line += (f"\n    files {o.get('files_before')} -> {o.get('files_after')}, snapshot {o.get('before_snapshot_id')} -> "
+                 f"{o.get('after_snapshot_id')}, validation {'passed' if o.get('validation', {}).get('passed') else 'FAILED'}"
+                 f"{', ROLLED BACK' if o.get('rolled_back') else ''}")
+    return line
+
+
+def cmd_compact(config: MaintenanceConfig, args) -> int:
+    from icemaint.runner import MaintenanceRunner
+
+    runner = MaintenanceRunner(config, args.config)
+    table = runner.check_table(args.table)
+    results, status = [], EXIT_OK
+    for date in _dates(args, runner):
+        report = runner.compact(table, date, dry_run=args.dry_run, approved=args.approved)
+        outcome = dict(report.outcome) or {"table": table, "date": date, "decision": "error", "reason": report.error}
+        outcome.setdefault("validation", {"passed": None})
+        outcome["run_id"] = report.run_id
+        if report.error and not report.outcome.get("reason"):
+            outcome["reason"] = report.error
+        if not report.success or outcome.get("decision") == "refuse" or outcome["validation"].get("passed") is False:
+            status = EXIT_FAILED
+        results.append(outcome)
+        if not args.json:
+            print(_outcome_line(outcome))
+    if args.json:
+        _print_json(results)
+    return status
+
+
+def cmd_approve(config: MaintenanceConfig, args) -> int:
+    from icemaint.approvals import approve
+    from icemaint.audit import open_audit
+
+    record = approve(config, open_audit(config), args.table, args.date, args.note)
+    print(f"approved compaction of {record.table} {record.date} by {record.identity}")
+    return EXIT_OK
+
+
+def cmd_audit(config: MaintenanceConfig, args) -> int:
+    from icemaint.audit import open_audit
+
+    records = open_audit(config).records(table=args.table, operation=args.operation, limit=args.limit)
+    if args.json:
+        _print_json([r.to_dict() for r in records])
+        return EXIT_OK
+    for r in records:
+        snap = f" {r.before_snapshot_id}->{r.after_snapshot_id}" if r.after_snapshot_id else ""
+        print(f"{r.ts:%Y-%m-%d %H:%M:%S} {r.table:<20} {r.date or '':<10} {r.operation:<9} {r.decision:<8}{snap} {r.reason}")
+    return EXIT_OK
+
+
+def cmd_tick(config: MaintenanceConfig, args) -> int:
+    from icemaint.ticker import Ticker
+
+    report = Ticker(config, args.config).tick(dry_run=args.dry_run)
+    if args.json:
+        _print_json(report)
+    else:
+        for line in report["lines"]:
+            print(line)
+    return EXIT_FAILED if report["failed"] else EXIT_OK
+
+
+def cmd_demo(config: MaintenanceConfig, args) -> int:
+    from icemaint.demo import run_demo
+
+    return run_demo(config, args.config, batches=args.batches)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="icemaint", description="Event-driven maintenance of Apache Iceberg tables.")
+    p.add_argument("--config", help="maintenance YAML (default: $ICEMAINT_CONFIG, else ./maintenance.yaml)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("health", help="materialize and print a table's health")
+    s.add_argument("table")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_health)
+
+    s = sub.add_parser("compact", help="compact dates of a table (claim, rewrite, GX proof, rollback on failure)")
+    s.add_argument("table")
+    s.add_argument("--date", action="append", help="YYYY-MM-DD; repeatable")
+    s.add_argument("--from", dest="date_from", help="first date of a range (with --to)")
+    s.add_argument("--to", dest="date_to", help="last date of a range (inclusive)")
+    s.add_argument("--dry-run", action="store_true", help="report the plan, change nothing")
+    s.add_argument("--approved", action="store_true", help="approve a run over the cost ceiling (audited)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_compact)
+
+    s = sub.add_parser("approve", help="approve a compaction over the table's cost ceiling")
+    s.add_argument("table")
+    s.add_argument("--date", required=True)
+    s.add_argument("--note")
+    s.set_defaults(func=cmd_approve)
+
+    s = sub.add_parser("audit", help="print the audit trail")
+    s.add_argument("--table")
+    s.add_argument("--operation")
+    s.add_argument("--limit", type=int)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_audit)
+
+    s = sub.add_parser("tick", help="evaluate the sensors once and run what they request, in process")
+    s.add_argument("--dry-run", action="store_true", help="decide and print, request nothing")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_tick)
+
+    s = sub.add_parser("demo", help="build the demo warehouse and run the maintenance loop on it")
+    s.add_argument("--batches", type=int, default=12)
+    s.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from icemaint.metadata import TableNotFound
+    from icemaint.names import InvalidTableName
+    from icemaint.scope import InvalidDate
+
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+        return args.func(config, args)
+    except (ConfigError, InvalidTableName, InvalidDate, TableNotFound, ValueError, PermissionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

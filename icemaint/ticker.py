@@ -1,0 +1,92 @@
+"""`icemaint tick`: evaluate the sensors' logic once and execute the runs they request, in process.
+
+This is how cron/headless users and the end-to-end tests drive the system without the daemon. The
+tick keeps its own cursor under the state dir (the daemon's sensors keep theirs in the instance).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from icemaint.config import MaintenanceConfig
+from icemaint.decisions import RUN
+
+
+class Ticker:
+    def __init__(self, config: MaintenanceConfig, config_path: str | None = None):
+        from icemaint.runner import MaintenanceRunner
+        from resources.catalog import IcebergCatalogResource
+        from resources.claims import AuditResource, TableClaimResource
+        from resources.settings import MaintenanceSettings
+
+        self.config = config
+        self.runner = MaintenanceRunner(config, config_path)
+        settings = MaintenanceSettings(config_path=str(config_path or config.source or ""))
+        self.catalog = IcebergCatalogResource(settings=settings)
+        self.claims = TableClaimResource(settings=settings)
+        self.audit = AuditResource(settings=settings)
+        self.cursor_path = Path(config.state_dir, "tick_cursor.json")
+
+    def _cursor(self, name: str) -> str | None:
+        if self.cursor_path.exists():
+            return json.loads(self.cursor_path.read_text()).get(name)
+        return None
+
+    def _save_cursor(self, name: str, value: str) -> None:
+        data = json.loads(self.cursor_path.read_text()) if self.cursor_path.exists() else {}
+        data[name] = value
+        self.cursor_path.parent.mkdir(parents=True, exist_ok=True)
+        self.cursor_path.write_text(json.dumps(data))
+
+    def tick(self, dry_run: bool = False) -> dict:
+        """One tick: discovery, compaction decisions, requested runs. Returns a JSON-able report."""
+        from maint_assets.partitions import date_partitions, table_partitions
+        from sensors.compaction import evaluate_compaction
+        from sensors.discovery import discover_tables
+
+        instance = self.runner.instance
+        now = dt.datetime.now(dt.timezone.utc)
+        lines, failed = [], False
+        added, removed = discover_tables(instance, self.catalog)
+        if added and not dry_run:
+            instance.add_dynamic_partitions(table_partitions.name, added)
+        for table in removed if not dry_run else []:
+            instance.delete_dynamic_partition(table_partitions.name, table)
+        if added or removed:
+            lines.append(f"discovery: added {added or '[]'}, removed {removed or '[]'}")
+        date_keys = set(date_partitions(self.config.dates_start).get_partition_keys(current_time=now))
+        plan = evaluate_compaction(instance, self.catalog, self.claims, self.audit, self._cursor("compaction"),
+                                   now, date_keys)
+        decisions = []
+        for d in plan.decisions:
+            entry = {"table": d.table, "date": d.date, "operation": d.operation, "decision": d.verdict,
+                     "reason": d.reason}
+            if d.verdict == RUN and not dry_run:
+                report = self.runner.compact(d.table, d.date, trigger="tick")
+                outcome = report.outcome
+                entry.update({"run_id": report.run_id, "success": report.success,
+                              "result": outcome.get("decision", "error"), "result_reason": outcome.get("reason", report.error),
+                              "before_snapshot_id": outcome.get("before_snapshot_id"),
+                              "after_snapshot_id": outcome.get("after_snapshot_id"),
+                              "files_before": outcome.get("files_before"), "files_after": outcome.get("files_after"),
+                              "validation": outcome.get("validation", {}).get("passed"),
+                              "rolled_back": outcome.get("rolled_back")})
+                failed |= not report.success
+            decisions.append(entry)
+            if d.verdict != "noop":
+                line = f"{d.table} {d.date}: {d.verdict}: {d.reason}"
+                if "result" in entry:
+                    line += (f" -> {entry['result']}: files {entry['files_before']} -> {entry['files_after']}, "
+                             f"validation {'passed' if entry['validation'] else 'FAILED' if entry['validation'] is False else 'n/a'}")
+                lines.append(line)
+        if not dry_run:
+            from icemaint.tick import encode_cursor
+
+            self._save_cursor("compaction", encode_cursor(plan.cursor))
+        lines.append(f"tick: {len(plan.evaluated)} tables evaluated, {len(plan.unchanged)} unchanged, "
+                     f"{sum(1 for d in decisions if d['decision'] == RUN)} runs"
+                     + (f", errors: {plan.errors}" if plan.errors else ""))
+        return {"decisions": decisions, "discovered": added, "removed": removed, "errors": plan.errors,
+                "lines": lines, "failed": failed or bool(plan.errors)}

@@ -1,0 +1,250 @@
+"""The configuration file: every bad key gets its own message; defaults, overrides, paths and secrets."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+import pytest
+
+from icemaint.config import (CONFIG_ENV, ConfigError, catalog_secret_properties, load_config, parse_config,
+                             secret_env_name)
+from icemaint.policy import TablePolicy
+
+MiB = 2**20
+
+# (case id, document, substrings the error message must contain). Each message names the key, the
+# bad value where there is one, and what is allowed.
+BAD_CONFIGS = [
+    ("unknown top-level key", {"catalogue": {}},
+     ["config.catalogue", "unknown key", "allowed:", "catalog", "defaults", "tables"]),
+    ("unknown catalog key", {"catalog": {"wharehouse": "/tmp/x"}},
+     ["catalog.wharehouse", "unknown key", "allowed: name, type, warehouse, uri, properties"]),
+    ("catalog type", {"catalog": {"type": "hive"}},
+     ["catalog.type", "'hive'", "allowed: hadoop, jdbc, rest, glue"]),
+    ("jdbc without uri", {"catalog": {"type": "jdbc"}},
+     ["catalog.uri", "required for catalog.type 'jdbc'"]),
+    ("rest without uri", {"catalog": {"type": "rest"}},
+     ["catalog.uri", "required for catalog.type 'rest'"]),
+    ("catalog name not an identifier", {"catalog": {"name": "my-lake"}},
+     ["catalog.name", "'my-lake'", "plain identifier"]),
+    ("spark.jars.packages", {"spark": {"conf": {"spark.jars.packages": "org.apache.iceberg:x:1"}}},
+     ["spark.conf.spark.jars.packages", "not allowed"]),
+    ("secret in the file", {"catalog": {"type": "jdbc", "uri": "jdbc:postgresql://h/db",
+                                        "properties": {"jdbc.password": "hunter2"}}},
+     ["catalog.properties.jdbc.password", "secrets are not read from the file",
+      "ICEMAINT_CATALOG_JDBC_PASSWORD"]),
+    ("claims backend", {"claims": {"backend": "redis"}},
+     ["claims.backend", "'redis'", "allowed: file, postgres"]),
+    ("audit sink", {"audit": {"sink": "kafka"}},
+     ["audit.sink", "'kafka'", "allowed: file, postgres"]),
+    ("scope.include not a list", {"scope": {"include": "t.*"}},
+     ["scope.include", "'t.*'", "not a list of table-name patterns"]),
+    ("scope.exclude with a non-string", {"scope": {"exclude": ["t.a", 3]}},
+     ["scope.exclude", "not a list of table-name patterns"]),
+    ("dates_start malformed", {"dates_start": "2024-13-01"},
+     ["dates_start", "'2024-13-01'", "YYYY-MM-DD"]),
+    ("dates_start week date", {"dates_start": "2024-W01-1"},
+     ["dates_start", "'2024-W01-1'", "YYYY-MM-DD"]),
+    ("dates_start a timestamp", {"dates_start": dt.datetime(2024, 1, 1, 12, 0)},
+     ["dates_start", "datetime", "YYYY-MM-DD"]),
+    ("max_runs_total 0", {"max_runs_total": 0},
+     ["max_runs_total", "0", "at least 1"]),
+    ("max_runs_total a bool", {"max_runs_total": True},
+     ["max_runs_total", "True", "whole number"]),
+    ("defaults unknown policy key", {"defaults": {"min_files": 3}},
+     ["defaults.min_files", "unknown policy key", "allowed:", "min_input_files", "writer_idle"]),
+    ("duration unit", {"defaults": {"writer_idle": "5 fortnights"}},
+     ["defaults.writer_idle", "'5 fortnights'", "unit s, m, h, d or w"]),
+    ("negative duration number", {"defaults": {"orphan_older_than": -5}},
+     ["defaults.orphan_older_than", "-5", "negative"]),
+    ("negative duration with unit", {"defaults": {"snapshot_older_than": "-3d"}},
+     ["defaults.snapshot_older_than", "'-3d'", "negative"]),
+    ("infinite size", {"defaults": {"max_rewrite_bytes": float("inf")}},
+     ["defaults.max_rewrite_bytes", "inf", "not a size"]),
+    ("retain_last 0", {"defaults": {"retain_last": 0}},
+     ["defaults.retain_last", "0", "at least 1"]),
+    ("min_input_files 1", {"defaults": {"min_input_files": 1}},
+     ["defaults.min_input_files", "1", "minimum 2"]),
+    ("small files above target", {"defaults": {"small_file_size_bytes": "256MiB", "target_file_size_bytes": "128MiB"}},
+     ["defaults", f"small_file_size_bytes ({256 * MiB})", f"target_file_size_bytes ({128 * MiB})"]),
+    ("sort without sort_order", {"defaults": {"strategy": "sort"}},
+     ["defaults.sort_order", "strategy 'sort' needs a sort_order"]),
+    ("unknown strategy", {"defaults": {"strategy": "shuffle"}},
+     ["defaults.strategy", "'shuffle'", "allowed: binpack, sort, zorder"]),
+    ("sort_order with a quote", {"defaults": {"strategy": "sort", "sort_order": "id'); DROP TABLE x; --"}},
+     ["defaults.sort_order", "quotes or ';'"]),
+    ("operation not known", {"defaults": {"allowed_operations": ["compact", "vacuum"]}},
+     ["defaults.allowed_operations", "'vacuum'", "compact, expire, orphans, manifests, rollback"]),
+    ("time_column not an identifier", {"defaults": {"time_column": "ts; drop"}},
+     ["defaults.time_column", "'ts; drop'", "plain identifier"]),
+    ("tables key not a table name", {"tables": {"a.b;drop": {"min_input_files": 3}}},
+     ["tables.a.b;drop", "'a.b;drop'", "not allowed"]),
+    ("tables key without namespace", {"tables": {"events": {}}},
+     ["tables.events", "no namespace"]),
+    ("table override bad value", {"tables": {"t.events": {"max_delete_ratio": 1.5}}},
+     ["tables.t.events.max_delete_ratio", "1.5", "ratio between 0 and 1"]),
+    ("table override not a mapping", {"tables": {"t.events": ["compact"]}},
+     ["tables.t.events", "expected a mapping"]),
+    ("document not a mapping", ["catalog"],
+     ["config", "expected a mapping"]),
+]
+
+
+@pytest.mark.parametrize("doc, expected", [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])
+def test_bad_config_names_key_value_and_allowed(tmp_path, doc, expected):
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, tmp_path)
+    message = str(info.value)
+    for part in expected:
+        assert part in message, f"{part!r} not in {message!r}"
+
+
+def test_secret_value_is_not_echoed_in_the_error(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        parse_config({"catalog": {"properties": {"s3.secret-access-key": "AKIA-hunter2"}}}, tmp_path)
+    assert "hunter2" not in str(info.value)
+    assert "ICEMAINT_CATALOG_S3_SECRET__ACCESS__KEY" in str(info.value)
+
+
+def test_empty_document_gives_the_defaults(tmp_path):
+    config = parse_config(None, tmp_path)
+    assert config.catalog.name == "lake" and config.catalog.type == "hadoop"
+    assert config.claims.backend == "file" and config.audit.sink == "file"
+    assert config.dates_start == dt.date(2020, 1, 1) and config.max_runs_total == 2
+    assert config.policy("t.anything") == TablePolicy()
+    assert config.scope.admits("t.anything")
+
+
+def test_defaults_apply_to_tables_and_table_overrides_win(tmp_path):
+    config = parse_config({
+        "defaults": {"min_input_files": 7, "writer_idle": "30m", "small_file_size_bytes": "4MiB"},
+        "tables": {
+            "t.events": {"min_input_files": 9, "read_only": True},
+            "t.orders": {"owner": "sales"},
+            "a.b.c": {"strategy": "sort", "sort_order": "id ASC NULLS LAST, ts"},
+        },
+    }, tmp_path)
+    events, orders, deep, other = (config.policy(t) for t in ("t.events", "t.orders", "a.b.c", "t.other"))
+    assert (events.min_input_files, events.read_only, events.writer_idle_seconds) == (9, True, 1800.0)
+    assert events.small_file_size_bytes == 4 * MiB  # inherited from defaults, not TablePolicy()
+    assert (orders.min_input_files, orders.owner, orders.read_only) == (7, "sales", False)
+    assert (deep.strategy, deep.sort_order, deep.min_input_files) == ("sort", "id ASC NULLS LAST, ts", 7)
+    assert other == config.policies.defaults
+    assert (other.min_input_files, other.writer_idle_seconds) == (7, 1800.0)
+
+
+def test_scope_include_and_exclude(tmp_path):
+    config = parse_config({"scope": {"include": ["sales.*", "t.*"], "exclude": ["t.tmp_*"]}}, tmp_path)
+    assert config.scope.admits("sales.orders")
+    assert config.scope.admits("t.events")
+    assert not config.scope.admits("t.tmp_scratch")
+    assert not config.scope.admits("hr.people")
+
+
+def test_relative_paths_resolve_against_the_file_directory(tmp_path, monkeypatch):
+    conf_dir = tmp_path / "etc" / "icemaint"
+    conf_dir.mkdir(parents=True)
+    path = conf_dir / "m.yaml"
+    path.write_text("catalog:\n  warehouse: wh\nstate_dir: ../state\n")
+    monkeypatch.chdir(tmp_path)  # the file is named relative to the working directory, its paths are not
+    config = load_config("etc/icemaint/m.yaml")
+    assert config.catalog.warehouse == str((conf_dir / "wh").resolve())
+    assert config.state_dir == str((tmp_path / "etc" / "state").resolve())
+    assert config.dagster_home == Path(config.state_dir) / "dagster"
+    assert config.source == "etc/icemaint/m.yaml"
+
+
+def test_uris_and_absolute_paths_are_kept(tmp_path):
+    config = parse_config({"catalog": {"warehouse": "s3://bucket/wh"}, "state_dir": str(tmp_path / "s")},
+                          tmp_path / "elsewhere")
+    assert config.catalog.warehouse == "s3://bucket/wh"
+    assert config.state_dir == str(tmp_path / "s")
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("catalog:\n  name: [lake\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value) and "not valid YAML" in str(info.value)
+
+
+def test_missing_file_names_the_path_and_how_to_set_it(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value) and "not found" in str(info.value) and CONFIG_ENV in str(info.value)
+
+
+def test_directory_instead_of_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the configuration file"):
+        load_config(tmp_path)
+
+
+def test_bad_key_in_a_file_names_the_file_once_and_the_key(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("claims:\n  backend: redis\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: claims.backend: 'redis'")
+    assert message.count(str(path)) == 1
+
+
+def test_file_that_is_not_a_mapping_names_the_file_once(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- catalog\n- tables\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: config: expected a mapping, got ['catalog', 'tables']"
+
+
+def test_config_env_var_is_used_when_no_path_given(tmp_path, monkeypatch):
+    path = tmp_path / "from_env.yaml"
+    path.write_text("max_runs_total: 5\n")
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    config = load_config()
+    assert config.max_runs_total == 5 and config.source == str(path)
+
+    explicit = tmp_path / "explicit.yaml"
+    explicit.write_text("max_runs_total: 3\n")
+    assert load_config(explicit).max_runs_total == 3  # an explicit path wins over the variable
+
+
+def test_default_file_name_in_working_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "maintenance.yaml").write_text("dates_start: 2023-02-01\n")
+    assert load_config().dates_start == dt.date(2023, 2, 1)
+
+
+def test_catalog_secrets_come_from_the_environment(tmp_path, monkeypatch):
+    for name in [n for n in os.environ if n.startswith("ICEMAINT_CATALOG_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("ICEMAINT_CATALOG_JDBC_PASSWORD", "pw1")
+    monkeypatch.setenv("ICEMAINT_CATALOG_S3_SECRET__ACCESS__KEY", "pw2")
+    monkeypatch.setenv("ICEMAINT_CATALOG_TOKEN", "")  # empty values are not properties
+    config = parse_config({"catalog": {"type": "jdbc", "uri": "jdbc:postgresql://h/db",
+                                       "properties": {"jdbc.user": "maint"}}}, tmp_path)
+    assert config.catalog.properties == {"jdbc.user": "maint"}
+    assert catalog_secret_properties(config.catalog) == {"jdbc.password": "pw1", "s3.secret-access-key": "pw2"}
+
+
+@pytest.mark.parametrize("key", ["jdbc.password", "s3.secret-access-key", "token", "rest.credential",
+                                 "s3.session-token"])
+def test_secret_hint_round_trips_to_the_same_property(tmp_path, monkeypatch, key):
+    for name in [n for n in os.environ if n.startswith("ICEMAINT_CATALOG_")]:
+        monkeypatch.delenv(name)
+    with pytest.raises(ConfigError) as info:
+        parse_config({"catalog": {"properties": {key: "x"}}}, tmp_path)
+    env_name = secret_env_name(key)
+    assert env_name in str(info.value)
+    monkeypatch.setenv(env_name, "value")
+    assert catalog_secret_properties(parse_config(None, tmp_path).catalog) == {key: "value"}
+
+
+def test_identity_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("ICEMAINT_IDENTITY", "ops-bot")
+    assert parse_config(None, tmp_path).identity() == "ops-bot"

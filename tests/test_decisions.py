@@ -1,0 +1,283 @@
+"""Health numbers, writer activity, every branch of the compaction decision, ranking and snapshot lineage."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from icemaint.decisions import (DEFAULT_REWRITE_BYTES_PER_SECOND, DEFER, NOOP, REFUSE, RUN, Decision, Gates,
+                                decide_compaction, decide_table_compactions, measured_throughput,
+                                rank_within_budget)
+from icemaint.health import FileEntry, SnapshotEntry, compute_health, last_writer_commit
+from icemaint.policy import TablePolicy
+from icemaint.snapshots import chain_since
+
+KiB, MiB = 2**10, 2**20
+NOW = dt.datetime(2024, 6, 10, 12, 0, tzinfo=dt.timezone.utc)
+DAY = "2024-06-01"
+TABLE = "t.events"
+POLICY = TablePolicy(small_file_size_bytes=1 * MiB, target_file_size_bytes=8 * MiB, min_input_files=3,
+                     max_delete_ratio=0.1, writer_idle_seconds=300, hot_partition_age_seconds=3600,
+                     max_rewrite_bytes=100 * MiB)
+
+
+def snap(snapshot_id, parent_id, seconds_ago, operation="append", **summary):
+    return SnapshotEntry(snapshot_id, parent_id, NOW - dt.timedelta(seconds=seconds_ago), operation,
+                         {k.replace("_", "-"): v for k, v in summary.items()})
+
+
+QUIET = (snap(1, None, 2 * 86400),)  # one writer commit two days ago
+
+
+def data(n, size, day=DAY, records=100):
+    return [FileEntry(0, size, records, dt.date.fromisoformat(day) if day else None)] * n
+
+
+def deletes(records, day=DAY, content=1, n=1):
+    return [FileEntry(content, 2 * KiB, records, dt.date.fromisoformat(day))] * n
+
+
+def health(files, snapshots=QUIET, time_column="ts", now=NOW, table=TABLE):
+    return compute_health(table=table, metadata_location=f"/wh/{table}/metadata/v3.metadata.json",
+                          snapshot_id=max((s.snapshot_id for s in snapshots), default=None), schema_id=0,
+                          spec_id=0, time_column=time_column, time_transform="day" if time_column else None,
+                          files=files, manifest_lengths=[4 * KiB, 20 * MiB], snapshots=snapshots,
+                          metadata_files=3, small_file_size_bytes=POLICY.small_file_size_bytes,
+                          small_manifest_bytes=8 * MiB, now=now)
+
+
+SMALL3 = data(3, 100 * KiB) + data(1, 4 * MiB)
+
+# (case id, health kwargs, policy overrides, gate overrides, date, verdict, substrings of the reason)
+CASES = [
+    ("below thresholds", dict(files=data(2, 100 * KiB) + data(1, 4 * MiB)), {}, {}, DAY, NOOP,
+     ["below thresholds: 2 small files < min_input_files 3", "deleted-row ratio 0.000 <= 0.1"]),
+    ("small files reach min_input_files", dict(files=SMALL3), {}, {}, DAY, RUN, ["3 small files >= 3"]),
+    ("delete ratio over the limit", dict(files=data(1, 4 * MiB, records=1000) + deletes(200)), {}, {}, DAY, RUN,
+     ["deleted-row ratio 0.200 > 0.1"]),
+    ("equality deletes count too", dict(files=data(1, 4 * MiB, records=1000) + deletes(300, content=2)), {}, {},
+     DAY, RUN, ["deleted-row ratio 0.300 > 0.1"]),
+    ("delete ratio under the limit", dict(files=data(1, 4 * MiB, records=1000) + deletes(50)), {}, {}, DAY, NOOP,
+     ["below thresholds", "deleted-row ratio 0.050 <= 0.1"]),
+    ("no partition on that date", dict(files=SMALL3), {}, {}, "2024-06-02", NOOP, ["no data files on 2024-06-02"]),
+    ("only delete files on that date", dict(files=SMALL3 + deletes(5, day="2024-06-02")), {}, {}, "2024-06-02",
+     NOOP, ["no data files on 2024-06-02"]),
+    ("no time column", dict(files=data(5, 100 * KiB, day=None), time_column=None), {}, {}, DAY, REFUSE,
+     ["no time column", "set time_column"]),
+    ("disabled", dict(files=SMALL3), dict(enabled=False), {}, DAY, REFUSE, ["disabled", "enabled: false"]),
+    ("read only", dict(files=SMALL3), dict(read_only=True), {}, DAY, REFUSE, ["read-only", "read_only: true"]),
+    ("operation not allowed", dict(files=SMALL3), dict(allowed_operations=frozenset({"orphans", "expire"})), {},
+     DAY, REFUSE, ["operation 'compact' is not allowed by policy (allowed_operations: expire, orphans)"]),
+    ("identity not allowed", dict(files=SMALL3), dict(allowed_identities=frozenset({"alice", "ops"})),
+     dict(identity="bob"), DAY, REFUSE, ["identity 'bob' is not allowed by policy (allowed_identities: alice, ops)"]),
+    ("allowed identity passes", dict(files=SMALL3), dict(allowed_identities=frozenset({"alice", "ops"})),
+     dict(identity="alice"), DAY, RUN, ["3 small files >= 3"]),
+    ("refusal wins over every deferral", dict(files=SMALL3, snapshots=(snap(1, None, 5),)), dict(enabled=False),
+     dict(claim_holder="x"), "2024-06-10", REFUSE, ["enabled: false"]),
+    ("today is hot", dict(files=data(3, 100 * KiB, day="2024-06-10")), {}, {}, "2024-06-10", DEFER,
+     ["hot partition: 2024-06-10 has not ended yet (ends in 43200s), within hot_partition_age 3600s"]),
+    ("yesterday within the hot age", dict(files=data(3, 100 * KiB, day="2024-06-09"),
+                                         now=NOW.replace(hour=0, minute=30)),
+     {}, dict(now=NOW.replace(hour=0, minute=30)), "2024-06-09", DEFER,
+     ["hot partition: 2024-06-09 ended 1800s ago, within hot_partition_age 3600s"]),
+    ("yesterday past the hot age", dict(files=data(3, 100 * KiB, day="2024-06-09"),
+                                       now=NOW.replace(hour=1, minute=30)),
+     {}, dict(now=NOW.replace(hour=1, minute=30)), "2024-06-09", RUN, ["3 small files >= 3"]),
+    ("writer active", dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 100))), {}, {}, DAY, DEFER,
+     ["writer active: last writer commit 100s ago, within the 300s idle window"]),
+    ("maintenance commit is not writer activity",
+     dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 10, "replace"))), {}, {}, DAY, RUN,
+     ["3 small files >= 3"]),
+    ("tagged maintenance overwrite is not writer activity",
+     dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 10, "overwrite", **{"icemaint.maintenance": "true"}))),
+     {}, {}, DAY, RUN, ["3 small files >= 3"]),
+    ("republish of an old commit is activity at the source's time",
+     dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 1000), snap(3, 1, 10, source_snapshot_id="2"))),
+     {}, {}, DAY, RUN, ["3 small files >= 3"]),
+    ("republish of a recent commit is writer activity",
+     dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 100), snap(3, 1, 10, source_snapshot_id="2"))),
+     {}, {}, DAY, DEFER, ["writer active: last writer commit 100s ago"]),
+    ("claim busy", dict(files=SMALL3), {}, dict(claim_holder="run-42@host-a"), DAY, DEFER,
+     ["claim busy: held by run-42@host-a"]),
+    ("over the cost ceiling", dict(files=SMALL3), dict(max_rewrite_bytes=200 * KiB), {}, DAY, DEFER,
+     [f"awaiting approval: rewrite of {300 * KiB} bytes exceeds max_rewrite_bytes {200 * KiB}",
+      f"approve with: icemaint approve {TABLE} --date {DAY}"]),
+    ("over the cost ceiling but approved", dict(files=SMALL3), dict(max_rewrite_bytes=200 * KiB),
+     dict(approved=True), DAY, RUN, ["3 small files >= 3"]),
+    ("deferrals in order: hot before writer, claim and cost",
+     dict(files=data(3, 100 * KiB, day="2024-06-10"), snapshots=(snap(1, None, 5),)), dict(max_rewrite_bytes=1),
+     dict(claim_holder="x"), "2024-06-10", DEFER, ["hot partition"]),
+    ("writer before claim and cost", dict(files=SMALL3, snapshots=(snap(1, None, 5),)), dict(max_rewrite_bytes=1),
+     dict(claim_holder="x"), DAY, DEFER, ["writer active"]),
+    ("claim before cost", dict(files=SMALL3), dict(max_rewrite_bytes=1), dict(claim_holder="x"), DAY, DEFER,
+     ["claim busy: held by x"]),
+]
+
+
+@pytest.mark.parametrize("health_kw, policy_kw, gates_kw, date, verdict, reasons",
+                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_decide_compaction(health_kw, policy_kw, gates_kw, date, verdict, reasons):
+    from dataclasses import replace
+
+    gates = Gates(**{"now": NOW, "identity": "maint", **gates_kw})
+    decision = decide_compaction(health(**health_kw), date, replace(POLICY, **policy_kw), gates)
+    assert (decision.table, decision.operation, decision.date) == (TABLE, "compact", date)
+    assert decision.verdict == verdict, decision.reason
+    for part in reasons:
+        assert part in decision.reason, f"{part!r} not in {decision.reason!r}"
+    assert decision.needs_approval == ("awaiting approval" in decision.reason)
+
+
+def test_small_file_trigger_rationale_and_cost():
+    decision = decide_compaction(health(SMALL3), DAY, POLICY, Gates(now=NOW, identity="maint"))
+    assert decision.rationale["trigger"] == "small_files"
+    assert (decision.rationale["small_files"], decision.rationale["data_files"]) == (3, 4)
+    # only the small files are rewritten; the 4 MiB file stays
+    assert decision.cost_estimate == {"rewrite_bytes": 300 * KiB, "files": 3,
+                                      "bytes_per_second": DEFAULT_REWRITE_BYTES_PER_SECOND,
+                                      "throughput_source": "default",
+                                      "seconds": round(300 * KiB / DEFAULT_REWRITE_BYTES_PER_SECOND, 3)}
+    assert decision.writer_check == {"last_writer_commit_at": (NOW - dt.timedelta(days=2)).isoformat(),
+                                     "seconds_since_writer_commit": 172800.0, "writer_idle_seconds": 300,
+                                     "idle": True}
+    assert decision.benefit == pytest.approx(2 / (300 * KiB) * MiB)
+
+
+def test_delete_trigger_rewrites_whole_partition():
+    files = data(1, 4 * MiB, records=1000) + data(1, 100 * KiB, records=10) + deletes(300)
+    decision = decide_compaction(health(files), DAY, POLICY, Gates(now=NOW, identity="maint"))
+    assert decision.verdict == RUN and decision.rationale["trigger"] == "delete_ratio"
+    assert decision.cost_estimate["rewrite_bytes"] == 4 * MiB + 100 * KiB
+    assert decision.cost_estimate["files"] == 2
+
+
+def test_cost_estimate_uses_measured_throughput():
+    rate = measured_throughput([{"rewritten_bytes": 3 * MiB, "rewrite_seconds": 2.0},
+                                {"rewritten_bytes": 1 * MiB, "rewrite_seconds": 2.0},
+                                {"rewritten_bytes": 5 * MiB, "rewrite_seconds": 0},  # no duration: ignored
+                                {"dry_run": True}])
+    assert rate == MiB
+    decision = decide_compaction(health(SMALL3), DAY, POLICY, Gates(now=NOW, identity="maint", bytes_per_second=rate))
+    assert decision.cost_estimate["throughput_source"] == "measured"
+    assert decision.cost_estimate["bytes_per_second"] == MiB
+    assert decision.cost_estimate["seconds"] == round(300 * KiB / MiB, 3)
+
+
+def test_measured_throughput_without_history():
+    assert measured_throughput([]) is None
+    assert measured_throughput([{"rewritten_bytes": 0, "rewrite_seconds": 4}]) is None
+
+
+def test_decide_table_compactions_covers_each_partition():
+    files = data(3, 100 * KiB) + data(1, 100 * KiB, day="2024-06-02")
+    decisions = decide_table_compactions(health(files), POLICY, Gates(now=NOW, identity="maint"))
+    assert [(d.date, d.verdict) for d in decisions] == [(DAY, RUN), ("2024-06-02", NOOP)]
+
+
+def run(table, benefit, rewrite_bytes=MiB, date=DAY):
+    return Decision(table=table, operation="compact", verdict=RUN, reason="x", date=date, benefit=benefit,
+                    cost_estimate={"rewrite_bytes": rewrite_bytes})
+
+
+def test_rank_orders_by_benefit_and_defers_past_max_runs():
+    noop = Decision(table="t.q", operation="compact", verdict=NOOP, reason="below thresholds", date=DAY)
+    ranked = rank_within_budget([run("t.low", 1.0), noop, run("t.high", 9.0), run("t.mid", 5.0)], max_runs=2)
+    assert [(d.table, d.verdict) for d in ranked] == [("t.high", RUN), ("t.mid", RUN), ("t.low", DEFER),
+                                                      ("t.q", NOOP)]
+    assert ranked[2].reason == "tick budget: at most 2 runs per tick; ranked lower"
+    assert ranked[3] is noop
+
+
+def test_rank_byte_budget_keeps_at_least_one_and_does_not_spend_run_slots():
+    ranked = rank_within_budget([run("t.a", 3, 80), run("t.b", 2, 50), run("t.c", 1, 10)],
+                                max_runs=2, max_bytes=100)
+    assert [(d.table, d.verdict) for d in ranked] == [("t.a", RUN), ("t.c", RUN), ("t.b", DEFER)]
+    assert ranked[2].reason == "tick budget: 100 bytes per tick used; ranked lower"
+    only = rank_within_budget([run("t.huge", 1, 10**12)], max_bytes=100)
+    assert [d.verdict for d in only] == [RUN]
+
+
+def test_rank_without_budget_keeps_all_runs():
+    assert [d.verdict for d in rank_within_budget([run("t.a", 1), run("t.b", 2)])] == [RUN, RUN]
+
+
+def test_benefit_prefers_many_small_files_per_mib():
+    gates = Gates(now=NOW, identity="maint")
+    many_tiny = decide_compaction(health(data(10, 10 * KiB), table="t.tiny"), DAY, POLICY, gates)
+    few_bigger = decide_compaction(health(data(3, 500 * KiB), table="t.bigger"), DAY, POLICY, gates)
+    ranked = rank_within_budget([few_bigger, many_tiny], max_runs=1)
+    assert [(d.table, d.verdict) for d in ranked] == [("t.tiny", RUN), ("t.bigger", DEFER)]
+
+
+def test_compute_health_counts():
+    files = (data(3, 100 * KiB) + data(1, 4 * MiB, records=1000) + deletes(110)
+             + data(2, 2 * MiB, day="2024-06-02") + data(1, 10 * KiB, day=None))
+    snapshots = (snap(1, None, 3 * 86400), snap(2, 1, 86400), snap(3, 2, 60, "replace"))
+    h = health(files, snapshots)
+    assert (h.data_files, h.small_files, h.delete_files, h.delete_records) == (7, 4, 1, 110)
+    assert h.records == 3 * 100 + 1000 + 2 * 100 + 100
+    assert h.total_bytes == 3 * 100 * KiB + 4 * MiB + 4 * MiB + 10 * KiB
+    assert h.median_file_bytes == 100 * KiB  # 10K, 3x100K, 2x2M, 4M
+    assert (h.manifests, h.small_manifests, h.manifest_bytes) == (2, 1, 4 * KiB + 20 * MiB)
+    assert (h.snapshots, h.oldest_snapshot_age_seconds) == (3, 3 * 86400.0)
+    assert (h.last_commit_operation, h.last_commit_by) == ("replace", "maintenance")
+    assert h.seconds_since_writer_commit == 86400.0
+    day = h.partition(DAY)
+    assert (day.data_files, day.small_files, day.small_bytes, day.total_bytes) == (4, 3, 300 * KiB, 300 * KiB + 4 * MiB)
+    assert (day.records, day.delete_files, day.delete_records) == (1300, 1, 110)
+    assert day.deleted_row_ratio == pytest.approx(110 / 1300)
+    assert h.partition("2024-06-02").small_files == 0
+    assert [p.date for p in h.partitions] == [DAY, "2024-06-02"]  # undated files are in no partition
+    assert h.to_dict()["partitions"][0]["date"] == DAY
+
+
+def test_compute_health_of_an_empty_table():
+    h = health([], snapshots=())
+    assert (h.data_files, h.avg_file_bytes, h.snapshots, h.last_commit_by) == (0, 0.0, 0, None)
+    assert h.seconds_since_writer_commit is None
+    assert decide_compaction(h, DAY, POLICY, Gates(now=NOW, identity="m")).verdict == NOOP
+
+
+@pytest.mark.parametrize("operation, summary, by_maintenance", [
+    ("append", {}, False), ("overwrite", {}, False), ("delete", {}, False), ("replace", {}, True),
+    ("append", {"source-snapshot-id": "7"}, True), ("overwrite", {"icemaint.maintenance": "true"}, True),
+    ("overwrite", {"icemaint.maintenance": "false"}, False),
+])
+def test_snapshot_by_maintenance(operation, summary, by_maintenance):
+    assert SnapshotEntry(1, None, NOW, operation, summary).by_maintenance is by_maintenance
+
+
+@pytest.mark.parametrize("snapshots, seconds_ago", [
+    ((), None),
+    ((snap(1, None, 500, "replace"),), None),
+    ((snap(1, None, 500), snap(2, 1, 50, "replace")), 500),
+    ((snap(1, None, 500), snap(2, 1, 900, "delete")), 500),  # newest by time, not by position
+    ((snap(1, None, 9000), snap(2, 1, 700), snap(3, 1, 20, source_snapshot_id="2")), 700),
+    ((snap(1, None, 9000), snap(3, 1, 20, source_snapshot_id="2")), 9000),  # source expired: not counted
+])
+def test_last_writer_commit(snapshots, seconds_ago):
+    expected = None if seconds_ago is None else NOW - dt.timedelta(seconds=seconds_ago)
+    assert last_writer_commit(snapshots) == expected
+
+
+LINEAR = (snap(1, None, 400), snap(2, 1, 300), snap(3, 2, 200), snap(4, 3, 100))
+
+
+@pytest.mark.parametrize("current, base, ids", [
+    (4, 2, [3, 4]), (4, None, [1, 2, 3, 4]), (4, 4, []), (2, 1, [2]),
+])
+def test_chain_since(current, base, ids):
+    assert [s.snapshot_id for s in chain_since(LINEAR, current, base)] == ids
+
+
+@pytest.mark.parametrize("snapshots, current, base, message", [
+    (LINEAR, 4, 9, "snapshot 9 is not an ancestor of the current snapshot 4"),
+    (LINEAR + (snap(5, 1, 50),), 5, 3, "snapshot 3 is not an ancestor of the current snapshot 5"),  # rolled back
+    (LINEAR, None, 2, "snapshot 2 is not an ancestor of the current snapshot None"),
+    (LINEAR[2:], 4, 1, "snapshot 2 is missing from the table's metadata"),
+])
+def test_chain_since_refuses(snapshots, current, base, message):
+    with pytest.raises(ValueError) as info:
+        chain_since(snapshots, current, base)
+    assert message in str(info.value)

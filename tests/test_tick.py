@@ -1,0 +1,240 @@
+"""The sensor tick planner over a small estate, with plain functions as its metadata reader.
+
+The estate below is data (files and snapshots per table); `health` computes real TableHealth from it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+import pytest
+
+from icemaint.config import parse_config
+from icemaint.decisions import DEFER, NOOP, REFUSE, RUN
+from icemaint.health import FileEntry, SnapshotEntry, compute_health
+from icemaint.tick import (RECHECK_APPROVAL_SECONDS, RECHECK_CLAIM_BUSY_SECONDS, TableCursor, decode_cursor,
+                           encode_cursor, plan_compaction_tick)
+
+KiB, MiB = 2**10, 2**20
+NOW = dt.datetime(2024, 6, 10, 12, 0, tzinfo=dt.timezone.utc)
+DAY = "2024-06-01"
+
+
+def small_files(n, day=DAY):
+    return [FileEntry(0, 100 * KiB, 100, dt.date.fromisoformat(day))] * n
+
+
+class Estate:
+    """Tables as metadata: location, files and writer-commit time. Counts how often health is read."""
+
+    def __init__(self):
+        self.tables: dict[str, dict] = {}
+        self.now = NOW
+        self.health_reads: Counter[str] = Counter()
+        self.approvals: set[tuple[str, str]] = set()
+        self.approval_asks: list[tuple[str, str]] = []
+        self.holders: dict[str, str] = {}
+        self.history: dict[str, list[dict]] = {}
+        self.broken_location: set[str] = set()
+        self.broken_health: set[str] = set()
+
+    def add(self, table, files, writer_at=NOW - dt.timedelta(days=2), version=1):
+        self.tables[table] = {"files": files, "writer_at": writer_at, "version": version}
+
+    def commit(self, table, **changes):
+        self.tables[table].update(changes)
+        self.tables[table]["version"] += 1
+
+    def metadata_location(self, table):
+        if table in self.broken_location:
+            raise FileNotFoundError(f"no metadata for {table}")
+        return f"/wh/{table}/metadata/v{self.tables[table]['version']}.metadata.json"
+
+    def health(self, table):
+        self.health_reads[table] += 1
+        if table in self.broken_health:
+            raise OSError(f"corrupt manifest list in {table}")
+        t = self.tables[table]
+        return compute_health(
+            table=table, metadata_location=self.metadata_location(table), snapshot_id=t["version"], schema_id=0,
+            spec_id=0, time_column="ts", time_transform="day", files=t["files"], manifest_lengths=[4 * KiB],
+            snapshots=[SnapshotEntry(t["version"], None, t["writer_at"], "append")], metadata_files=t["version"],
+            small_file_size_bytes=MiB, small_manifest_bytes=8 * MiB, now=self.now)
+
+    def approved(self, table, date):
+        self.approval_asks.append((table, date))
+        return (table, date) in self.approvals
+
+    def tick(self, config, cursor=None, now=None, **kw):
+        self.now = now or self.now
+        return plan_compaction_tick(
+            config, list(self.tables), metadata_location=self.metadata_location, health=self.health,
+            claim_holder=self.holders.get, approved=self.approved,
+            past_runs=lambda t: self.history.get(t, []), cursor=cursor or {}, now=self.now, **kw)
+
+
+@pytest.fixture
+def tick_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("ICEMAINT_IDENTITY", "maint-bot")
+    return parse_config({
+        "defaults": {"small_file_size_bytes": "1MiB", "target_file_size_bytes": "8MiB", "min_input_files": 3,
+                     "writer_idle": "5m", "hot_partition_age": "1h", "max_rewrite_bytes": "100MiB"},
+        "tables": {"t.locked": {"enabled": False}, "t.big": {"max_rewrite_bytes": "200KiB"}},
+    }, tmp_path)
+
+
+def verdicts(plan):
+    return {(d.table, d.date): d.verdict for d in plan.decisions}
+
+
+def test_unchanged_table_is_not_evaluated(tick_config):
+    estate = Estate()
+    estate.add("t.a", small_files(3))
+    estate.add("t.b", small_files(1))
+    first = estate.tick(tick_config)
+    assert first.evaluated == ["t.a", "t.b"] and first.unchanged == []
+    assert verdicts(first) == {("t.a", DAY): RUN, ("t.b", DAY): NOOP}
+    assert [(d.table, h.snapshot_id) for d, h in first.runs] == [("t.a", 1)]
+    assert first.cursor == {"t.a": TableCursor("/wh/t.a/metadata/v1.metadata.json", None),
+                            "t.b": TableCursor("/wh/t.b/metadata/v1.metadata.json", None)}
+
+    second = estate.tick(tick_config, decode_cursor(encode_cursor(first.cursor)), NOW + dt.timedelta(hours=5))
+    assert second.unchanged == ["t.a", "t.b"] and second.evaluated == []
+    assert second.decisions == [] and second.runs == []
+    assert estate.health_reads == {"t.a": 1, "t.b": 1}  # O(1): only the metadata location was read
+    assert second.cursor == first.cursor
+
+    estate.commit("t.b", files=small_files(4))
+    third = estate.tick(tick_config, second.cursor)
+    assert third.evaluated == ["t.b"] and third.unchanged == ["t.a"]
+    assert estate.health_reads == {"t.a": 1, "t.b": 2}
+    assert verdicts(third) == {("t.b", DAY): RUN}
+    assert third.cursor["t.b"].metadata_location.endswith("/v2.metadata.json")
+
+
+def test_writer_active_table_is_rechecked_when_the_idle_window_ends(tick_config):
+    estate = Estate()
+    estate.add("t.w", small_files(3), writer_at=NOW - dt.timedelta(seconds=100))
+    first = estate.tick(tick_config)
+    (decision,) = first.decisions
+    assert decision.verdict == DEFER and decision.reason.startswith("writer active: last writer commit 100s ago")
+    assert first.cursor["t.w"].recheck_at == (NOW + dt.timedelta(seconds=200)).timestamp()
+
+    early = estate.tick(tick_config, first.cursor, NOW + dt.timedelta(seconds=150))
+    assert early.unchanged == ["t.w"] and estate.health_reads["t.w"] == 1
+
+    due = estate.tick(tick_config, early.cursor, NOW + dt.timedelta(seconds=201))
+    assert due.evaluated == ["t.w"] and estate.health_reads["t.w"] == 2
+    assert verdicts(due) == {("t.w", DAY): RUN}
+    assert due.cursor["t.w"].recheck_at is None
+
+
+@pytest.mark.parametrize("setup, reason, recheck_at", [
+    (lambda e: e.add("t.hot", small_files(3, day="2024-06-10")), "hot partition: 2024-06-10",
+     dt.datetime(2024, 6, 11, 1, 0, tzinfo=dt.timezone.utc).timestamp()),
+    (lambda e: (e.add("t.busy", small_files(3)), e.holders.update({"t.busy": "run-7@host"})),
+     "claim busy: held by run-7@host", NOW.timestamp() + RECHECK_CLAIM_BUSY_SECONDS),
+    (lambda e: e.add("t.big", small_files(3)), "awaiting approval",
+     NOW.timestamp() + RECHECK_APPROVAL_SECONDS),
+    (lambda e: e.add("t.locked", small_files(3)), "enabled: false", None),
+])
+def test_recheck_time_per_reason(tick_config, setup, reason, recheck_at):
+    estate = Estate()
+    setup(estate)
+    plan = estate.tick(tick_config)
+    (decision,) = plan.decisions
+    (table,) = estate.tables
+    assert reason in decision.reason
+    assert plan.cursor[table].recheck_at == recheck_at
+    assert plan.runs == []
+
+
+def test_erroring_tables_are_reported_and_do_not_stop_the_others(tick_config):
+    estate = Estate()
+    estate.add("t.gone", small_files(3))
+    estate.add("t.corrupt", small_files(3))
+    estate.add("t.a", small_files(3))
+    estate.broken_location.add("t.gone")
+    estate.broken_health.add("t.corrupt")
+    plan = estate.tick(tick_config)
+    assert plan.errors == {"t.gone": "FileNotFoundError: no metadata for t.gone",
+                           "t.corrupt": "OSError: corrupt manifest list in t.corrupt"}
+    assert plan.evaluated == ["t.a"]
+    assert [d.table for d, _ in plan.runs] == ["t.a"]
+    assert set(plan.cursor) == {"t.a"}  # the failed ones are read again next tick
+    assert "t.corrupt: ERROR OSError: corrupt manifest list" in plan.summary()
+
+    estate.broken_health.clear()
+    again = estate.tick(tick_config, plan.cursor)
+    assert again.evaluated == ["t.corrupt"] and "t.gone" in again.errors
+
+
+def test_cursor_round_trip():
+    cursor = {"t.b": TableCursor("/wh/t.b/metadata/v9.metadata.json", 1718020800.5),
+              "a.x.y": TableCursor("s3://bucket/wh/a/x/y/metadata/00001-abc.metadata.json", None)}
+    text = encode_cursor(cursor)
+    assert text.index('"a.x.y"') < text.index('"t.b"')  # stable order
+    assert decode_cursor(text) == cursor
+    assert decode_cursor(None) == {} and decode_cursor("") == {}
+
+
+def test_needs_approval_then_approved_runs(tick_config):
+    estate = Estate()
+    estate.add("t.big", small_files(3))
+    waiting = estate.tick(tick_config)
+    (decision,) = waiting.decisions
+    assert decision.verdict == DEFER and decision.needs_approval
+    assert "icemaint approve t.big --date 2024-06-01" in decision.reason
+    assert estate.approval_asks == [("t.big", DAY)]
+
+    estate.approvals.add(("t.big", DAY))
+    later = NOW + dt.timedelta(seconds=RECHECK_APPROVAL_SECONDS + 1)
+    approved = estate.tick(tick_config, waiting.cursor, later)
+    assert approved.evaluated == ["t.big"]  # the approval recheck is due although the metadata did not change
+    (decision,) = approved.decisions
+    assert decision.verdict == RUN and not decision.needs_approval
+    assert [d.table for d, _ in approved.runs] == ["t.big"]
+
+
+def test_tick_budget_defers_the_lower_ranked_and_looks_again_next_tick(tick_config):
+    estate = Estate()
+    estate.add("t.many", small_files(10))
+    estate.add("t.few", small_files(3))
+    plan = estate.tick(tick_config, max_runs=1)
+    assert [d.table for d, _ in plan.runs] == ["t.many"]
+    few = next(d for d in plan.decisions if d.table == "t.few")
+    assert few.verdict == DEFER and few.reason == "tick budget: at most 1 runs per tick; ranked lower"
+    assert plan.cursor["t.few"].recheck_at == NOW.timestamp()
+    assert plan.cursor["t.many"].recheck_at is None
+
+    nxt = estate.tick(tick_config, plan.cursor, NOW + dt.timedelta(seconds=30), max_runs=1)
+    assert nxt.evaluated == ["t.few"] and [d.table for d, _ in nxt.runs] == ["t.few"]
+
+
+def test_valid_dates_and_measured_throughput_reach_the_decisions(tick_config):
+    estate = Estate()
+    estate.add("t.a", small_files(3) + small_files(3, day="2019-12-31"))
+    estate.history["t.a"] = [{"rewritten_bytes": 4 * MiB, "rewrite_seconds": 2.0}]
+    plan = estate.tick(tick_config, valid_dates=lambda d: d >= "2020-01-01")
+    assert verdicts(plan) == {("t.a", DAY): RUN}
+    (decision, health), = plan.runs
+    assert decision.cost_estimate["throughput_source"] == "measured"
+    assert decision.cost_estimate["bytes_per_second"] == 2 * MiB
+    assert health.table == "t.a"
+
+
+def test_summary_counts_each_verdict(tick_config):
+    estate = Estate()
+    estate.add("t.a", small_files(3))
+    estate.add("t.locked", small_files(3))
+    estate.add("t.w", small_files(3), writer_at=NOW - dt.timedelta(seconds=10))
+    estate.add("t.n", small_files(1))
+    plan = estate.tick(tick_config)
+    assert verdicts(plan) == {("t.a", DAY): RUN, ("t.locked", DAY): REFUSE, ("t.w", DAY): DEFER,
+                              ("t.n", DAY): NOOP}
+    summary = plan.summary()
+    assert summary.startswith("4 tables evaluated, 0 unchanged; 1 runs requested; 1 deferred, 1 refused, "
+                              "1 nothing to do")
+    assert f"t.w {DAY}: defer: writer active" in summary
+    assert f"t.locked {DAY}: refuse: maintenance is disabled" in summary
