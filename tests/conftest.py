@@ -16,7 +16,8 @@ from icemaint.config import MaintenanceConfig, parse_config
 _counter = itertools.count()
 
 
-def make_config(root: Path, **overrides) -> MaintenanceConfig:
+def config_doc(root: Path, **overrides) -> dict:
+    """The test estate's config document: a Hadoop catalog `lake` on `<root>/warehouse`."""
     doc = {
         "catalog": {"name": "lake", "type": "hadoop", "warehouse": str(root / "warehouse")},
         "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false",
@@ -32,7 +33,23 @@ def make_config(root: Path, **overrides) -> MaintenanceConfig:
             doc[key] = {**doc[key], **value}
         else:
             doc[key] = value
-    return parse_config(doc, root)
+    return doc
+
+
+def make_config(root: Path, **overrides) -> MaintenanceConfig:
+    return parse_config(config_doc(root, **overrides), root)
+
+
+def write_config(path: Path, root: Path, **overrides) -> Path:
+    """Writes the config document as YAML (for Dagster resources and the CLI) and returns its path.
+
+    Use the session's `lake_root` as `root`: one Spark session holds one `lake` catalog, so every
+    config in a test run must point at the same warehouse.
+    """
+    import yaml
+
+    path.write_text(yaml.safe_dump(config_doc(root, **overrides), sort_keys=False))
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +61,12 @@ def lake_root(tmp_path_factory) -> Path:
 def config(lake_root) -> MaintenanceConfig:
     os.environ.setdefault("ICEMAINT_IDENTITY", "maint-test")
     return make_config(lake_root)
+
+
+@pytest.fixture
+def config_file(tmp_path, lake_root) -> Path:
+    """A YAML config on the session's warehouse, with its own state dir (Dagster instance, claims, audit)."""
+    return write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,46 @@
+# One-command set-up: `make demo` and `make test` each create .venv and install what they need.
+# Java 17 is the one prerequisite the project cannot install into a virtualenv.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+.PHONY: setup java demo ui test test-fast bench bench-quick clean
+
+setup: $(STAMP)
+
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "error: Java 17 is required for Spark and was not found on PATH."; \
+	  echo "       Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless"; exit 1; }
+
+$(STAMP): pyproject.toml | java
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	@rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+demo: setup
+	$(BIN)/icemaint demo
+
+ui: setup
+	@$(BIN)/python -c "from icemaint.config import load_config; from icemaint.instance import ensure_dagster_home; print(ensure_dagster_home(load_config()))" > .dagster-home-path
+	DAGSTER_HOME=$$(cat .dagster-home-path) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+# The production-profile tests need a real PostgreSQL: installed from Debian when missing.
+test: setup
+	bash scripts/ensure_postgres.sh
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python -m benchmarks.run
+
+bench-quick: setup
+	$(BIN)/python -m benchmarks.run --quick
+
+clean:
+	rm -rf .icemaint .dagster-home-path
