@@ -206,6 +206,8 @@ class Compactor:
         if decision.verdict != RUN:
             outcome.decision, outcome.reason = decision.verdict, decision.reason
             return
+        if request.approved and decision.cost_estimate.get("rewrite_bytes", 0) > policy.max_rewrite_bytes:
+            self._record_approval(request, name, date, identity, decision)
         if request.dry_run:
             outcome.decision = RUN
             outcome.reason = f"dry-run: would rewrite ({decision.reason}); nothing changed"
@@ -372,6 +374,15 @@ class Compactor:
             return 0
         where = f" WHERE {scope}" if scope else ""
         return self.spark.sql(f"SELECT count(*) AS n FROM {table_sql} VERSION AS OF {int(snapshot_id)}{where}").collect()[0]["n"]
+
+    def _record_approval(self, request, name: TableName, date: str, identity: str, decision: Decision) -> None:
+        """A run launched as approved (CLI --approved, or `approved: true` in the UI launchpad) is the approval."""
+        from icemaint.audit import AuditRecord
+
+        self.audit.append(AuditRecord(
+            table=name.key, operation="approve", decision="approved", date=date, identity=identity,
+            run_id=request.run_id, trigger=request.trigger, cost_estimate=decision.cost_estimate,
+            reason=f"run over the cost ceiling approved at launch by {identity}"))
 
     def _record(self, request: CompactionRequest, outcome: CompactionOutcome, identity: str, started: float,
                 writer_check: dict | None = None) -> None:

@@ -7,6 +7,7 @@ An unchanged table costs one metadata-location read (O(1)) unless a deferral is 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -28,6 +29,18 @@ RECHECK_APPROVAL_SECONDS = 300.0
 class TableCursor:
     metadata_location: str
     recheck_at: float | None = None  # epoch seconds; None: only when metadata changes
+    policy: str | None = None        # fingerprint: a policy change re-evaluates an unchanged table
+    recorded: str | None = None      # digest of the defers/refusals last written to the audit
+
+
+def policy_fingerprint(policy) -> str:
+    return hashlib.sha1(repr(policy).encode()).hexdigest()[:12]
+
+
+def _decision_digest(decisions: list[Decision]) -> str | None:
+    """What an operator would call 'the same decision again': date, verdict and kind of reason."""
+    keys = sorted(f"{d.date}|{d.verdict}|{d.reason.split(':', 1)[0]}" for d in decisions if d.verdict in (DEFER, REFUSE))
+    return hashlib.sha1("\n".join(keys).encode()).hexdigest()[:12] if keys else None
 
 
 @dataclass
@@ -38,6 +51,9 @@ class TickPlan:
     evaluated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    # Defers and refusals that differ from what the previous evaluation of their table recorded:
+    # a table deferred tick after tick for the same reason is audited once, not every tick.
+    to_record: list[Decision] = field(default_factory=list)
 
     def summary(self) -> str:
         counts = {v: sum(1 for d in self.decisions if d.verdict == v) for v in (RUN, DEFER, REFUSE, NOOP)}
@@ -51,13 +67,14 @@ class TickPlan:
 
 
 def encode_cursor(cursor: dict[str, TableCursor]) -> str:
-    return json.dumps({t: [c.metadata_location, c.recheck_at] for t, c in sorted(cursor.items())})
+    return json.dumps({t: [c.metadata_location, c.recheck_at, c.policy, c.recorded]
+                       for t, c in sorted(cursor.items())})
 
 
 def decode_cursor(text: str | None) -> dict[str, TableCursor]:
     if not text:
         return {}
-    return {t: TableCursor(v[0], v[1]) for t, v in json.loads(text).items()}
+    return {t: TableCursor(*v[:4]) for t, v in json.loads(text).items()}
 
 
 def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, policy) -> float | None:
@@ -103,7 +120,9 @@ def plan_compaction_tick(
             plan.errors[table] = f"{type(exc).__name__}: {exc}"
             continue
         previous = cursor.get(table)
-        if previous and previous.metadata_location == location and (
+        policy = config.policy(table)
+        fingerprint = policy_fingerprint(policy)
+        if previous and previous.metadata_location == location and previous.policy in (None, fingerprint) and (
                 previous.recheck_at is None or now.timestamp() < previous.recheck_at):
             plan.cursor[table] = previous
             plan.unchanged.append(table)
@@ -115,7 +134,6 @@ def plan_compaction_tick(
             plan.errors[table] = f"{type(exc).__name__}: {exc}"
             continue
         plan.evaluated.append(table)
-        policy = config.policy(table)
         healths[table] = h
         gates = Gates(now=now, identity=identity, claim_holder=claim_holder(table),
                       bytes_per_second=measured_throughput(past_runs(table)))
@@ -129,7 +147,10 @@ def plan_compaction_tick(
         candidates.extend(table_decisions)
         rechecks = [recheck_after(d, h, now, policy) for d in table_decisions if d.verdict == DEFER]
         rechecks = [r for r in rechecks if r is not None]
-        plan.cursor[table] = TableCursor(location, min(rechecks) if rechecks else None)
+        digest = _decision_digest(table_decisions)
+        if digest is not None and (previous is None or previous.recorded != digest):
+            plan.to_record.extend(d for d in table_decisions if d.verdict in (DEFER, REFUSE))
+        plan.cursor[table] = TableCursor(location, min(rechecks) if rechecks else None, fingerprint, digest)
     ranked = rank_within_budget(candidates, max_runs=max_runs)
     for d in ranked:
         plan.decisions.append(d)

@@ -19,6 +19,7 @@ from resources.settings import MaintenanceSettings
 from resources.spark import SparkResource
 from sensors.compaction import build_compaction_sensor
 from sensors.discovery import build_discovery_sensor
+from sensors.schedules import build_window_schedule
 
 
 def build_definitions(config_path: str | None = None) -> dg.Definitions:
@@ -34,6 +35,7 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         jobs=list(jobs.values()),
         sensors=[build_discovery_sensor(jobs["health"]),
                  build_compaction_sensor(jobs["compaction"], date_partitions(config.dates_start))],
+        schedules=[build_window_schedule(jobs["compaction"], date_partitions(config.dates_start))],
         resources={
             "settings": settings,
             "spark": SparkResource(settings=settings),

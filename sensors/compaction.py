@@ -44,7 +44,7 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
         claim_holder=holder, approved=lambda t, d: is_approved(audit.log, t, d), past_runs=past_runs,
         cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
         valid_dates=lambda d: d in date_keys)
-    for d in plan.decisions:
+    for d in plan.to_record:
         if d.verdict in (DEFER, REFUSE):
             audit.append(AuditRecord(table=d.table, operation="compact", decision=d.verdict, reason=d.reason,
                                      date=d.date, trigger="sensor", identity=config.identity(),

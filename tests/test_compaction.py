@@ -239,3 +239,35 @@ def test_dry_run_changes_nothing(spark, config, table_name):
     assert outcome.decision == "run" and outcome.dry_run and "dry-run" in outcome.reason
     assert outcome.files_before == 4 and outcome.after_snapshot_id is None
     assert reader.metadata_location(table_name) == location
+
+
+def test_cost_ceiling_waits_for_approval_then_runs_and_audits_the_approval(spark, lake_root, tmp_path, table_name):
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"max_rewrite_bytes": 100}})
+    simulate(spark, config, table_name, batches=4)
+    reader = CatalogReader(config)
+    location = reader.metadata_location(table_name)
+    waiting = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert waiting.decision == "defer" and "awaiting approval" in waiting.reason
+    assert f"icemaint approve {table_name} --date {DATE}" in waiting.reason
+    assert reader.metadata_location(table_name) == location
+
+    approved = compactor(config, spark).run(CompactionRequest(table_name, DATE, approved=True))
+    assert approved.decision == "run" and approved.validation["passed"] is True
+    records = open_audit(config).records(table=table_name)
+    assert [r.decision for r in records] == ["defer", "approved", "run"]
+    assert records[1].identity == config.identity() and records[1].operation == "approve"
+
+
+def test_read_only_table_refuses_and_changes_nothing(spark, lake_root, tmp_path, table_name):
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"read_only": True}})
+    simulate(spark, config, table_name, batches=4)
+    reader = CatalogReader(config)
+    location = reader.metadata_location(table_name)
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.decision == "refuse" and "read-only" in outcome.reason
+    assert reader.metadata_location(table_name) == location
+    assert open_audit(config).records(table=table_name)[-1].decision == "refuse"

@@ -96,8 +96,8 @@ def test_unchanged_table_is_not_evaluated(tick_config):
     assert first.evaluated == ["t.a", "t.b"] and first.unchanged == []
     assert verdicts(first) == {("t.a", DAY): RUN, ("t.b", DAY): NOOP}
     assert [(d.table, h.snapshot_id) for d, h in first.runs] == [("t.a", 1)]
-    assert first.cursor == {"t.a": TableCursor("/wh/t.a/metadata/v1.metadata.json", None),
-                            "t.b": TableCursor("/wh/t.b/metadata/v1.metadata.json", None)}
+    assert {t: (c.metadata_location, c.recheck_at) for t, c in first.cursor.items()} == {
+        "t.a": ("/wh/t.a/metadata/v1.metadata.json", None), "t.b": ("/wh/t.b/metadata/v1.metadata.json", None)}
 
     second = estate.tick(tick_config, decode_cursor(encode_cursor(first.cursor)), NOW + dt.timedelta(hours=5))
     assert second.unchanged == ["t.a", "t.b"] and second.evaluated == []
@@ -238,3 +238,35 @@ def test_summary_counts_each_verdict(tick_config):
                               "1 nothing to do")
     assert f"t.w {DAY}: defer: writer active" in summary
     assert f"t.locked {DAY}: refuse: maintenance is disabled" in summary
+
+
+def test_policy_change_reevaluates_an_unchanged_table(tick_config, tmp_path):
+    estate = Estate()
+    estate.add("t.a", small_files(3))
+    first = estate.tick(tick_config)
+    assert verdicts(first) == {("t.a", DAY): RUN}
+    stricter = parse_config({"defaults": {"small_file_size_bytes": "1MiB", "target_file_size_bytes": "8MiB",
+                                          "min_input_files": 10, "writer_idle": "5m", "hot_partition_age": "1h"}},
+                            tmp_path)
+    same_policy = estate.tick(tick_config, first.cursor)
+    assert same_policy.unchanged == ["t.a"]
+    changed = estate.tick(stricter, first.cursor)
+    assert changed.evaluated == ["t.a"] and verdicts(changed) == {("t.a", DAY): NOOP}
+    assert changed.cursor["t.a"].policy != first.cursor["t.a"].policy
+
+
+def test_the_same_deferral_is_recorded_once_not_every_tick(tick_config):
+    estate = Estate()
+    estate.add("t.w", small_files(3), writer_at=NOW - dt.timedelta(seconds=10))
+    first = estate.tick(tick_config)
+    assert [d.verdict for d in first.to_record] == [DEFER]
+    # the writer commits again: re-evaluated, still deferred for the same reason -> nothing new to record
+    estate.commit("t.w", files=small_files(4), writer_at=NOW - dt.timedelta(seconds=5))
+    second = estate.tick(tick_config, first.cursor)
+    assert second.evaluated == ["t.w"] and verdicts(second) == {("t.w", DAY): DEFER}
+    assert second.to_record == []
+    # a different reason (claim busy) is new evidence -> recorded
+    estate.holders["t.w"] = "ingest"
+    estate.commit("t.w", files=small_files(5), writer_at=NOW - dt.timedelta(hours=1))
+    third = estate.tick(tick_config, second.cursor)
+    assert [d.reason.split(":")[0] for d in third.to_record] == ["claim busy"]

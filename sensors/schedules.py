@@ -1,0 +1,32 @@
+"""An optional nightly maintenance window: the compaction sensor's decisions, applied on a schedule.
+
+For estates that prefer maintenance at night: stop the sensor, start this schedule. It evaluates
+every table (no cursor), so it also catches dates whose deferral has expired since the last commit.
+"""
+
+import datetime as dt
+
+import dagster as dg
+
+from resources.catalog import IcebergCatalogResource
+from resources.claims import AuditResource, TableClaimResource
+from sensors.compaction import compaction_run_request, evaluate_compaction
+
+WINDOW_CRON = "0 2 * * *"
+
+
+def build_window_schedule(compaction_job, date_partitions_def) -> dg.ScheduleDefinition:
+    @dg.schedule(name="nightly_maintenance_window", job=compaction_job, cron_schedule=WINDOW_CRON,
+                 execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.STOPPED,
+                 description="Nightly at 02:00 UTC: the compaction sensor's decisions over the whole estate.")
+    def nightly_maintenance_window(context: dg.ScheduleEvaluationContext, catalog: IcebergCatalogResource,
+                                   claims: TableClaimResource, audit: AuditResource):
+        now = dt.datetime.now(dt.timezone.utc)
+        date_keys = set(date_partitions_def.get_partition_keys(current_time=now))
+        plan = evaluate_compaction(context.instance, catalog, claims, audit, None, now, date_keys)
+        context.log.info(plan.summary())
+        if not plan.runs:
+            return dg.SkipReason(plan.summary())
+        return [compaction_run_request(d, h, trigger="window") for d, h in plan.runs]
+
+    return nightly_maintenance_window
