@@ -14,6 +14,7 @@ import threading
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 _lock = threading.Lock()
 
 
@@ -55,8 +56,10 @@ def catalog_spark_conf(config: MaintenanceConfig) -> dict[str, str]:
 
 def session_conf(config: MaintenanceConfig) -> dict[str, str]:
     jars = [iceberg_jar_path()]
-    if config.catalog.type == "jdbc" and os.path.exists("/usr/share/java/postgresql.jar"):
-        jars.append("/usr/share/java/postgresql.jar")
+    # Debian's JDBC driver (libpostgresql-jdbc-java), whenever installed: a JdbcCatalog on PostgreSQL
+    # can then be used, also as a second catalog added to a running session.
+    if os.path.exists(POSTGRES_JDBC_JAR):
+        jars.append(POSTGRES_JDBC_JAR)
     conf = {
         "spark.jars": ",".join(jars),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",

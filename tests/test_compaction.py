@@ -271,3 +271,23 @@ def test_read_only_table_refuses_and_changes_nothing(spark, lake_root, tmp_path,
     assert outcome.decision == "refuse" and "read-only" in outcome.reason
     assert reader.metadata_location(table_name) == location
     assert open_audit(config).records(table=table_name)[-1].decision == "refuse"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy, sort_order", [("sort", "device_id ASC NULLS LAST, event_id DESC"),
+                                                  ("zorder", "device_id, event_id")])
+def test_sort_and_zorder_strategies_rewrite_with_proof(spark, lake_root, tmp_path, table_name, strategy, sort_order):
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"),
+                         tables={table_name: {"strategy": strategy, "sort_order": sort_order}})
+    writer = simulate(spark, config, table_name, batches=4)
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.decision == "run" and outcome.validation["passed"] is True
+    assert outcome.files_after == 1
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    if strategy == "sort":
+        sql = TableName.parse(table_name).sql(config.catalog.name)
+        path = spark.sql(f"SELECT file_path FROM {sql}.files WHERE partition.ts_day = DATE '{DATE}' AND content = 0").first()[0]
+        devices = [r.device_id for r in spark.read.parquet(path).select("device_id").collect()]
+        assert devices == sorted(devices), "the rewritten file is sorted by the policy's sort order"

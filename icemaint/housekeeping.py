@@ -1,0 +1,400 @@
+"""Snapshot expiry, orphan-file removal and manifest rewrites under the operating contract.
+
+Each run is policy-gated (read_only, allowed_operations, allowed_identities), claimed (a busy claim
+defers, naming the holder), decided (run / noop / refuse), carried out by `icemaint.retention` on
+Spark, and recorded as exactly one audit record. Spark- and Dagster-agnostic, like `Compactor`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from icemaint.claims import ClaimBusy
+from icemaint.config import MaintenanceConfig
+from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, refusal_for
+from icemaint.metadata import CatalogReader
+from icemaint.names import TableName
+from icemaint.retention import (
+    ORPHAN_MIN_AGE,
+    RetentionError,
+    expire_snapshots,
+    manifests_due,
+    plan_expiry,
+    read_snapshots,
+    remove_orphan_files,
+    rewrite_manifests,
+)
+from icemaint.units import format_duration
+
+log = logging.getLogger(__name__)
+
+EXPIRE, ORPHANS, MANIFESTS = "expire", "orphans", "manifests"
+FAILED = "failed"
+# Audit records keep at most this many paths; the counts are always complete.
+MAX_LISTED_PATHS = 100
+QUARANTINE_DIR = "quarantine"
+
+
+def check_age(seconds: float | None, setting: str) -> float | None:
+    """A validated age in seconds (None passes through).
+
+    Raises:
+        RetentionError: not a finite number of zero or more seconds.
+    """
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        raise RetentionError(f"{setting}={seconds!r} is not a number of seconds")
+    if seconds < 0:
+        raise RetentionError(f"{setting}={seconds!r} is negative; an age must be zero or more")
+    return float(seconds)
+
+
+def check_retain_last(value: int | None) -> int | None:
+    """A validated retain_last (None passes through).
+
+    Raises:
+        RetentionError: not a whole number of at least 1.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RetentionError(f"retain_last={value!r} is not allowed; it must be a whole number of at least 1 "
+                             "(the current snapshot is always kept)")
+    return value
+
+
+@dataclass(frozen=True)
+class ExpiryRequest:
+    """Expire a table's old snapshots. None settings fall back to the table's policy."""
+
+    table: str
+    dry_run: bool = False
+    older_than_seconds: float | None = None
+    retain_last: int | None = None
+    keep_files: bool | None = None
+    # Snapshots that queued or running maintenance was planned on: never expired.
+    in_flight_snapshot_ids: tuple[int, ...] = ()
+    trigger: str = "manual"
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        check_age(self.older_than_seconds, "older_than")
+        check_retain_last(self.retain_last)
+
+
+@dataclass(frozen=True)
+class OrphanRequest:
+    """Remove (or quarantine) unreferenced files older than a cutoff (default: the policy's orphan age)."""
+
+    table: str
+    dry_run: bool = False
+    older_than_seconds: float | None = None
+    force: bool = False
+    quarantine: bool = False
+    trigger: str = "manual"
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        check_age(self.older_than_seconds, "older_than")
+
+
+@dataclass(frozen=True)
+class ManifestRequest:
+    """Rewrite the current snapshot's manifests when `manifests_due` says so (or always with `force`)."""
+
+    table: str
+    dry_run: bool = False
+    force: bool = False
+    trigger: str = "manual"
+    run_id: str | None = None
+
+
+@dataclass
+class RetentionOutcome:
+    """What one expiry / orphan / manifest run decided and did.
+
+    `metrics` holds the numbers a dashboard plots (counts and bytes); `evidence` the why (the
+    expiry plan's protected snapshots and notes, the orphan candidates, ...).
+    """
+
+    table: str
+    operation: str
+    decision: str
+    reason: str
+    dry_run: bool = False
+    settings: dict = field(default_factory=dict)
+    before_snapshot_id: int | None = None
+    after_snapshot_id: int | None = None
+    metadata_location_before: str | None = None
+    metadata_location_after: str | None = None
+    claim_holder: str | None = None
+    metrics: dict = field(default_factory=dict)
+    evidence: dict = field(default_factory=dict)
+    durations: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def changed_table(self) -> bool:
+        """Whether this run really changed the table or its files (not a dry run, defer, refusal or noop)."""
+        return self.decision == RUN and not self.dry_run
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _listed(paths) -> list[str]:
+    paths = list(paths)
+    return paths[:MAX_LISTED_PATHS] + ([f"... and {len(paths) - MAX_LISTED_PATHS} more"]
+                                       if len(paths) > MAX_LISTED_PATHS else [])
+
+
+class Housekeeper:
+    """Runs expiry, orphan removal and manifest rewrites, one request at a time. Not thread-safe."""
+
+    def __init__(self, config: MaintenanceConfig, spark, reader: CatalogReader, claims, audit, *,
+                 clock: Callable[[], dt.datetime] = _utcnow, progress: Callable[[str], None] | None = None):
+        self.config = config
+        self.spark = spark
+        self.reader = reader
+        self.claims = claims
+        self.audit = audit
+        self.clock = clock
+        self.progress = progress or (lambda msg: log.info(msg))
+
+    @property
+    def catalog(self) -> str:
+        return self.config.catalog.name
+
+    # -- public -----------------------------------------------------------------------------
+    def expire(self, request: ExpiryRequest) -> RetentionOutcome:
+        """Expire snapshots by policy (or the request's overrides), never inside the owner's
+        window, never a branch head, tag or in-flight run's snapshot.
+
+        Raises:
+            InvalidTableName, TableNotFound, RetentionError: bad input, before anything is touched.
+        """
+        settings = {"older_than_seconds": request.older_than_seconds, "retain_last": request.retain_last,
+                    "keep_files": request.keep_files, "in_flight_snapshot_ids": list(request.in_flight_snapshot_ids)}
+        return self._run(EXPIRE, request, settings, self._expire)
+
+    def remove_orphans(self, request: OrphanRequest) -> RetentionOutcome:
+        """Delete, or move to `<state_dir>/quarantine`, files no snapshot references and older than the cutoff.
+
+        Raises:
+            InvalidTableName, TableNotFound, RetentionError: bad input, before anything is touched.
+        """
+        settings = {"older_than_seconds": request.older_than_seconds, "force": request.force,
+                    "quarantine": request.quarantine}
+        return self._run(ORPHANS, request, settings, self._remove_orphans)
+
+    def rewrite_manifests(self, request: ManifestRequest) -> RetentionOutcome:
+        """Merge small manifests when `manifests_due` (or `force`).
+
+        Raises:
+            InvalidTableName, TableNotFound: bad input, before anything is touched.
+        """
+        return self._run(MANIFESTS, request, {"force": request.force}, self._rewrite_manifests)
+
+    # -- the contract -----------------------------------------------------------------------
+    def _run(self, operation: str, request, settings: dict, act) -> RetentionOutcome:
+        started = time.perf_counter()
+        name = TableName.parse(request.table)
+        location = self.reader.metadata_location(name.key)  # TableNotFound before anything else
+        policy = self.config.policy(name.key)
+        identity = self.config.identity()
+        outcome = RetentionOutcome(table=name.key, operation=operation, decision=NOOP, reason="",
+                                   dry_run=request.dry_run, settings=settings, metadata_location_before=location)
+        refused = refusal_for(policy, operation, identity)
+        if refused:
+            outcome.decision, outcome.reason = REFUSE, refused
+            return self._finish(request, outcome, identity, started)
+        try:
+            claim = self.claims.acquire(name.key, holder=f"icemaint:{operation}:{request.run_id or 'cli'}")
+        except ClaimBusy as exc:
+            outcome.decision, outcome.reason = DEFER, f"claim busy: {exc}"
+            outcome.claim_holder = exc.holder
+            return self._finish(request, outcome, identity, started)
+        try:
+            act(name, policy, request, outcome)
+        except Exception as exc:
+            outcome.decision, outcome.reason = FAILED, f"{type(exc).__name__}: {exc}"
+            self._finish(request, outcome, identity, started)
+            raise
+        finally:
+            claim.release()
+        return self._finish(request, outcome, identity, started)
+
+    def _finish(self, request, outcome: RetentionOutcome, identity: str, started: float) -> RetentionOutcome:
+        from icemaint.audit import AuditRecord
+
+        try:
+            outcome.metadata_location_after = self.reader.metadata_location(outcome.table)
+        except Exception as exc:  # the record must still be written; say why the location is missing
+            outcome.evidence["metadata_location_error"] = f"{type(exc).__name__}: {exc}"
+        outcome.durations["duration_seconds"] = round(time.perf_counter() - started, 3)
+        self.progress(f"{outcome.table} {outcome.operation}: {outcome.decision}: {outcome.reason}")
+        self.audit.append(AuditRecord(
+            table=outcome.table, operation=outcome.operation, decision=outcome.decision, reason=outcome.reason,
+            trigger=request.trigger, identity=identity, run_id=request.run_id,
+            before_snapshot_id=outcome.before_snapshot_id, after_snapshot_id=outcome.after_snapshot_id,
+            writer_check={"claim_holder": outcome.claim_holder} if outcome.claim_holder else {},
+            durations=outcome.durations,
+            details={"dry_run": outcome.dry_run, "settings": outcome.settings, "metrics": outcome.metrics,
+                     "evidence": outcome.evidence,
+                     "metadata_location_before": outcome.metadata_location_before,
+                     "metadata_location_after": outcome.metadata_location_after},
+        ))
+        return outcome
+
+    # -- expiry -----------------------------------------------------------------------------
+    def _expire(self, name: TableName, policy, request: ExpiryRequest, outcome: RetentionOutcome) -> None:
+        # A non-cooperating writer may commit between planning and the call: plan once more, then defer.
+        for attempt in (1, 2):
+            t0 = time.perf_counter()
+            snapshots, refs = read_snapshots(self.spark, self.catalog, name)
+            main = refs.get("main")
+            outcome.before_snapshot_id = outcome.after_snapshot_id = main.snapshot_id if main else None
+            try:
+                plan = plan_expiry(snapshots, refs, self.clock(), policy,
+                                   older_than_seconds=request.older_than_seconds, retain_last=request.retain_last,
+                                   keep_files=request.keep_files,
+                                   in_flight_snapshot_ids=request.in_flight_snapshot_ids)
+            except RetentionError as exc:  # inside the owner's window, or a protected snapshot no cutoff keeps
+                outcome.decision, outcome.reason = REFUSE, str(exc)
+                return
+            outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
+            outcome.settings.update(older_than=plan.older_than.isoformat(), retain_last=plan.retain_last,
+                                    keep_files=plan.keep_files)
+            outcome.evidence = {
+                "requested_older_than": plan.requested_older_than.isoformat(),
+                "older_than": plan.older_than.isoformat(),
+                "expiring_snapshot_ids": list(plan.expiring_snapshot_ids),
+                "protected": {str(k): v for k, v in plan.protected.items()},
+                "dropped_refs": list(plan.dropped_refs), "notes": list(plan.notes)}
+            outcome.metrics = {"snapshots_before": plan.snapshot_count,
+                               "snapshots_after": plan.snapshot_count - len(plan.expiring_snapshot_ids),
+                               "snapshots_removed": len(plan.expiring_snapshot_ids)}
+            if plan.is_noop:
+                outcome.decision = NOOP
+                outcome.reason = (f"nothing to expire: all {plan.snapshot_count} snapshots are protected or not older "
+                                  f"than {plan.older_than.isoformat()}")
+                return
+            t1 = time.perf_counter()
+            try:
+                result = expire_snapshots(self.spark, self.catalog, name, plan, dry_run=request.dry_run)
+            except RetentionError as exc:
+                text = str(exc)
+                if "concurrent commit" in text:
+                    raise  # the call ran: not a refusal, the table changed under us
+                if "stale" in text:
+                    if attempt == 1:
+                        outcome.evidence["replanned"] = text
+                        continue
+                    outcome.decision, outcome.reason = DEFER, f"the table kept moving while planning: {text}"
+                    return
+                outcome.decision, outcome.reason = REFUSE, text  # e.g. gc.enabled=false
+                return
+            outcome.durations["act_seconds"] = round(time.perf_counter() - t1, 3)
+            outcome.metrics = {
+                "snapshots_before": result.snapshots_before, "snapshots_after": result.snapshots_after,
+                "snapshots_removed": len(result.expired_snapshot_ids),
+                "data_files_deleted": result.data_files_deleted, "delete_files_deleted": result.delete_files_deleted,
+                "manifests_deleted": result.manifests_deleted, "manifest_lists_deleted": result.manifest_lists_deleted,
+                "bytes_reclaimed": result.bytes_reclaimed, "files_left_unreferenced": result.files_left_unreferenced,
+                "bytes_left_unreferenced": result.bytes_left_unreferenced}
+            outcome.evidence["expired_snapshot_ids"] = list(result.expired_snapshot_ids)
+            outcome.evidence["procedure_counts"] = dict(result.procedure_counts)
+            verb = "would expire" if request.dry_run else "expired"
+            outcome.decision = RUN
+            outcome.reason = (f"{verb} {len(result.expired_snapshot_ids)} of {result.snapshots_before} snapshots older "
+                              f"than {plan.older_than.isoformat()} (retain_last={plan.retain_last}"
+                              f"{', files kept' if plan.keep_files else ''})")
+            if request.dry_run:
+                outcome.reason = f"dry-run: {outcome.reason}; nothing changed"
+            return
+
+    # -- orphans ----------------------------------------------------------------------------
+    def _remove_orphans(self, name: TableName, policy, request: OrphanRequest, outcome: RetentionOutcome) -> None:
+        now = self.clock()
+        age = policy.orphan_older_than_seconds if request.older_than_seconds is None else request.older_than_seconds
+        cutoff = now - dt.timedelta(seconds=age)
+        quarantine = str(Path(self.config.state_dir, QUARANTINE_DIR).resolve()) if request.quarantine else None
+        outcome.settings.update(older_than=cutoff.isoformat(), quarantine_dir=quarantine)
+        forced_young = request.force and dt.timedelta(seconds=age) < ORPHAN_MIN_AGE
+        refs = read_snapshots(self.spark, self.catalog, name)[1]
+        main = refs.get("main")
+        outcome.before_snapshot_id = outcome.after_snapshot_id = main.snapshot_id if main else None
+        t0 = time.perf_counter()
+        try:
+            result = remove_orphan_files(self.spark, self.catalog, name, older_than=cutoff, now=now,
+                                         force=request.force, dry_run=request.dry_run, quarantine_dir=quarantine)
+        except RetentionError as exc:
+            if "could not move" in str(exc):
+                raise  # some files may already be in quarantine: a failure, not a refusal
+            outcome.decision, outcome.reason = REFUSE, str(exc)
+            return
+        outcome.durations["act_seconds"] = round(time.perf_counter() - t0, 3)
+        removed = len(result.moved) if result.quarantined_to else len(result.deleted)
+        outcome.metrics = {"candidates": len(result.candidates), "removed": removed, "bytes": result.bytes}
+        outcome.evidence = {"table_location": result.table_location, "candidates": _listed(result.candidates),
+                            "forced_cutoff_under_24h": forced_young, "quarantined_to": result.quarantined_to}
+        where = f"files older than {format_duration(age)} ({cutoff.isoformat()})"
+        if not result.candidates:
+            outcome.decision, outcome.reason = NOOP, f"no orphan {where}"
+            return
+        outcome.decision = RUN
+        verb = "quarantined" if quarantine else "deleted"
+        if request.dry_run:
+            outcome.reason = f"dry-run: {len(result.candidates)} orphan {where}, {result.bytes} bytes; nothing changed"
+        else:
+            outcome.reason = f"{verb} {removed} orphan {where}, {result.bytes} bytes"
+        if forced_young:
+            outcome.reason += "; FORCED cutoff under 24 h"
+
+    # -- manifests --------------------------------------------------------------------------
+    def _rewrite_manifests(self, name: TableName, policy, request: ManifestRequest,
+                           outcome: RetentionOutcome) -> None:
+        refs = read_snapshots(self.spark, self.catalog, name)[1]
+        main = refs.get("main")
+        outcome.before_snapshot_id = outcome.after_snapshot_id = main.snapshot_id if main else None
+        lengths = [int(r["length"]) for r in self.spark.sql(
+            f"SELECT length FROM {name.sql(self.catalog)}.`manifests`").collect()]
+        small = sum(1 for n in lengths if n < policy.manifest_small_bytes)
+        due, why = manifests_due(len(lengths), small, policy)
+        outcome.evidence = {"due": due, "why": why, "small_manifests": small,
+                            "manifest_small_bytes": policy.manifest_small_bytes}
+        outcome.metrics = {"manifests_before": len(lengths), "bytes_before": sum(lengths)}
+        if not due and not request.force:
+            outcome.decision, outcome.reason = NOOP, f"not due: {why}"
+            return
+        t0 = time.perf_counter()
+        result = rewrite_manifests(self.spark, self.catalog, name, dry_run=request.dry_run)
+        outcome.durations["act_seconds"] = round(time.perf_counter() - t0, 3)
+        outcome.metrics = {"manifests_before": result.manifests_before, "manifests_after": result.manifests_after,
+                           "bytes_before": result.bytes_before, "bytes_after": result.bytes_after,
+                           "rewritten_manifests": result.rewritten_manifests,
+                           "added_manifests": result.added_manifests}
+        if not request.dry_run:
+            refs = read_snapshots(self.spark, self.catalog, name)[1]
+            outcome.after_snapshot_id = refs["main"].snapshot_id if "main" in refs else None
+        trigger = why if due else f"forced ({why})"
+        outcome.decision = RUN
+        if request.dry_run:
+            outcome.reason = (f"dry-run: would rewrite {result.manifests_before} manifests into about "
+                              f"{result.manifests_after}: {trigger}; nothing changed")
+        elif not result.rewritten_manifests:
+            outcome.decision = NOOP
+            outcome.reason = f"rewrite_manifests found nothing to merge ({trigger})"
+        else:
+            outcome.reason = (f"rewrote {result.rewritten_manifests} manifests into {result.added_manifests}: "
+                              f"{trigger}")
