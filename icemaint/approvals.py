@@ -31,10 +31,10 @@ def approve(config, audit, table: str, date: str, note: str | None = None):
     return record
 
 
-def is_approved(audit, table: str, date: str) -> bool:
-    """An approval for (table, date) newer than its last compaction run."""
+def is_approved(records, date: str) -> bool:
+    """Whether one table's audit records hold an approval for `date` newer than its last compaction run."""
     latest_approval = latest_run = None
-    for r in audit.records(table=table):
+    for r in records:
         if r.date != date:
             continue
         if r.operation == "approve" and r.decision == "approved":

@@ -26,6 +26,31 @@ def compaction_run_request(decision, health, trigger: str = "sensor") -> dg.RunR
     )
 
 
+class TickHistory:
+    """The audit log read at most once per tick (and only if some table is evaluated), indexed by table.
+
+    Reading it per evaluated table made a tick cost tables x log size.
+    """
+
+    def __init__(self, log):
+        self.log = log
+        self._by_table = None
+
+    def _records(self, table: str) -> list:
+        if self._by_table is None:
+            self._by_table = {}
+            for r in self.log.records():
+                if r.operation in ("compact", "approve"):
+                    self._by_table.setdefault(r.table, []).append(r)
+        return self._by_table.get(table, [])
+
+    def past_runs(self, table: str) -> list[dict]:
+        return [r.details for r in self._records(table) if r.operation == "compact" and r.decision == "run"]
+
+    def approved(self, table: str, date: str) -> bool:
+        return is_approved(self._records(table), date)
+
+
 def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: TableClaimResource,
                         audit: AuditResource, cursor_text: str | None, now: dt.datetime, date_keys: set[str]):
     """The tick's plan: shared by the sensor and `icemaint tick`."""
@@ -36,12 +61,10 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
         info = claims.holder_of(table)
         return getattr(info, "holder", None) if info else None
 
-    def past_runs(table):
-        return [r.details for r in audit.records(table=table, operation="compact") if r.decision == "run"]
-
+    history = TickHistory(audit.log)
     plan = plan_compaction_tick(
         config, tables, metadata_location=catalog.metadata_location, health=catalog.health,
-        claim_holder=holder, approved=lambda t, d: is_approved(audit.log, t, d), past_runs=past_runs,
+        claim_holder=holder, approved=history.approved, past_runs=history.past_runs,
         cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
         valid_dates=lambda d: d in date_keys)
     for d in plan.to_record:
