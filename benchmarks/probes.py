@@ -1,0 +1,109 @@
+"""What compaction buys a reader: planning and scan time of a query on the date, and files it opens.
+
+Two probes on the compacted date:
+- the project's own probe (`icemaint.compaction.probe_query`, `SELECT count(*) ... WHERE <date>`),
+  which Iceberg may answer from manifest statistics alone (aggregate push-down);
+- a scan probe (`count(*)` and `sum(reading)`), which cannot be pushed down and opens every file
+  the scan plans.
+Timing follows `probe_query`: planning is forced with `toRdd().getNumPartitions()`, the scan is
+the `collect()` after it. Files opened come from Iceberg's scan metrics on the executed plan.
+"""
+
+from __future__ import annotations
+
+import time
+
+from icemaint.compaction import probe_query
+
+from benchmarks.measure import median
+
+# Iceberg's driver-side scan metrics (SparkScan custom metrics) that count what a scan plans.
+SCAN_METRICS = ("resultDataFiles", "resultDeleteFiles", "scannedDataManifests", "skippedDataFiles",
+                "totalPlanningDuration", "totalDataFileSize")
+
+
+def count_probe_sql(table_sql: str, scope: str) -> str:
+    """The SQL of `icemaint.compaction.probe_query` (same text), for counting the files it plans."""
+    return f"SELECT count(*) AS n FROM {table_sql} WHERE {scope}"
+
+
+def scan_probe_sql(table_sql: str, scope: str) -> str:
+    return f"SELECT count(*) AS n, sum(reading) AS total FROM {table_sql} WHERE {scope}"
+
+
+def _iter_plan(node):
+    """Every node of an executed physical plan, through adaptive and query-stage wrappers."""
+    yield node
+    name = node.getClass().getSimpleName()
+    if name == "AdaptiveSparkPlanExec":
+        yield from _iter_plan(node.executedPlan())
+        return
+    if name.endswith("QueryStageExec"):
+        yield from _iter_plan(node.plan())
+    children = node.children()
+    for i in range(children.length()):
+        yield from _iter_plan(children.apply(i))
+
+
+def scan_metrics(df) -> dict:
+    """Iceberg scan metrics of an executed DataFrame, summed over its batch scans.
+
+    Returns `{"batch_scans": 0}` when no scan ran (the aggregate was answered from metadata).
+    """
+    out = {"batch_scans": 0, **{m: 0 for m in SCAN_METRICS}}
+    for node in _iter_plan(df._jdf.queryExecution().executedPlan()):
+        if node.getClass().getSimpleName() != "BatchScanExec":
+            continue
+        out["batch_scans"] += 1
+        metrics = node.metrics()
+        for name in SCAN_METRICS:
+            found = metrics.get(name)
+            if found.isDefined():
+                out[name] += int(found.get().value())
+    out["files_opened"] = out["resultDataFiles"] + out["resultDeleteFiles"]
+    return out
+
+
+def timed_query(spark, sql: str) -> dict:
+    """Planning and scan time of `sql` measured like `probe_query`, plus the scan's metrics."""
+    t0 = time.perf_counter()
+    df = spark.sql(sql)
+    df._jdf.queryExecution().toRdd().getNumPartitions()  # forces Iceberg scan planning
+    t1 = time.perf_counter()
+    rows = df.collect()
+    t2 = time.perf_counter()
+    return {"planning_ms": round((t1 - t0) * 1000, 3), "scan_ms": round((t2 - t1) * 1000, 3),
+            "result": [list(r) for r in rows], **scan_metrics(df)}
+
+
+def measure_probes(spark, table_sql: str, scope: str, reps: int) -> dict:
+    """Both probes on the table's current state: medians over `reps` after one untimed warm-up each.
+
+    The warm-up keeps JIT and class loading of a first query out of the figures; each timed query
+    still loads the table's metadata afresh (the benchmark catalog caches nothing).
+    """
+    spark.sql(f"REFRESH TABLE {table_sql}")
+    probe_query(spark, table_sql, scope)
+    project = [probe_query(spark, table_sql, scope) for _ in range(reps)]
+    count_plan = timed_query(spark, count_probe_sql(table_sql, scope))
+    timed_query(spark, scan_probe_sql(table_sql, scope))
+    scans = [timed_query(spark, scan_probe_sql(table_sql, scope)) for _ in range(reps)]
+    return {
+        "count_probe": {
+            "planning_ms": median(p["planning_ms"] for p in project),
+            "scan_ms": median(p["scan_ms"] for p in project),
+            "rows": project[0]["rows"],
+            "files_opened": count_plan["files_opened"],
+            "pushed_down": count_plan["batch_scans"] == 0,
+            "scannedDataManifests": count_plan["scannedDataManifests"],
+        },
+        "scan_probe": {
+            "planning_ms": median(s["planning_ms"] for s in scans),
+            "scan_ms": median(s["scan_ms"] for s in scans),
+            "iceberg_planning_ms": median(s["totalPlanningDuration"] for s in scans),
+            "rows": scans[0]["result"][0][0],
+            **{k: scans[0][k] for k in ("files_opened", "resultDataFiles", "resultDeleteFiles",
+                                         "scannedDataManifests", "skippedDataFiles", "totalDataFileSize")},
+        },
+        "reps": reps,
+    }
