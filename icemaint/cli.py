@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Sequence
 
+from icemaint import cli_retention
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -173,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="build the demo warehouse and run the maintenance loop on it")
     s.add_argument("--batches", type=int, default=12)
     s.set_defaults(func=cmd_demo)
+    cli_retention.register(sub)  # expire, orphans, manifests
     return p
 
 

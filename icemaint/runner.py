@@ -68,6 +68,10 @@ class MaintenanceRunner:
                     outcome = entry.metadata[outcome_key].value
             if event.is_step_failure:
                 error = event.event_specific_data.error.message.strip().splitlines()[0] if event.event_specific_data.error else "step failed"
+                # A refusal fails its step on purpose and carries its outcome: report the decision it is.
+                failure = event.event_specific_data.user_failure_data
+                if not outcome and failure is not None and outcome_key in failure.metadata:
+                    outcome = failure.metadata[outcome_key].value
         return RunReport(result.run_id, result.success, outcome, error)
 
     def health(self, table: str) -> RunReport:
@@ -82,3 +86,29 @@ class MaintenanceRunner:
         run_config = {"ops": {"compaction": {"config": {"dry_run": dry_run, "approved": approved}}}}
         return self._execute("compaction_job", f"{day}|{key}", run_config,
                              tags={"icemaint/table": key, "icemaint/trigger": trigger})
+
+    # -- retention ---------------------------------------------------------------------------
+    def _retention(self, job_name: str, asset: str, table: str, settings: dict, trigger: str) -> RunReport:
+        key = self.check_table(table)
+        config = {k: v for k, v in settings.items() if v is not None}
+        return self._execute(job_name, key, {"ops": {asset: {"config": config}}},
+                             tags={"icemaint/table": key, "icemaint/trigger": trigger})
+
+    def expire(self, table: str, *, older_than: str | None = None, retain_last: int | None = None,
+               keep_files: bool | None = None, dry_run: bool = False, trigger: str = "cli") -> RunReport:
+        """Materialize `expired_snapshots` for the table (older_than: a duration such as "7d")."""
+        return self._retention("expiry_job", "expired_snapshots", table,
+                               {"dry_run": dry_run, "older_than": older_than, "retain_last": retain_last,
+                                "keep_files": keep_files}, trigger)
+
+    def orphans(self, table: str, *, older_than: str | None = None, force: bool = False, quarantine: bool = False,
+                dry_run: bool = False, trigger: str = "cli") -> RunReport:
+        """Materialize `orphan_files` for the table (older_than: a duration such as "72h")."""
+        return self._retention("orphans_job", "orphan_files", table,
+                               {"dry_run": dry_run, "older_than": older_than, "force": force,
+                                "quarantine": quarantine}, trigger)
+
+    def manifests(self, table: str, *, force: bool = False, dry_run: bool = False, trigger: str = "cli") -> RunReport:
+        """Materialize `rewritten_manifests` for the table."""
+        return self._retention("manifests_job", "rewritten_manifests", table,
+                               {"dry_run": dry_run, "force": force}, trigger)

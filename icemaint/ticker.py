@@ -41,7 +41,7 @@ class Ticker:
         self.cursor_path.write_text(json.dumps(data))
 
     def tick(self, dry_run: bool = False) -> dict:
-        """One tick: discovery, compaction decisions, requested runs. Returns a JSON-able report."""
+        """One tick: discovery, compaction and retention decisions, requested runs. Returns a JSON-able report."""
         from maint_assets.partitions import date_partitions, table_partitions
         from sensors.compaction import evaluate_compaction
         from sensors.discovery import discover_tables
@@ -88,5 +88,39 @@ class Ticker:
         lines.append(f"tick: {len(plan.evaluated)} tables evaluated, {len(plan.unchanged)} unchanged, "
                      f"{sum(1 for d in decisions if d['decision'] == RUN)} runs"
                      + (f", errors: {plan.errors}" if plan.errors else ""))
-        return {"decisions": decisions, "discovered": added, "removed": removed, "errors": plan.errors,
-                "lines": lines, "failed": failed or bool(plan.errors)}
+        retention, retention_lines, retention_failed, retention_errors = self._tick_retention(dry_run)
+        decisions += retention
+        lines += retention_lines
+        errors = {**plan.errors, **retention_errors}
+        return {"decisions": decisions, "discovered": added, "removed": removed, "errors": errors,
+                "lines": lines, "failed": failed or retention_failed or bool(errors)}
+
+    def _tick_retention(self, dry_run: bool) -> tuple[list[dict], list[str], bool, dict]:
+        """Retention after compaction (which may just have superseded files): expiry, orphans, manifests."""
+        from sensors.retention import encode_cursor, evaluate_retention
+
+        plan = evaluate_retention(self.runner.instance, self.catalog, self.claims, self.audit,
+                                  self._cursor("retention"), dt.datetime.now(dt.timezone.utc))
+        run = {"expire": self.runner.expire, "orphans": self.runner.orphans, "manifests": self.runner.manifests}
+        entries, lines, failed = [], [], False
+        for d in plan.decisions:
+            entry = {"table": d.table, "date": None, "operation": d.operation, "decision": d.verdict,
+                     "reason": d.reason}
+            line = f"{d.table} {d.operation}: {d.verdict}: {d.reason}"
+            if d.verdict == RUN and not dry_run:
+                report = run[d.operation](d.table, trigger="tick")
+                outcome = report.outcome
+                entry.update({"run_id": report.run_id, "success": report.success,
+                              "result": outcome.get("decision", "error"),
+                              "result_reason": outcome.get("reason", report.error),
+                              "metrics": outcome.get("metrics", {})})
+                line += f" -> {entry['result']}: {entry['result_reason']}"
+                failed |= not report.success
+            entries.append(entry)
+            if d.verdict != "noop":
+                lines.append(line)
+        if not dry_run:
+            self._save_cursor("retention", encode_cursor(plan.cursor))
+        lines.append(f"retention: {len(plan.evaluated)} tables evaluated, {len(plan.unchanged)} unchanged, "
+                     f"{len(plan.runs)} runs" + (f", errors: {plan.errors}" if plan.errors else ""))
+        return entries, lines, failed, plan.errors

@@ -13,12 +13,14 @@ from maint_assets.compaction import build_compaction_assets
 from maint_assets.health import table_health
 from maint_assets.jobs import build_jobs
 from maint_assets.partitions import date_partitions, table_date_partitions, table_partitions
+from maint_assets.retention import RETENTION_ASSETS
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.settings import MaintenanceSettings
 from resources.spark import SparkResource
 from sensors.compaction import build_compaction_sensor
 from sensors.discovery import build_discovery_sensor
+from sensors.retention import build_retention_sensor
 from sensors.schedules import build_window_schedule
 
 
@@ -30,11 +32,15 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
     jobs = build_jobs(table_partitions, multi)
     settings = MaintenanceSettings(config_path=str(config_path or config.source or ""))
     return dg.Definitions(
-        assets=[table_health, compaction, validation_report],
+        assets=[table_health, compaction, validation_report, *RETENTION_ASSETS],
         asset_checks=validation_checks,
+        # Also for the implicit asset job that UI materializations and backfills run: the default
+        # multiprocess executor would start a Spark session per step.
+        executor=dg.in_process_executor,
         jobs=list(jobs.values()),
         sensors=[build_discovery_sensor(jobs["health"]),
-                 build_compaction_sensor(jobs["compaction"], date_partitions(config.dates_start))],
+                 build_compaction_sensor(jobs["compaction"], date_partitions(config.dates_start)),
+                 build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"])],
         schedules=[build_window_schedule(jobs["compaction"], date_partitions(config.dates_start))],
         resources={
             "settings": settings,

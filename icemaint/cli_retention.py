@@ -1,0 +1,114 @@
+"""`icemaint expire | orphans | manifests`: retention from the command line, through the Dagster jobs.
+
+Settings are validated before anything runs (a bad one exits 2 naming it); a refusal or a failed
+run exits 1; a run, a dry run, a deferral or nothing to do exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from icemaint.config import MaintenanceConfig
+from icemaint.housekeeping import check_age, check_retain_last
+from icemaint.units import parse_duration
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def _duration(value: str | None, option: str) -> str | None:
+    """The option's duration, checked now (ValueError naming the option) and passed on as written."""
+    if value is None:
+        return None
+    try:
+        check_age(parse_duration(value), option)
+    except ValueError as exc:
+        raise ValueError(f"{option} {value!r}: {exc}") from None
+    return value
+
+
+def _retain_last(value: int | None) -> int | None:
+    try:
+        return check_retain_last(value)
+    except ValueError as exc:
+        raise ValueError(f"--retain-last: {exc}") from None
+
+
+def _report(args, operation: str, report) -> int:
+    outcome = dict(report.outcome) or {"table": args.table, "operation": operation, "decision": "error",
+                                       "reason": report.error}
+    outcome["run_id"] = report.run_id
+    outcome["success"] = report.success
+    if report.error and not outcome.get("reason"):
+        outcome["reason"] = report.error
+    status = EXIT_OK if report.success and outcome.get("decision") not in ("refuse", "failed", "error") else EXIT_FAILED
+    if args.json:
+        print(json.dumps(outcome, indent=2, default=str))
+    else:
+        stream = sys.stdout if status == EXIT_OK else sys.stderr
+        print(f"{outcome.get('table')} {operation}: {outcome.get('decision')}: {outcome.get('reason')}", file=stream)
+        metrics = outcome.get("metrics") or {}
+        if metrics:
+            print("    " + ", ".join(f"{k} {v}" for k, v in metrics.items()), file=stream)
+    return status
+
+
+def _runner(config: MaintenanceConfig, args):
+    from icemaint.runner import MaintenanceRunner
+
+    runner = MaintenanceRunner(config, args.config)
+    runner.check_table(args.table)  # TableNotFound / InvalidTableName before any run
+    return runner
+
+
+def cmd_expire(config: MaintenanceConfig, args) -> int:
+    older_than = _duration(args.older_than, "--older-than")
+    retain_last = _retain_last(args.retain_last)
+    report = _runner(config, args).expire(args.table, older_than=older_than, retain_last=retain_last,
+                                          keep_files=True if args.keep_files else None, dry_run=args.dry_run)
+    return _report(args, "expire", report)
+
+
+def cmd_orphans(config: MaintenanceConfig, args) -> int:
+    older_than = _duration(args.older_than, "--older-than")
+    report = _runner(config, args).orphans(args.table, older_than=older_than, force=args.force,
+                                           quarantine=args.quarantine, dry_run=args.dry_run)
+    return _report(args, "orphans", report)
+
+
+def cmd_manifests(config: MaintenanceConfig, args) -> int:
+    report = _runner(config, args).manifests(args.table, force=args.force, dry_run=args.dry_run)
+    return _report(args, "manifests", report)
+
+
+def register(subparsers) -> None:
+    """Add the `expire`, `orphans` and `manifests` subcommands to `icemaint`'s parser."""
+    s = subparsers.add_parser("expire", help="expire old snapshots by policy (never inside the owner's window, "
+                                             "never a branch, tag or in-flight run's snapshot)")
+    s.add_argument("table")
+    s.add_argument("--older-than", metavar="DURATION",
+                   help="expire snapshots older than this, e.g. 7d, 72h (default: the policy's snapshot_older_than)")
+    s.add_argument("--retain-last", type=int, metavar="N", help="always keep the newest N snapshots (N >= 1)")
+    s.add_argument("--keep-files", action="store_true",
+                   help="expire the snapshots but leave their files for orphan removal")
+    s.add_argument("--dry-run", action="store_true", help="report what would expire, change nothing")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_expire)
+
+    s = subparsers.add_parser("orphans", help="remove (or quarantine) files no snapshot references")
+    s.add_argument("table")
+    s.add_argument("--older-than", metavar="DURATION",
+                   help="only files older than this, e.g. 72h (default: the policy's orphan_older_than; "
+                        "under 24h needs --force)")
+    s.add_argument("--force", action="store_true", help="allow a cutoff under 24 h (audited)")
+    s.add_argument("--quarantine", action="store_true", help="move the files to <state_dir>/quarantine instead")
+    s.add_argument("--dry-run", action="store_true", help="list the candidates, change nothing")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_orphans)
+
+    s = subparsers.add_parser("manifests", help="rewrite small manifests when the policy says they are due")
+    s.add_argument("table")
+    s.add_argument("--force", action="store_true", help="rewrite even when not due")
+    s.add_argument("--dry-run", action="store_true", help="report the estimate, change nothing")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_manifests)

@@ -1,0 +1,195 @@
+"""`expired_snapshots`, `orphan_files` and `rewritten_manifests` (per table), run by `icemaint.housekeeping`.
+
+Each materializes only when it changed the table or its files; dry runs, defers and noops are
+observations, and a refusal is an observation followed by a Failure naming the policy.
+"""
+
+
+from typing import Optional
+
+import dagster as dg
+
+from icemaint.decisions import REFUSE
+from icemaint.housekeeping import (
+    ExpiryRequest,
+    Housekeeper,
+    ManifestRequest,
+    OrphanRequest,
+    RetentionOutcome,
+)
+from icemaint.units import parse_duration
+from maint_assets.compaction import PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG, table_dimension_mapping
+from maint_assets.health import table_health
+from maint_assets.metadata import as_json, numeric
+from maint_assets.partitions import split_table_date, table_partitions
+from resources.catalog import IcebergCatalogResource
+from resources.claims import AuditResource, TableClaimResource
+from resources.spark import SparkResource
+
+COMPACTION_JOB = "compaction_job"
+IN_FLIGHT_STATUSES = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                      dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
+
+
+class ExpiryConfig(dg.Config):
+    dry_run: bool = False
+    older_than: Optional[str] = None
+    retain_last: Optional[int] = None
+    keep_files: Optional[bool] = None
+
+
+class OrphanConfig(dg.Config):
+    dry_run: bool = False
+    older_than: Optional[str] = None
+    force: bool = False
+    quarantine: bool = False
+
+
+class ManifestConfig(dg.Config):
+    dry_run: bool = False
+    force: bool = False
+
+
+def run_table(run) -> Optional[str]:
+    """The table a run maintains: its `icemaint/table` tag, else its partition's table."""
+    tags = run.tags
+    if tags.get(TABLE_TAG):
+        return tags[TABLE_TAG]
+    if tags.get("dagster/partition/table"):
+        return tags["dagster/partition/table"]
+    partition = tags.get("dagster/partition")
+    if not partition:
+        return None
+    return split_table_date(partition)[0] if "|" in partition else partition
+
+
+def runs_in_flight(instance, job_name: Optional[str] = None) -> list:
+    """Queued, starting and running runs (optionally of one job)."""
+    return list(instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=list(IN_FLIGHT_STATUSES))))
+
+
+def in_flight_planned_snapshots(instance, table: str, exclude_run_id: Optional[str] = None) -> tuple[int, ...]:
+    """Snapshots that queued or running compactions of `table` were planned on (their sensor tag)."""
+    found = set()
+    for run in runs_in_flight(instance, COMPACTION_JOB):
+        planned = run.tags.get(PLANNED_SNAPSHOT_TAG)
+        if run.run_id != exclude_run_id and planned and run_table(run) == table:
+            found.add(int(planned))
+    return tuple(sorted(found))
+
+
+def outcome_metadata(outcome: RetentionOutcome) -> dict:
+    return {**numeric({**outcome.metrics, **outcome.durations}),
+            "decision": dg.MetadataValue.text(outcome.decision),
+            "reason": dg.MetadataValue.text(outcome.reason),
+            "dry_run": dg.MetadataValue.bool(outcome.dry_run),
+            "before_snapshot_id": dg.MetadataValue.text(str(outcome.before_snapshot_id)),
+            "after_snapshot_id": dg.MetadataValue.text(str(outcome.after_snapshot_id)),
+            "metadata_location": dg.MetadataValue.path(str(outcome.metadata_location_after)),
+            "outcome": as_json(outcome.to_dict())}
+
+
+def _duration(value: Optional[str], setting: str) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise dg.Failure(description=f"invalid config {setting}: {exc}") from None
+
+
+def _report(context: dg.AssetExecutionContext, asset_key: str, outcome: RetentionOutcome, materialize: bool):
+    """Yield the outcome as the asset's materialization, or observe it (and fail on a refusal)."""
+    context.log.info(f"{outcome.table} {outcome.operation}: {outcome.decision}: {outcome.reason}")
+    metadata = outcome_metadata(outcome)
+    if materialize:
+        yield dg.Output(None, metadata=metadata)
+        return
+    # Yielded, not logged: events logged with context.log_event are lost when the step then fails.
+    yield dg.AssetObservation(asset_key=asset_key, partition=context.partition_key, metadata=metadata)
+    if outcome.decision == REFUSE:
+        raise dg.Failure(description=f"refused {outcome.operation} on {outcome.table}: {outcome.reason}",
+                         metadata={"reason": dg.MetadataValue.text(outcome.reason)})
+
+
+def _housekeeper(context, spark: SparkResource, catalog: IcebergCatalogResource, claims: TableClaimResource,
+                 audit: AuditResource) -> Housekeeper:
+    return Housekeeper(spark.settings.config, spark.session, catalog.reader, claims.claims, audit.log,
+                       progress=context.log.info)
+
+
+def _request_fields(context: dg.AssetExecutionContext) -> dict:
+    return {"table": context.partition_key, "trigger": context.run.tags.get(TRIGGER_TAG, "manual"),
+            "run_id": context.run.run_id}
+
+
+def _bad_config(exc: ValueError) -> dg.Failure:
+    return dg.Failure(description=f"invalid config: {exc}")
+
+
+@dg.asset(
+    partitions_def=table_partitions,
+    group_name="maintenance",
+    kinds={"spark", "iceberg"},
+    deps=[dg.AssetDep("compaction", partition_mapping=table_dimension_mapping())],
+    output_required=False,
+    description="Expires a table's old snapshots (expire_snapshots) by policy under the table's claim: never "
+                "inside the owner's retention window, never a branch head, tag or the snapshot a queued or "
+                "running compaction was planned on. Materializes only when snapshots were expired.",
+)
+def expired_snapshots(context: dg.AssetExecutionContext, config: ExpiryConfig, spark: SparkResource,
+                      catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
+    try:
+        request = ExpiryRequest(**_request_fields(context), dry_run=config.dry_run,
+                                older_than_seconds=_duration(config.older_than, "older_than"),
+                                retain_last=config.retain_last, keep_files=config.keep_files,
+                                in_flight_snapshot_ids=in_flight_planned_snapshots(
+                                    context.instance, context.partition_key, context.run.run_id))
+    except ValueError as exc:
+        raise _bad_config(exc) from None
+    outcome = _housekeeper(context, spark, catalog, claims, audit).expire(request)
+    yield from _report(context, "expired_snapshots", outcome, materialize=outcome.changed_table)
+
+
+@dg.asset(
+    partitions_def=table_partitions,
+    group_name="maintenance",
+    kinds={"spark", "iceberg"},
+    deps=[expired_snapshots],
+    output_required=False,
+    description="Removes files under the table location that no snapshot references and that are older than "
+                "the cutoff (default: the policy's orphan age, at least 24 h unless forced, which is audited); "
+                "optionally moves them to <state_dir>/quarantine instead. Materializes whenever a real scan "
+                "completed, also when it found nothing.",
+)
+def orphan_files(context: dg.AssetExecutionContext, config: OrphanConfig, spark: SparkResource,
+                 catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
+    try:
+        request = OrphanRequest(**_request_fields(context), dry_run=config.dry_run,
+                                older_than_seconds=_duration(config.older_than, "older_than"),
+                                force=config.force, quarantine=config.quarantine)
+    except ValueError as exc:
+        raise _bad_config(exc) from None
+    outcome = _housekeeper(context, spark, catalog, claims, audit).remove_orphans(request)
+    # A completed scan that found nothing still closes the expiry -> orphans step for the sensor.
+    scanned = not outcome.dry_run and outcome.decision in ("run", "noop")
+    yield from _report(context, "orphan_files", outcome, materialize=scanned)
+
+
+@dg.asset(
+    partitions_def=table_partitions,
+    group_name="maintenance",
+    kinds={"spark", "iceberg"},
+    deps=[table_health],
+    output_required=False,
+    description="Merges the current snapshot's small manifests (rewrite_manifests) when the policy's manifest "
+                "thresholds say so, or when forced. Materializes only when manifests were rewritten.",
+)
+def rewritten_manifests(context: dg.AssetExecutionContext, config: ManifestConfig, spark: SparkResource,
+                        catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
+    request = ManifestRequest(**_request_fields(context), dry_run=config.dry_run, force=config.force)
+    outcome = _housekeeper(context, spark, catalog, claims, audit).rewrite_manifests(request)
+    yield from _report(context, "rewritten_manifests", outcome, materialize=outcome.changed_table)
+
+
+RETENTION_ASSETS = (expired_snapshots, orphan_files, rewritten_manifests)

@@ -1,0 +1,202 @@
+"""`icemaint` in process: health, compact (and --dry-run), exit codes on bad input, refusals, audit, tick."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import uuid
+from types import SimpleNamespace
+
+import dagster as dg
+import pytest
+
+from conftest import write_config
+from icemaint.audit import open_audit
+from icemaint.cli import main
+from icemaint.config import load_config
+from icemaint.instance import get_instance
+from icemaint.metadata import CatalogReader
+from icemaint.names import TableName
+from icemaint.simulator import StreamingWriter, WorkloadSpec
+
+# health numbers that depend on when they are read
+CLOCK_FIELDS = ("oldest_snapshot_age_seconds", "seconds_since_writer_commit")
+
+
+@pytest.fixture(autouse=True)
+def _restore_dagster_home(monkeypatch, tmp_path):
+    # the CLI points $DAGSTER_HOME at the config's state dir; keep that out of other tests.
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
+
+
+@pytest.fixture(scope="module")
+def estate(spark, lake_root, tmp_path_factory):
+    """One simulated table with deletes on 3 dates; configs admitting only this module's namespace."""
+    root = tmp_path_factory.mktemp("cli")
+    namespace = f"cli_{uuid.uuid4().hex[:8]}"
+    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=f"{namespace}.events", days=3, rows_per_day=8,
+                                                          delete_every=2, deletes_per_batch=3, seed=3))
+    writer.create_table()
+    writer.run(4)
+    common = {"state_dir": str(root / "state"), "scope": {"include": [f"{namespace}.events"]}}
+    path = write_config(root / "maintenance.yaml", lake_root, **common)
+    read_only = write_config(root / "read-only.yaml", lake_root, **common,
+                             tables={writer.name.key: {"read_only": True}})
+    return SimpleNamespace(namespace=namespace, root=root, writer=writer, table=writer.name.key,
+                           sql=writer.name.sql("lake"), path=str(path), read_only=str(read_only),
+                           config=load_config(path), lake_root=lake_root)
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def metadata_location(estate) -> str:
+    return CatalogReader(estate.config).metadata_location(estate.table)
+
+
+def event_ids(spark, estate, snapshot_id=None) -> list[int]:
+    at = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id else ""
+    return sorted(r[0] for r in spark.sql(f"SELECT event_id FROM {estate.sql}{at}").collect())
+
+
+def test_health_json_equals_the_pyiceberg_health_and_is_materialized(capsys, estate):
+    code, out, err = run_cli(capsys, "--config", estate.path, "health", estate.table, "--json")
+    assert code == 0, err
+    printed = json.loads(out)
+    for key in ("table", "snapshot_id", "data_files", "small_files", "total_bytes", "delete_files", "manifests",
+                "snapshots", "partitions"):
+        assert key in printed, key
+    assert printed["table"] == estate.table
+    assert [p["date"] for p in printed["partitions"]] == ["2026-01-01", "2026-01-02", "2026-01-03"]
+    for part in printed["partitions"]:
+        assert {"date", "data_files", "small_files", "total_bytes"} <= set(part)
+    expected = json.loads(json.dumps(CatalogReader(estate.config).health(estate.table).to_dict(), default=str))
+    for key in CLOCK_FIELDS:
+        assert printed.pop(key) == pytest.approx(expected.pop(key), abs=120)
+    assert printed == expected
+    assert printed["delete_files"] > 0 and printed["data_files"] == 12
+    # the CLI drove the code location: the materialization is in the state dir's instance
+    records = get_instance(estate.config).fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("table_health"), asset_partitions=[estate.table]), limit=1).records
+    assert records and records[0].asset_materialization.metadata["data_files"].value == printed["data_files"]
+
+
+def test_compact_dry_run_changes_nothing(capsys, spark, estate):
+    location = metadata_location(estate)
+    records = len(open_audit(estate.config).records(table=estate.table))
+    code, out, err = run_cli(capsys, "--config", estate.path, "compact", estate.table, "--date", "2026-01-01",
+                             "--dry-run", "--json")
+    assert code == 0, err
+    [outcome] = json.loads(out)
+    assert outcome["decision"] == "run" and outcome["dry_run"] is True
+    assert "dry-run" in outcome["reason"] and outcome["after_snapshot_id"] is None
+    assert metadata_location(estate) == location
+    audit = open_audit(estate.config).records(table=estate.table)
+    assert len(audit) == records + 1 and audit[-1].details["dry_run"] is True
+
+
+def test_compact_json_reports_the_proof_and_keeps_every_row(capsys, spark, estate):
+    date = "2026-01-02"
+    ids_before = event_ids(spark, estate)
+    assert ids_before == sorted(estate.writer.ledger.expected_ids())
+    code, out, err = run_cli(capsys, "--config", estate.path, "compact", estate.table, "--date", date, "--json")
+    assert code == 0, err
+    [outcome] = json.loads(out)
+    for key in ("table", "date", "decision", "reason", "before_snapshot_id", "after_snapshot_id", "files_before",
+                "files_after", "validation", "rolled_back"):
+        assert key in outcome, key
+    assert (outcome["table"], outcome["date"], outcome["decision"]) == (estate.table, date, "run"), outcome["reason"]
+    assert outcome["validation"]["passed"] is True and outcome["rolled_back"] is False
+    assert outcome["files_before"] == 4 and outcome["files_after"] == 1
+    assert outcome["before_snapshot_id"] != outcome["after_snapshot_id"]
+    assert CatalogReader(estate.config).load(estate.table).current_snapshot().snapshot_id == outcome["after_snapshot_id"]
+    assert event_ids(spark, estate) == ids_before
+    assert event_ids(spark, estate, outcome["before_snapshot_id"]) == ids_before
+
+    code, out, err = run_cli(capsys, "--config", estate.path, "audit", "--table", estate.table, "--json")
+    assert code == 0, err
+    records = json.loads(out)
+    [run] = [r for r in records if r["run_id"] == outcome["run_id"]]
+    assert run["decision"] == "run" and run["operation"] == "compact" and run["date"] == date
+    assert run["after_snapshot_id"] == outcome["after_snapshot_id"] and run["validation"]["passed"] is True
+    assert [r["decision"] for r in records if r["details"].get("dry_run")] == ["run"]  # the dry run is there too
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compact", "not a table", "--date", "2026-01-03"], "not a table"),
+    (["compact", "x.y;DROP", "--date", "2026-01-03"], "x.y;DROP"),
+    (["compact", "{table}", "--date", "2026-02-30"], "not a calendar date"),
+    (["compact", "{table}", "--date", "03/01/2026"], "not a calendar date"),
+    (["compact", "{table}", "--date", "2019-12-31"], "dates_start"),
+    (["compact", "{namespace}.missing", "--date", "2026-01-03"], "not found"),
+    (["health", "{namespace}.missing"], "not found"),
+    (["compact", "{table}", "--from", "2026-01-03", "--to", "2026-01-01"], "before"),
+])
+def test_bad_input_exits_2_with_a_message_and_mutates_nothing(capsys, estate, argv, message):
+    location = metadata_location(estate)
+    audit = len(open_audit(estate.config).records())
+    runs = get_instance(estate.config).get_runs_count()
+    argv = [a.format(table=estate.table, namespace=estate.namespace) for a in argv]
+    code, out, err = run_cli(capsys, "--config", estate.path, *argv)
+    assert code == 2
+    assert err.startswith("error: ") and message.format(namespace=estate.namespace) in err, err
+    assert metadata_location(estate) == location
+    assert len(open_audit(estate.config).records()) == audit
+    assert get_instance(estate.config).get_runs_count() == runs
+
+
+def test_read_only_table_is_refused_with_a_failing_exit_code(capsys, estate):
+    location = metadata_location(estate)
+    code, out, err = run_cli(capsys, "--config", estate.read_only, "compact", estate.table, "--date", "2026-01-03",
+                             "--json")
+    assert code not in (0, 2)
+    [outcome] = json.loads(out)
+    assert outcome["decision"] == "refuse" and "read-only" in outcome["reason"], outcome
+    assert outcome["after_snapshot_id"] is None and outcome["validation"]["passed"] is None
+    assert metadata_location(estate) == location
+    code, out, err = run_cli(capsys, "--config", estate.read_only, "audit", "--table", estate.table,
+                             "--operation", "compact", "--json")
+    last = json.loads(out)[-1]
+    assert (last["decision"], last["date"]) == ("refuse", "2026-01-03") and "read-only" in last["reason"]
+
+
+def test_tick_defers_while_the_writer_is_active_then_compacts_and_validates(capsys, spark, estate):
+    """An estate of one streaming table; the writer's last commit is within its 15 s idle window."""
+    idle = 15
+    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=f"{estate.namespace}.stream", days=1, rows_per_day=6,
+                                                          delete_every=0, seed=9))
+    writer.create_table()
+    writer.run(3)
+    path = write_config(estate.root / "tick.yaml", estate.lake_root, state_dir=str(estate.root / "tick-state"),
+                        scope={"include": [writer.name.key]}, tables={writer.name.key: {"writer_idle": f"{idle}s"}})
+    config = load_config(path)
+    last_commit = dt.datetime.fromisoformat(CatalogReader(config).health(writer.name.key).last_writer_commit_at)
+
+    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["discovered"] == [writer.name.key]
+    [deferred] = [d for d in report["decisions"] if d.get("operation") == "compact"]
+    assert (dt.datetime.now(dt.timezone.utc) - last_commit).total_seconds() < idle, "the tick came too late"
+    assert deferred["decision"] == "defer" and deferred["reason"].startswith("writer active"), deferred
+    assert "run_id" not in deferred
+    assert any("writer active" in line for line in report["lines"])
+    assert [r.decision for r in open_audit(config).records(table=writer.name.key, operation="compact")] == ["defer"]
+    assert CatalogReader(config).health(writer.name.key).partition("2026-01-01").data_files == 3
+
+    time.sleep(max(0.0, idle + 0.5 - (dt.datetime.now(dt.timezone.utc) - last_commit).total_seconds()))
+    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--json")
+    assert code == 0, err
+    [ran] = [d for d in json.loads(out)["decisions"] if d.get("operation") == "compact"]
+    assert ran["decision"] == "run" and ran["success"] is True and ran["result"] == "run", ran
+    assert ran["validation"] is True and ran["rolled_back"] is False
+    assert (ran["files_before"], ran["files_after"]) == (3, 1)
+    assert sorted(r[0] for r in spark.sql(f"SELECT event_id FROM {writer.table_sql}").collect()) == \
+        sorted(writer.ledger.expected_ids())
+    decisions = [r.decision for r in open_audit(config).records(table=writer.name.key, operation="compact")]
+    assert decisions == ["defer", "run"]

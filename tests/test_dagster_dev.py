@@ -1,0 +1,158 @@
+"""`dagster dev` serves the code location: assets, partitions, checks and sensors over GraphQL, telemetry off,
+no warnings from our modules, and it stops when its process group is told to."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import write_config
+from icemaint.config import load_config
+from icemaint.instance import ensure_dagster_home
+
+REPO = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 45
+# A Python warning raised in one of our packages, as the warnings module prints it.
+OUR_WARNING = re.compile(r"/(icemaint|maint_assets|resources|sensors)/[\w/]+\.py:\d+: \w*Warning")
+
+pytestmark = pytest.mark.slow
+
+LOCATION_QUERY = """{ workspaceOrError { __typename ... on Workspace { locationEntries { name loadStatus
+  locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
+ASSETS_QUERY = """{ assetNodes { assetKey { path } groupName
+  partitionDefinition { type name dimensionTypes { name type dynamicPartitionsDefinitionName } }
+  assetChecksOrError { __typename ... on AssetChecks { checks { name blocking } } } } }"""
+SENSORS_QUERY = """{ repositoriesOrError { __typename ... on RepositoryConnection { nodes { name
+  location { name } jobs { name } sensors { name sensorState { status }
+  targets { pipelineName } } } } } }"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def graphql(port: int, query: str, timeout: float = 10.0) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        body = json.loads(response.read())
+    assert "errors" not in body, body["errors"]
+    return body["data"]
+
+
+def dagster_executable() -> str:
+    beside = Path(sys.executable).parent / "dagster"
+    return str(beside if beside.exists() else REPO / ".venv" / "bin" / "dagster")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the whole process group (webserver, daemon, code servers), SIGKILL if it lingers."""
+    if proc.poll() is None or group_alive(proc.pid):
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline and group_alive(proc.pid):
+        time.sleep(0.5)
+        proc.poll()
+    if group_alive(proc.pid):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def wait_until_loaded(proc: subprocess.Popen, port: int, log_path: Path) -> dict:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    last = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"dagster dev exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            data = graphql(port, LOCATION_QUERY, timeout=5)
+            entries = data["workspaceOrError"].get("locationEntries") or []
+            if entries and all(e["loadStatus"] == "LOADED" for e in entries):
+                return data
+            last = data
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+            last = exc
+        time.sleep(1.0)
+    pytest.fail(f"dagster dev did not answer with a loaded location in {STARTUP_TIMEOUT_S}s (last: {last}):\n"
+                f"{log_path.read_text()[-4000:]}")
+
+
+def test_dagster_dev_serves_the_location(tmp_path, lake_root, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))  # ensure_dagster_home sets it
+    # An empty namespace: the always-on sensors find nothing to run in the shared test warehouse.
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        scope={"include": [f"dev_{uuid.uuid4().hex[:8]}.*"]})
+    home = ensure_dagster_home(load_config(path))
+    settings = yaml.safe_load((home / "dagster.yaml").read_text())
+    assert settings["telemetry"] == {"enabled": False}
+
+    workdir = tmp_path / "dev"
+    workdir.mkdir()
+    (workdir / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [{"python_module": {
+        "module_name": "maint_assets.definitions", "working_directory": str(REPO)}}]}))
+    port = free_port()
+    log_path = workdir / "dagster-dev.log"
+    # PYTHONWARNINGS=default: deprecations are shown outside __main__ too, so the log can prove there are none
+    env = {**os.environ, "ICEMAINT_CONFIG": str(path), "DAGSTER_HOME": str(home), "PYTHONWARNINGS": "default"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([dagster_executable(), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1",
+                                 "-p", str(port)], cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        location = wait_until_loaded(proc, port, log_path)
+        entries = location["workspaceOrError"]["locationEntries"]
+        assert [e["locationOrLoadError"]["__typename"] for e in entries] == ["RepositoryLocation"], entries
+
+        nodes = {"/".join(n["assetKey"]["path"]): n for n in graphql(port, ASSETS_QUERY)["assetNodes"]}
+        assert {"table_health", "compaction", "validation_report"} <= set(nodes), sorted(nodes)
+        health = nodes["table_health"]["partitionDefinition"]
+        assert health["type"] == "DYNAMIC" and health["name"] == "table"
+        for asset in ("compaction", "validation_report"):
+            partitions = nodes[asset]["partitionDefinition"]
+            assert partitions["type"] == "MULTIPARTITIONED", asset
+            dims = {d["name"]: d for d in partitions["dimensionTypes"]}
+            assert dims["date"]["type"] == "TIME_WINDOW"
+            assert dims["table"]["type"] == "DYNAMIC" and dims["table"]["dynamicPartitionsDefinitionName"] == "table"
+        checks = {c["name"]: c["blocking"] for c in nodes["compaction"]["assetChecksOrError"]["checks"]}
+        assert checks == {"row_count_parity": True, "sample_comparison": True, "column_aggregates": True}
+
+        [repo] = graphql(port, SENSORS_QUERY)["repositoriesOrError"]["nodes"]
+        sensors = {s["name"]: s for s in repo["sensors"]}
+        assert {"table_discovery", "compaction_sensor"} <= set(sensors)
+        assert sensors["table_discovery"]["targets"][0]["pipelineName"] == "health_job"
+        assert sensors["compaction_sensor"]["targets"][0]["pipelineName"] == "compaction_job"
+        assert all(s["sensorState"]["status"] == "RUNNING" for s in sensors.values())
+        assert {"health_job", "compaction_job"} <= {j["name"] for j in repo["jobs"]}
+    finally:
+        stop(proc)
+    assert proc.returncode is not None and not group_alive(proc.pid)
+    text = log_path.read_text()
+    assert "Serving dagster-webserver" in text
+    assert not OUR_WARNING.findall(text), [line for line in text.splitlines() if OUR_WARNING.search(line)]

@@ -1,0 +1,335 @@
+"""Retention through Dagster: the assets' materializations and metadata, the retention sensor's
+requests and order (expiry, then orphans), and the `icemaint expire | orphans | manifests` CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from conftest import write_config
+from icemaint.audit import open_audit
+from icemaint.cli import main
+from icemaint.config import load_config
+from icemaint.metadata import CatalogReader
+from icemaint.policy import TablePolicy
+from icemaint.retention import read_snapshots
+from icemaint.runner import MaintenanceRunner
+from icemaint.simulator import StreamingWriter, WorkloadSpec
+from maint_assets.compaction import PLANNED_SNAPSHOT_TAG, TABLE_TAG
+from resources.catalog import IcebergCatalogResource
+from resources.claims import AuditResource, TableClaimResource
+from resources.settings import MaintenanceSettings
+from sensors.retention import RetentionSignals, decide_retention, expiry_due_at
+
+NOW = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+DAY = 86400.0
+
+
+def simulate(spark, table, batches=3):
+    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=2, rows_per_day=10, delete_every=0))
+    writer.create_table()
+    writer.run(batches)
+    return writer
+
+
+def latest(instance, asset: str, table: str):
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[table]), limit=1).records
+    return records[0].asset_materialization if records else None
+
+
+def rows(spark, table):
+    return sorted(r[0] for r in spark.sql(f"SELECT event_id FROM lake.{table}").collect())
+
+
+def plant(path: Path, age_seconds: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a table file" * 10)
+    stamp = time.time() - age_seconds
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# The sensor's pure decision
+# ---------------------------------------------------------------------------------------------
+
+def signals(snapshots=5, oldest_age_days=10.0, manifests=3, small=3, location="/wh/t.a/metadata/v7.metadata.json"):
+    return RetentionSignals("t.a", location, snapshots, NOW.timestamp() - oldest_age_days * DAY, manifests, small)
+
+
+def decide(sig=None, policy=TablePolicy(), **kwargs):
+    args = dict(claim_holder=None, in_flight_jobs=set(), expiry_mark=None, orphans_mark=None)
+    args.update(kwargs)
+    return {d.operation: d for d in decide_retention(sig or signals(), policy, "maint", NOW, **args)}
+
+
+def test_expiry_is_requested_when_due_and_orphans_only_after_it():
+    first = decide()
+    assert first["expire"].verdict == "run" and "older than snapshot_older_than" in first["expire"].reason
+    assert first["expire"].run_key == decide()["expire"].run_key  # deterministic
+    assert first["expire"].run_key != decide(signals(location="/wh/t.a/metadata/v8.metadata.json"))["expire"].run_key
+    assert first["orphans"].verdict == "noop" and "follows an expiry" in first["orphans"].reason
+    assert first["manifests"].verdict == "noop" and "below manifest_min_count" in first["manifests"].reason
+
+    # expiry due again before the last expiry's orphans were removed: the orphans go first, never both at once
+    both_due = decide(expiry_mark=10, orphans_mark=None)
+    assert both_due["orphans"].verdict == "run" and both_due["expire"].verdict == "defer"
+    assert "orphan removal after the previous expiry goes first" in both_due["expire"].reason
+    busy = decide(expiry_mark=10, orphans_mark=None, in_flight_jobs={"compaction_job"})
+    assert busy["orphans"].verdict == busy["expire"].verdict == "defer"
+
+    after = decide(signals(snapshots=1, oldest_age_days=0.1), expiry_mark=10, orphans_mark=4)
+    assert after["expire"].verdict == "noop"
+    assert after["orphans"].verdict == "run" and after["orphans"].run_key == "orphans:t.a:10"
+    done = decide(signals(snapshots=1, oldest_age_days=0.1), expiry_mark=10, orphans_mark=11)
+    assert done["orphans"].verdict == "noop" and "after the latest expiry" in done["orphans"].reason
+
+
+@pytest.mark.parametrize("kwargs, operation, verdict, reason", [
+    (dict(sig=signals(snapshots=1), in_flight_jobs={"compaction_job"}, expiry_mark=3), "orphans", "defer", "runs in flight on the table: compaction_job"),
+    (dict(in_flight_jobs={"expiry_job"}), "expire", "defer", "expiry_job"),
+    (dict(in_flight_jobs={"compaction_job"}), "expire", "run", "older than"),
+    (dict(claim_holder="ingest"), "expire", "defer", "claim busy: held by ingest"),
+    (dict(requested={"expire": None}), "expire", "run", "older than"),
+    (dict(policy=TablePolicy(allowed_operations=frozenset({"compact"}))), "expire", "refuse", "not allowed by policy"),
+    (dict(policy=TablePolicy(read_only=True)), "expire", "noop", "read_only"),
+    (dict(policy=TablePolicy(manifest_min_count=3)), "manifests", "run", "3 manifests"),
+    (dict(sig=signals(snapshots=1)), "expire", "noop", "keeps them all"),
+    (dict(sig=signals(oldest_age_days=2)), "expire", "noop", "expiry after"),
+])
+def test_decisions_gate_on_runs_claims_and_policy(kwargs, operation, verdict, reason):
+    decision = decide(**kwargs)[operation]
+    assert decision.verdict == verdict and reason in decision.reason
+
+
+def test_a_request_already_made_is_not_repeated():
+    key = decide()["expire"].run_key
+    again = decide(requested={"expire": key})["expire"]
+    assert again.verdict == "noop" and "already requested" in again.reason
+    # an orphan run still queued holds a new expiry back; once it is gone (done or failed) expiry may go
+    orphans_key = "orphans:t.a:10"
+    queued = decide(expiry_mark=10, requested={"orphans": orphans_key}, in_flight_jobs={"orphans_job"})
+    assert queued["orphans"].verdict == queued["expire"].verdict == "defer"
+    gone = decide(expiry_mark=10, requested={"orphans": orphans_key})
+    assert gone["orphans"].verdict == "noop" and gone["expire"].verdict == "run"
+
+
+def test_expiry_due_time_lets_an_unchanged_table_sleep():
+    policy = TablePolicy()
+    assert expiry_due_at(signals(oldest_age_days=2), policy) == pytest.approx(NOW.timestamp() + 5 * DAY + 1)
+    assert expiry_due_at(signals(snapshots=1), policy) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Assets through the runner (the same path as the CLI and the UI)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def runner(config_file):
+    return MaintenanceRunner(load_config(config_file), str(config_file))
+
+
+def test_assets_materialize_with_numeric_metadata(spark, runner, table_name):
+    writer = simulate(spark, table_name, batches=3)
+    spark.sql(f"CALL lake.system.rewrite_data_files(table => '{table_name}', options => map('min-input-files', '2'))")
+    snapshots, _ = read_snapshots(spark, "lake", table_name)
+    key = runner.check_table(table_name)
+    # a compaction running on the second snapshot: expiry must keep it (and so everything newer)
+    planned = snapshots[1].snapshot_id
+    compaction = runner.instance.create_run_for_job(runner.defs.resolve_job_def("compaction_job"),
+                                                    status=dg.DagsterRunStatus.STARTED,
+                                                    tags={TABLE_TAG: key, PLANNED_SNAPSHOT_TAG: str(planned)})
+    report = runner.expire(key, older_than="0s", retain_last=1)
+    assert report.success, report.error
+    assert report.outcome["decision"] == "run"
+    assert "in-flight" in report.outcome["evidence"]["protected"][str(planned)]
+    assert [s.snapshot_id for s in read_snapshots(spark, "lake", table_name)[0]] == [
+        s.snapshot_id for s in snapshots[1:]]
+
+    runner.instance.report_run_canceled(compaction)
+    report = runner.expire(key, older_than="0s", retain_last=1)
+    assert report.success and report.outcome["decision"] == "run", report.outcome
+    assert [s.snapshot_id for s in read_snapshots(spark, "lake", table_name)[0]] == [snapshots[-1].snapshot_id]
+    meta = latest(runner.instance, "expired_snapshots", key).metadata
+    assert isinstance(meta["snapshots_before"], dg.IntMetadataValue) and meta["snapshots_before"].value == 3
+    assert (meta["snapshots_after"].value, meta["snapshots_removed"].value) == (1, 2)
+    assert meta["data_files_deleted"].value == 6 and meta["bytes_reclaimed"].value > 0
+    assert isinstance(meta["duration_seconds"], dg.FloatMetadataValue)
+
+    ns, name = table_name.split(".")
+    orphan = plant(Path(load_config(runner.config.source).catalog.warehouse, ns, name, "data", "stray.parquet"), 4 * DAY)
+    report = runner.orphans(key)
+    assert report.success and report.outcome["decision"] == "run", report.outcome
+    meta = latest(runner.instance, "orphan_files", key).metadata
+    assert (meta["candidates"].value, meta["removed"].value, meta["bytes"].value) == (1, 1, 160)
+    assert not orphan.exists()
+
+    report = runner.manifests(key)  # 4 manifests < manifest_min_count 20: an observation, no materialization
+    assert report.success and report.outcome["decision"] == "noop"
+    assert latest(runner.instance, "rewritten_manifests", key) is None
+    report = runner.manifests(key, force=True)
+    assert report.success and report.outcome["decision"] == "run"
+    meta = latest(runner.instance, "rewritten_manifests", key).metadata
+    assert meta["manifests_before"].value > meta["manifests_after"].value == 1
+    assert rows(spark, table_name) == sorted(writer.ledger.expected_ids())
+    ops = [(r.operation, r.decision, r.trigger) for r in open_audit(runner.config).records(table=key)]
+    assert ops == [("expire", "run", "cli"), ("expire", "run", "cli"), ("orphans", "run", "cli"), ("manifests", "noop", "cli"),
+                   ("manifests", "run", "cli")]
+
+
+def test_read_only_table_is_refused_with_a_failure(spark, tmp_path, lake_root, table_name):
+    path = write_config(tmp_path / "ro.yaml", lake_root, state_dir=str(tmp_path / "ro-state"),
+                        tables={table_name: {"read_only": True}})
+    runner = MaintenanceRunner(load_config(path), str(path))
+    simulate(spark, table_name, batches=2)
+    location = CatalogReader(runner.config).metadata_location(table_name)
+    report = runner.expire(table_name, older_than="0s")
+    assert not report.success and "refused expire" in report.error and "read-only" in report.error
+    assert report.outcome["decision"] == "refuse"
+    assert CatalogReader(runner.config).metadata_location(table_name) == location
+    assert latest(runner.instance, "expired_snapshots", table_name) is None
+    assert [r.decision for r in open_audit(runner.config).records(table=table_name)] == ["refuse"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The sensor on a real table and instance
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_sensor_requests_expiry_then_orphans_and_nothing_for_an_unchanged_table(spark, tmp_path, lake_root,
+                                                                                 table_name):
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        defaults={"snapshot_older_than": "0s", "manifest_min_count": 3})
+    runner = MaintenanceRunner(load_config(path), str(path))
+    writer = simulate(spark, table_name, batches=3)
+    key = runner.check_table(table_name)
+    settings = MaintenanceSettings(config_path=str(path))
+    resources = {"catalog": IcebergCatalogResource(settings=settings), "claims": TableClaimResource(settings=settings),
+                 "audit": AuditResource(settings=settings)}
+    sensor = runner.defs.resolve_sensor_def("retention_sensor")
+
+    def tick(cursor):
+        with dg.build_sensor_context(instance=runner.instance, cursor=cursor, resources=resources) as context:
+            result = sensor(context)
+        return result, {(r.job_name, r.partition_key): r for r in result.run_requests}
+
+    first, requests = tick(None)
+    assert set(requests) == {("expiry_job", key), ("manifests_job", key)}
+    first_expiry_key = requests[("expiry_job", key)].run_key
+    assert first_expiry_key.startswith(f"expire:{key}:")
+    assert requests[("expiry_job", key)].tags == {TABLE_TAG: key, "icemaint/trigger": "sensor"}
+    again, repeated = tick(None)
+    assert {r.run_key for r in repeated.values()} == {r.run_key for r in requests.values()}  # deterministic
+
+    # the daemon would launch these; run them as it would (no run config). Manifests first: its commit is
+    # one more snapshot, which this policy (snapshot_older_than 0s) would want to expire again.
+    assert runner.manifests(key, trigger="sensor").outcome["decision"] == "run"
+    assert runner.expire(key, trigger="sensor").outcome["decision"] == "run"
+
+    # a compaction running on the table holds orphan removal back
+    queued = runner.instance.create_run_for_job(runner.defs.resolve_job_def("compaction_job"),
+                                                status=dg.DagsterRunStatus.STARTED, tags={TABLE_TAG: key})
+    held, requests = tick(first.cursor)
+    assert requests == {}
+    assert "waiting for runs in flight on the table: compaction_job" in held.skip_reason.skip_message
+    runner.instance.report_run_canceled(queued)
+
+    second, requests = tick(held.cursor)
+    assert set(requests) == {("orphans_job", key)}
+    expiry_event = runner.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("expired_snapshots"), asset_partitions=[key]), limit=1).records[0]
+    assert requests[("orphans_job", key)].run_key == f"orphans:{key}:{expiry_event.storage_id}"
+    assert runner.orphans(key, trigger="sensor").success
+
+    third, requests = tick(second.cursor)
+    assert requests == {}
+    assert "0 tables evaluated, 1 unchanged" in third.skip_reason.skip_message
+    assert json.loads(third.cursor) == json.loads(second.cursor)
+
+    writer.run(1)  # the table moves on: evaluated again, and (snapshot_older_than 0s) expiry is due again
+    fourth, requests = tick(third.cursor)
+    assert set(requests) == {("expiry_job", key)}
+    assert requests[("expiry_job", key)].run_key != first_expiry_key
+    assert rows(spark, table_name) == sorted(writer.ledger.expected_ids())
+
+
+@pytest.mark.slow
+def test_tick_runs_expiry_then_orphans_on_the_next_tick(spark, tmp_path, lake_root, table_name, capsys):
+    from icemaint.ticker import Ticker
+
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        defaults={"snapshot_older_than": "0s"}, scope={"include": [table_name]})
+    writer = simulate(spark, table_name, batches=2)  # 2 small files a day: below min_input_files, no compaction
+
+    def retention(report):
+        return {d["operation"]: d for d in report["decisions"] if d["date"] is None}
+
+    assert main(["--config", str(path), "tick", "--json"]) == 0
+    first = retention(json.loads(capsys.readouterr().out))
+    assert (first["expire"]["decision"], first["expire"]["result"]) == ("run", "run")
+    assert first["expire"]["metrics"]["snapshots_removed"] == 1
+    assert first["orphans"]["decision"] == "noop" and "result" not in first["orphans"]
+
+    ticker = Ticker(load_config(path), str(path))
+    second = retention(ticker.tick())
+    assert second["expire"]["decision"] == "noop"
+    assert (second["orphans"]["decision"], second["orphans"]["result"]) == ("run", "noop")  # nothing stray
+    third = ticker.tick()
+    assert retention(third) == {} and "retention: 0 tables evaluated, 1 unchanged, 0 runs" in third["lines"]
+    assert rows(spark, table_name) == sorted(writer.ledger.expected_ids())
+    trail = [(r.operation, r.decision, r.trigger) for r in open_audit(load_config(path)).records(table=table_name)]
+    assert trail == [("expire", "run", "tick"), ("orphans", "noop", "tick")]
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+
+def test_cli_json_output_and_exit_codes(spark, config_file, table_name, capsys):
+    simulate(spark, table_name, batches=3)
+    config = load_config(config_file)
+    reader = CatalogReader(config)
+    location = reader.metadata_location(table_name)
+    base = ["--config", str(config_file)]
+
+    for bad, message in [
+        (["expire", table_name, "--retain-last", "0"], "retain_last=0"),
+        (["expire", table_name, "--older-than=-1h"], "negative"),
+        (["orphans", table_name, "--older-than", "3y"], "not a duration"),
+        (["expire", "t.no_such_table"], "not found"),
+        (["manifests", "t.x;drop"], "t.x;drop"),
+    ]:
+        assert main(base + bad) == 2, bad
+        assert message in capsys.readouterr().err
+    assert reader.metadata_location(table_name) == location
+    assert open_audit(config).records(table=table_name) == []
+
+    assert main(base + ["expire", table_name, "--older-than", "0s", "--dry-run", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["decision"], out["dry_run"], out["metrics"]["snapshots_removed"]) == ("run", True, 2)
+    assert out["success"] is True and out["run_id"]
+    assert reader.metadata_location(table_name) == location
+
+    assert main(base + ["orphans", table_name, "--older-than", "1h", "--json"]) == 1  # under 24 h, not forced
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision"] == "refuse" and "less than 24 h" in out["reason"]
+
+    assert main(base + ["expire", table_name, "--older-than", "0s", "--retain-last", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision"] == "run" and out["metrics"]["snapshots_after"] == 2
+    assert reader.metadata_location(table_name) != location
+
+    assert main(base + ["manifests", table_name]) == 0
+    assert "manifests: noop: not due" in capsys.readouterr().out
+    assert main(base + ["orphans", table_name, "--force", "--older-than", "1h", "--quarantine", "--dry-run"]) == 0
+    assert "orphans: noop" in capsys.readouterr().out
+    decisions = [(r.operation, r.decision) for r in open_audit(config).records(table=table_name)]
+    assert decisions == [("expire", "run"), ("orphans", "refuse"), ("expire", "run"), ("manifests", "noop"),
+                         ("orphans", "noop")]

@@ -1,0 +1,216 @@
+"""The sensors on a real warehouse: discovery keeps the `table` partitions equal to the catalog, and the
+compaction sensor requests runs, defers or refuses, records why, and costs O(1) on an unchanged table."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import dagster as dg
+import pytest
+
+from conftest import write_config
+from icemaint.audit import open_audit
+from icemaint.claims import open_claims
+from icemaint.config import load_config
+from icemaint.metadata import CatalogReader
+from icemaint.names import TableName
+from icemaint.simulator import StreamingWriter, WorkloadSpec
+from icemaint.tick import decode_cursor
+from maint_assets.compaction import PLANNED_SNAPSHOT_TAG
+from maint_assets.definitions import build_definitions
+
+DATES = ["2026-01-01", "2026-01-02", "2026-01-03"]
+
+
+@pytest.fixture(scope="module")
+def namespace() -> str:
+    # Every config here admits only this namespace: the shared warehouse holds other tests' tables.
+    return f"sens_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def hot(spark, namespace):
+    """A table with 3 small files on each of 3 dates and an idle-by-default writer."""
+    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=f"{namespace}.hot", days=3, rows_per_day=8,
+                                                          delete_every=0, seed=5))
+    writer.create_table()
+    writer.run(3)
+    return writer
+
+
+@pytest.fixture(autouse=True)
+def _restore_dagster_home(monkeypatch, tmp_path):
+    # build_definitions points $DAGSTER_HOME at the config's state dir; keep that out of other tests.
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
+
+
+class Location:
+    """The code location built from one config file, and what a sensor tick needs from it."""
+
+    def __init__(self, path):
+        self.path = path
+        self.config = load_config(path)
+        self.defs = build_definitions(str(path))
+        self.resources = dict(self.defs.resources)
+        self.audit = open_audit(self.config)
+
+    def tick(self, name: str, instance, cursor: str | None = None):
+        sensor = self.defs.resolve_sensor_def(name)
+        with dg.build_sensor_context(instance=instance, cursor=cursor, resources=self.resources) as context:
+            return sensor(context)
+
+
+def location(tmp_path, lake_root, namespace, name="maintenance", **overrides) -> Location:
+    path = write_config(tmp_path / f"{name}.yaml", lake_root, state_dir=str(tmp_path / f"{name}-state"),
+                        scope={"include": [f"{namespace}.*"]}, **overrides)
+    return Location(path)
+
+
+def apply_partition_requests(result: dg.SensorResult, instance) -> None:
+    """What the daemon does with a tick's dynamic partition requests."""
+    for request in result.dynamic_partitions_requests or []:
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
+
+
+def instance_with(*tables):
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("table", list(tables))
+    return instance
+
+
+def skip_text(result) -> str:
+    if isinstance(result, dg.SkipReason):
+        return result.skip_message or ""
+    return (result.skip_reason.skip_message if result.skip_reason else "") or ""
+
+
+@pytest.fixture
+def health_reads(monkeypatch):
+    """Spy on metadata reads: which tables the sensor computed health for (the real read still runs)."""
+    calls = []
+    real = CatalogReader.health
+
+    def counted(self, table, *args, **kwargs):
+        calls.append(table)
+        return real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(CatalogReader, "health", counted)
+    return calls
+
+
+def test_discovery_adds_new_tables_removes_dropped_ones_and_requests_health(spark, tmp_path, lake_root, namespace,
+                                                                             hot):
+    loc = location(tmp_path, lake_root, namespace)
+    gone = f"{namespace}.gone"
+    spark.sql(f"CREATE TABLE {TableName.parse(gone).sql('lake')} (id BIGINT) USING iceberg")
+    instance = dg.DagsterInstance.ephemeral()
+
+    first = loc.tick("table_discovery", instance)
+    assert isinstance(first, dg.SensorResult)
+    adds = [r for r in first.dynamic_partitions_requests if isinstance(r, dg.AddDynamicPartitionsRequest)]
+    assert [(r.partitions_def_name, sorted(r.partition_keys)) for r in adds] == [("table", sorted([hot.name.key, gone]))]
+    assert not [r for r in first.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
+    assert sorted(r.partition_key for r in first.run_requests) == sorted([hot.name.key, gone])
+    assert all(r.run_key == f"discovered:{r.partition_key}" for r in first.run_requests)
+    apply_partition_requests(first, instance)
+    assert sorted(instance.get_dynamic_partitions("table")) == sorted([hot.name.key, gone])
+
+    quiet = loc.tick("table_discovery", instance)
+    assert isinstance(quiet, dg.SkipReason) and "no change" in quiet.skip_message
+
+    spark.sql(f"DROP TABLE {TableName.parse(gone).sql('lake')} PURGE")
+    second = loc.tick("table_discovery", instance)
+    deletes = [r for r in second.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
+    assert [(r.partitions_def_name, list(r.partition_keys)) for r in deletes] == [("table", [gone])]
+    assert not [r for r in second.dynamic_partitions_requests if isinstance(r, dg.AddDynamicPartitionsRequest)]
+    assert not second.run_requests  # nothing to observe on a dropped table
+    apply_partition_requests(second, instance)
+    assert instance.get_dynamic_partitions("table") == [hot.name.key]
+
+
+def test_idle_writer_gets_one_deterministic_run_per_due_date_and_an_unchanged_table_costs_o1(
+        tmp_path, lake_root, namespace, hot, health_reads):
+    loc = location(tmp_path, lake_root, namespace)
+    table = hot.name.key
+    snapshot = CatalogReader(loc.config).load(table).current_snapshot().snapshot_id
+    instance = instance_with(table)
+
+    result = loc.tick("compaction_sensor", instance)
+    assert isinstance(result, dg.SensorResult)
+    requests = sorted(result.run_requests, key=lambda r: str(r.partition_key))
+    assert [str(r.partition_key) for r in requests] == [f"{d}|{table}" for d in DATES]
+    assert [r.run_key for r in requests] == [f"compact:{table}:{d}:{snapshot}" for d in DATES]
+    assert all(r.tags[PLANNED_SNAPSHOT_TAG] == str(snapshot) for r in requests)
+    assert all(r.tags["icemaint/table"] == table for r in requests)
+    assert health_reads == [table]
+    assert not [r for r in loc.audit.records(table=table) if r.decision in ("defer", "refuse")]
+    cursor = decode_cursor(result.cursor)
+    assert cursor[table].metadata_location == CatalogReader(loc.config).metadata_location(table)
+
+    # the same table state plans the same runs: a run_key dedupes a repeated request
+    again = loc.tick("compaction_sensor", instance_with(table))
+    assert sorted(r.run_key for r in again.run_requests) == [r.run_key for r in requests]
+
+    # unchanged since the cursor: nothing requested and no health read, only the metadata location
+    health_reads.clear()
+    unchanged = loc.tick("compaction_sensor", instance, cursor=result.cursor)
+    assert not unchanged.run_requests
+    assert health_reads == []
+    assert "1 unchanged" in skip_text(unchanged)
+    assert unchanged.cursor == result.cursor
+
+    # a writer commit moves the metadata: the cursor advances and the plan is on the new snapshot
+    hot.write_batch()
+    moved = loc.tick("compaction_sensor", instance, cursor=result.cursor)
+    new_snapshot = CatalogReader(loc.config).load(table).current_snapshot().snapshot_id
+    assert health_reads == [table]
+    assert sorted(r.run_key for r in moved.run_requests) == [f"compact:{table}:{d}:{new_snapshot}" for d in DATES]
+    assert decode_cursor(moved.cursor)[table].metadata_location != cursor[table].metadata_location
+
+
+def test_active_writer_defers_with_a_reason_and_an_audit_record(tmp_path, lake_root, namespace, hot):
+    table = hot.name.key
+    loc = location(tmp_path, lake_root, namespace, tables={table: {"writer_idle": "1h"}})
+    result = loc.tick("compaction_sensor", instance_with(table))
+    assert not result.run_requests
+    text = skip_text(result)
+    assert "writer active" in text and "3 deferred" in text
+    defers = [r for r in loc.audit.records(table=table, operation="compact") if r.decision == "defer"]
+    assert sorted(r.date for r in defers) == DATES
+    for record in defers:
+        assert record.reason.startswith("writer active"), record.reason
+        assert record.trigger == "sensor" and record.writer_check["idle"] is False
+        assert record.writer_check["writer_idle_seconds"] == 3600
+    # a recheck is scheduled for when the idle window ends, not before
+    recheck = decode_cursor(result.cursor)[table].recheck_at
+    assert recheck is not None and time.time() + 3000 < recheck <= time.time() + 3600
+
+
+def test_claim_held_by_a_writer_defers_naming_the_holder(tmp_path, lake_root, namespace, hot):
+    table = hot.name.key
+    loc = location(tmp_path, lake_root, namespace)
+    with open_claims(loc.config).acquire(table, holder="ingest-job"):
+        result = loc.tick("compaction_sensor", instance_with(table))
+    assert not result.run_requests
+    assert "claim busy: held by ingest-job" in skip_text(result)
+    defers = [r for r in loc.audit.records(table=table, operation="compact") if r.decision == "defer"]
+    assert sorted(r.date for r in defers) == DATES
+    assert all("ingest-job" in r.reason for r in defers)
+    # once the claim is free the same (unchanged) table is rechecked later, then runs
+    assert decode_cursor(result.cursor)[table].recheck_at is not None
+
+
+def test_read_only_table_is_refused_and_the_refusal_recorded(tmp_path, lake_root, namespace, hot):
+    table = hot.name.key
+    loc = location(tmp_path, lake_root, namespace, tables={table: {"read_only": True}})
+    result = loc.tick("compaction_sensor", instance_with(table))
+    assert not result.run_requests
+    assert "3 refused" in skip_text(result) and "read-only" in skip_text(result)
+    refusals = [r for r in loc.audit.records(table=table, operation="compact") if r.decision == "refuse"]
+    assert sorted(r.date for r in refusals) == DATES
+    assert all("read-only" in r.reason for r in refusals)
