@@ -87,9 +87,12 @@ def run_demo(config: MaintenanceConfig, config_path: str | None = None, batches:
     report = ticker.tick()
     for line in report["lines"]:
         _say("   " + line)
+    _say("== 5. next tick: retention (orphan removal runs only after expiry has finished on the table)")
+    for line in ticker.tick()["lines"]:
+        _say("   " + line)
     after = reader.health(DEMO_TABLE)
 
-    _say("== 5. before / after")
+    _say("== 6. before / after")
     b, a = _partition_rows(before), _partition_rows(after)
     _say(f"   {'date':<12}{'files':>14}{'avg file bytes':>22}{'delete files':>16}")
     for date in sorted(b):
@@ -97,14 +100,18 @@ def run_demo(config: MaintenanceConfig, config_path: str | None = None, batches:
         fa, sa, da = a.get(date, (0, 0.0, 0))
         _say(f"   {date:<12}{fb:>6} -> {fa:<6}{sb:>10.0f} -> {sa:<10.0f}{db:>6} -> {da:<6}")
     _say(f"   table: {before.data_files} -> {after.data_files} data files, {before.delete_files} -> "
-         f"{after.delete_files} delete files, {before.manifests} -> {after.manifests} manifests")
+         f"{after.delete_files} delete files, {before.manifests} -> {after.manifests} manifests, "
+         f"{before.snapshots} -> {after.snapshots} snapshots")
+    on_disk = sum(1 for p in Path(config.catalog.warehouse, *name.namespace, name.name, "data").rglob("*.parquet"))
+    _say(f"   parquet files on disk: {on_disk} for {after.data_files + after.delete_files} live files (superseded "
+         f"small files are deleted when the last snapshot referencing them expires)")
     rows = {r[0] for r in spark.sql(f"SELECT event_id FROM {name.sql(config.catalog.name)}").collect()}
     expected = writer.ledger.expected_ids()
     intact = rows == expected
     _say(f"   rows: {len(rows)} in the table, {len(expected)} in the writer's ledger: "
          f"{'identical' if intact else 'MISMATCH'}")
 
-    _say("== 6. audit trail")
+    _say("== 7. audit trail")
     from icemaint.audit import open_audit
 
     for r in open_audit(config).records(table=DEMO_TABLE, since=since):
