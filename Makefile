@@ -25,8 +25,7 @@ demo: setup
 	$(BIN)/icemaint demo
 
 ui: setup
-	@$(BIN)/python -c "from icemaint.config import load_config; from icemaint.instance import ensure_dagster_home; print(ensure_dagster_home(load_config()))" > .dagster-home-path
-	DAGSTER_HOME=$$(cat .dagster-home-path) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/icemaint ui
 
 # The production-profile tests need a real PostgreSQL: installed from Debian when missing.
 test: setup
@@ -43,4 +42,4 @@ bench-quick: setup
 	$(BIN)/python -m benchmarks.run --quick
 
 clean:
-	rm -rf .icemaint .dagster-home-path
+	rm -rf .icemaint

@@ -127,6 +127,24 @@ def cmd_tick(config: MaintenanceConfig, args) -> int:
     return EXIT_FAILED if report["failed"] else EXIT_OK
 
 
+def cmd_ui(config: MaintenanceConfig, args) -> int:
+    """Open the same instance in the Dagster UI (dagster dev on loopback)."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    from icemaint.instance import ensure_dagster_home
+
+    home = ensure_dagster_home(config)
+    workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
+    dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ICEMAINT_CONFIG": str(Path(config.source or "maintenance.yaml").resolve())}
+    print(f"Dagster UI on http://127.0.0.1:{args.port} (instance {home}); Ctrl-C stops it", flush=True)
+    os.chdir(workspace.parent)
+    os.execve(dagster, [dagster, "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)], env)
+    return EXIT_OK  # not reached
+
+
 def cmd_demo(config: MaintenanceConfig, args) -> int:
     from icemaint.demo import run_demo
 
@@ -170,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="decide and print, request nothing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_tick)
+
+    s = sub.add_parser("ui", help="open this instance in the Dagster UI (dagster dev on 127.0.0.1)")
+    s.add_argument("--port", type=int, default=3000)
+    s.set_defaults(func=cmd_ui)
 
     s = sub.add_parser("demo", help="build the demo warehouse and run the maintenance loop on it")
     s.add_argument("--batches", type=int, default=12)
