@@ -13,8 +13,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from icemaint.claims import ClaimBusy
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, decide_compaction, measured_throughput
+from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, decide_compaction, measured_throughput, \
+    refusal_for
 from icemaint.health import TableHealth
 from icemaint.metadata import CatalogReader, read_snapshots
 from icemaint.names import TableName
@@ -167,11 +169,14 @@ class Compactor:
         policy = self.config.policy(name.key)
         identity = self.config.identity()
         outcome = CompactionOutcome(table=name.key, date=date, decision=NOOP, reason="", dry_run=request.dry_run)
+        refused = refusal_for(policy, "compact", identity)
+        if refused:  # policy first: a read-only table refuses whether or not a writer holds its claim
+            outcome.decision, outcome.reason = REFUSE, refused
+            self._record(request, outcome, identity, started)
+            return outcome
         try:
             claim = self.claims.acquire(name.key, holder=f"icemaint:compact:{request.run_id or 'cli'}")
-        except Exception as exc:
-            if type(exc).__name__ != "ClaimBusy":
-                raise
+        except ClaimBusy as exc:
             outcome.decision, outcome.reason = DEFER, f"claim busy: {exc}"
             self._record(request, outcome, identity, started, writer_check={"claim_holder": getattr(exc, "holder", None)})
             return outcome
@@ -329,8 +334,14 @@ class Compactor:
     def _validate(self, table_sql: str, committed, scope: str, policy) -> dict:
         from icemaint.validation import validate_rewrite
 
-        results = [validate_rewrite(self.spark, table_sql, snap.parent_id, snap.snapshot_id, scope,
-                                    sample_fraction=policy.sample_fraction).to_dict() for snap in committed]
+        try:
+            results = [validate_rewrite(self.spark, table_sql, snap.parent_id, snap.snapshot_id, scope,
+                                        sample_fraction=policy.sample_fraction).to_dict() for snap in committed]
+        except Exception as exc:
+            # A proof that could not run proves nothing: the rewrite is treated as failed and rolled back.
+            log.exception("validation of %s could not run", table_sql)
+            return {"passed": False, "scope": scope, "commits": [],
+                    "error": f"validation could not run: {type(exc).__name__}: {str(exc)[:500]}"}
         return {"passed": all(r["passed"] for r in results), "scope": scope, "commits": results}
 
     def _roll_back(self, name: TableName, table_sql: str, scope: str, before_id: int, committed) -> dict:

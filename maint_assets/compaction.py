@@ -126,11 +126,12 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
                               progress=context.log.info)
         outcome = compactor.run(request)
         context.log.info(f"{table} {date}: {outcome.decision}: {outcome.reason}")
-        if outcome.decision == "refuse":
-            raise dg.Failure(description=f"refused: {outcome.reason}", metadata=outcome_metadata(outcome))
         if outcome.decision != RUN or outcome.dry_run:
-            context.log_event(dg.AssetObservation(asset_key="compaction", partition=context.partition_key,
-                                                  metadata=outcome_metadata(outcome)))
+            # Yielded, not logged: a logged event would be lost when the refusal fails the step.
+            yield dg.AssetObservation(asset_key="compaction", partition=context.partition_key,
+                                      metadata=outcome_metadata(outcome))
+            if outcome.decision == "refuse":
+                raise dg.Failure(description=f"refused: {outcome.reason}", metadata=outcome_metadata(outcome))
             return
         yield dg.Output(None, metadata=outcome_metadata(outcome))
 

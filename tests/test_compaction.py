@@ -291,3 +291,32 @@ def test_sort_and_zorder_strategies_rewrite_with_proof(spark, lake_root, tmp_pat
         path = spark.sql(f"SELECT file_path FROM {sql}.files WHERE partition.ts_day = DATE '{DATE}' AND content = 0").first()[0]
         devices = [r.device_id for r in spark.read.parquet(path).select("device_id").collect()]
         assert devices == sorted(devices), "the rewritten file is sorted by the policy's sort order"
+
+
+def test_a_proof_that_cannot_run_rolls_the_rewrite_back(spark, config, table_name, monkeypatch):
+    """Fault injection into our own validation step (e.g. GX crashing): an unproven rewrite is undone."""
+    import icemaint.validation
+
+    writer = simulate(spark, config, table_name, batches=4)
+    before = current(spark, config, table_name)
+
+    def crashing_validation(*args, **kwargs):
+        raise RuntimeError("injected: the validation engine crashed")
+
+    monkeypatch.setattr(icemaint.validation, "validate_rewrite", crashing_validation)
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.validation["passed"] is False and "injected" in outcome.validation["error"]
+    assert outcome.rolled_back is True and outcome.rollback["parity"] is True
+    assert current(spark, config, table_name) == before
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    assert CatalogReader(config).health(table_name).partition(DATE).data_files == 4
+
+
+def test_read_only_refuses_even_while_a_writer_holds_the_claim(spark, lake_root, tmp_path, table_name):
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"read_only": True}})
+    simulate(spark, config, table_name, batches=3)
+    with table_claim(config, table_name, holder="ingest"):
+        outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.decision == "refuse" and "read-only" in outcome.reason
