@@ -1,7 +1,7 @@
 """What compaction buys a reader: planning and scan time of a query on the date, and files it opens.
 
 Two probes on the compacted date:
-- the project's own probe (`icemaint.compaction.probe_query`, `SELECT count(*) ... WHERE <date>`),
+- the project's own probe (`icemaint.compaction.probe_query`: count and a hash of every column on the date),
   which Iceberg may answer from manifest statistics alone (aggregate push-down);
 - a scan probe (`count(*)` and `sum(reading)`), which cannot be pushed down and opens every file
   the scan plans.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from icemaint.compaction import probe_query
+from icemaint.compaction import probe_query, probe_sql
 
 from benchmarks.measure import median
 
@@ -24,7 +24,7 @@ SCAN_METRICS = ("resultDataFiles", "resultDeleteFiles", "scannedDataManifests", 
 
 def count_probe_sql(table_sql: str, scope: str) -> str:
     """The SQL of `icemaint.compaction.probe_query` (same text), for counting the files it plans."""
-    return f"SELECT count(*) AS n FROM {table_sql} WHERE {scope}"
+    return probe_sql(table_sql, scope)
 
 
 def scan_probe_sql(table_sql: str, scope: str) -> str:

@@ -82,10 +82,6 @@ class CompactionOutcome:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    @property
-    def failed(self) -> bool:
-        return self.decision == REFUSE or self.validation.get("passed") is False
-
 
 # (spark, catalog, table, scope, options, strategy, sort_order) -> the procedure's result row.
 # Swappable so tests can inject a faulty rewrite; the default is Iceberg's rewrite_data_files (which
@@ -119,13 +115,17 @@ def call_rewrite_data_files(spark, catalog: str, table: TableName, scope: str, o
     return row.asDict()
 
 
+def probe_sql(table_sql: str, scope: str) -> str:
+    return f"SELECT count(*) AS n, sum(hash(*)) AS h FROM {table_sql} WHERE {scope}"
+
+
 def probe_query(spark, table_sql: str, scope: str) -> dict:
     """Planning and scan time of a filter + aggregate on the date (the query users feel).
 
     The aggregate hashes every column: a bare count(*) is answered from manifest statistics
     (Iceberg's aggregate push-down) and would never open a data file.
     """
-    query = f"SELECT count(*) AS n, sum(hash(*)) AS h FROM {table_sql} WHERE {scope}"
+    query = probe_sql(table_sql, scope)
     t0 = time.perf_counter()
     df = spark.sql(query)
     df._jdf.queryExecution().toRdd().getNumPartitions()  # forces Iceberg scan planning
