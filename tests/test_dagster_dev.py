@@ -62,11 +62,17 @@ def dagster_executable() -> str:
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """Whether any process of the group still runs. Zombies do not count: a killed member
+    reparented to a PID 1 that does not reap would otherwise keep the group 'alive' forever."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state not in ("Z", "X"):
+            return True
+    return False
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -81,8 +87,15 @@ def stop(proc: subprocess.Popen) -> None:
         time.sleep(0.5)
         proc.poll()
     if group_alive(proc.pid):
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     proc.wait(timeout=30)
+    # Killed group members disappear once the kernel has delivered the signal and they are reaped.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and group_alive(proc.pid):
+        time.sleep(0.2)
 
 
 def wait_until_loaded(proc: subprocess.Popen, port: int, log_path: Path) -> dict:
