@@ -21,7 +21,7 @@ from icemaint.health import TableHealth
 from icemaint.metadata import CatalogReader, read_snapshots
 from icemaint.names import TableName
 from icemaint.scope import DateScope, parse_date
-from icemaint.snapshots import CHERRY_PICKABLE, chain_since
+from icemaint.snapshots import CHERRY_PICKABLE, chain_since, proof_spans
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ class Compactor:
 
         self.progress(f"validating {name.key} {date}: snapshot {outcome.before_snapshot_id} -> {outcome.after_snapshot_id}")
         t_val = time.perf_counter()
-        validation = self._validate(table_sql, committed, scope, policy)
+        validation = self._validate(table_sql, proof_spans(new, {s.snapshot_id for s in committed}), scope, policy)
         outcome.durations["validation_seconds"] = round(time.perf_counter() - t_val, 3)
         outcome.validation = validation
         if not validation["passed"]:
@@ -331,12 +331,13 @@ class Compactor:
                     outcome.decision, outcome.reason = decision.verdict, f"after commit conflict: {decision.reason}"
                     return None, health
 
-    def _validate(self, table_sql: str, committed, scope: str, policy) -> dict:
+    def _validate(self, table_sql: str, spans: list[tuple[int, int]], scope: str, policy) -> dict:
+        """One GX proof per span of consecutive maintenance commits (see `proof_spans`)."""
         from icemaint.validation import validate_rewrite
 
         try:
-            results = [validate_rewrite(self.spark, table_sql, snap.parent_id, snap.snapshot_id, scope,
-                                        sample_fraction=policy.sample_fraction).to_dict() for snap in committed]
+            results = [validate_rewrite(self.spark, table_sql, before, after, scope,
+                                        sample_fraction=policy.sample_fraction).to_dict() for before, after in spans]
         except Exception as exc:
             # A proof that could not run proves nothing: the rewrite is treated as failed and rolled back.
             log.exception("validation of %s could not run", table_sql)

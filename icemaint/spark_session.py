@@ -68,6 +68,8 @@ def session_conf(config: MaintenanceConfig) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.showConsoleProgress": "false",
+        # Rewrite proofs bring each snapshot's sampled row fingerprints to the driver (toPandas).
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
         **catalog_spark_conf(config),
     }
     extra_jars = config.spark.conf.get("spark.jars")

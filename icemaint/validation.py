@@ -1,32 +1,35 @@
 """Proof that a rewrite changed no data: Great Expectations checks comparing two snapshots of a table.
 
-Owns `validate_rewrite` (row count, sampled row-for-row comparison, per-column aggregates) and
-`full_row_hash`, both reading the snapshots by Iceberg time travel (`VERSION AS OF`).
+Owns `validate_rewrite` and `full_row_hash`. Each snapshot's scoped rows are read once by Spark
+(`icemaint.digest.snapshot_digest`: row count, per-column aggregates, a whole-row hash sum and the
+fingerprints of a content-hashed sample); Great Expectations then proves equality with its own
+expectations:
+
+- row_count_parity: `ExpectTableRowCountToEqual` on the after snapshot itself (a Spark batch GX
+  counts) against the before snapshot's row count;
+- sample_comparison: `ExpectColumnPairValuesToBeEqual` over every sampled row's multiplicity in the
+  two snapshots (rows keyed by a 128-bit content fingerprint; a changed row appears in both
+  directions, a dropped duplicate as a lower count);
+- column_aggregates: `ExpectColumnPairValuesToBeEqual` over every aggregate's before/after value.
+
+Only on failure are the offending sampled rows read back and reported as JSON.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import pandas as pd
+
+from icemaint.digest import SnapshotDigest, row_hash_args, sampled_rows, snapshot_digest, snapshot_sql
 
 ROW_COUNT_PARITY = "row_count_parity"
 SAMPLE_COMPARISON = "sample_comparison"
 COLUMN_AGGREGATES = "column_aggregates"
 CHECK_NAMES = (ROW_COUNT_PARITY, SAMPLE_COMPARISON, COLUMN_AGGREGATES)
-
-# GX's UnexpectedRowsExpectation registers the batch as a session-wide temp view with a fixed
-# name ("tmp_view"): two validations on one session at once would read each other's batch.
-# Public so any other GX query expectation run on the shared session can hold it too.
-gx_session_lock = threading.Lock()
-
-# Sampling is a hash of the row's content, not rand(): the same row gets the same decision in
-# both snapshots whatever the file layout, so comparing the two samples is comparing each sampled
-# row against the whole other snapshot.
-_SAMPLE_BUCKETS = 1_000_000_000
 
 _MAX_TEXT = 8000  # characters kept of a query, a traceback or any long string in a trimmed GX result
 
@@ -62,6 +65,7 @@ class ValidationResult:
     scope: str | None
     checks: tuple[CheckOutcome, ...]
     duration_seconds: float
+    read_seconds: dict = field(default_factory=dict)  # each snapshot's one read, by side
 
     def to_dict(self) -> dict:
         """A JSON-serialisable dict of the whole result (for the audit log and Dagster metadata)."""
@@ -79,163 +83,6 @@ class ValidationResult:
             if outcome.name == name:
                 return outcome
         raise KeyError(f"no check named {name!r}; checks are {[c.name for c in self.checks]}")
-
-
-# ---------------------------------------------------------------------------------------------
-# SQL building (pure; the schema comes from Spark as a StructType)
-
-
-def _snapshot_id(value: Any, what: str) -> int:
-    # bool is an int subclass; a True snapshot id is a bug, not snapshot 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(
-            f"{what} must be an int snapshot id, got {type(value).__name__} {value!r}"
-        )
-    return value
-
-
-def _ident(name: str) -> str:
-    """A column name from the table's own schema as a back-quoted Spark identifier."""
-    # Names come from Iceberg metadata, not from users, but may be any string Iceberg allows:
-    # doubling back-quotes is Spark's escape, so every name stays one identifier.
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _string_literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _contains_map(data_type) -> bool:
-    from pyspark.sql.types import ArrayType, MapType, StructType
-
-    if isinstance(data_type, MapType):
-        return True
-    if isinstance(data_type, ArrayType):
-        return _contains_map(data_type.elementType)
-    if isinstance(data_type, StructType):
-        return any(_contains_map(f.dataType) for f in data_type.fields)
-    return False
-
-
-def _comparable(field) -> str:
-    """An expression equal for two values exactly when the column values are equal.
-
-    Spark can neither group, join nor hash map values, so map-bearing columns compare as JSON.
-    """
-    col = _ident(field.name)
-    return f"to_json({col})" if _contains_map(field.dataType) else col
-
-
-def _row_hash_args(schema) -> str:
-    # xxhash64 skips NULL inputs, so (NULL, 5) and (5, NULL) would hash alike: the isnull flag
-    # before each value keeps the position of a NULL in the hash.
-    return ", ".join(f"isnull({_ident(f.name)}), {_comparable(f)}" for f in schema.fields)
-
-
-def _snapshot_sql(table_sql: str, snapshot_id: int, scope: str | None) -> str:
-    where = f" WHERE ({scope})" if scope else ""
-    return f"SELECT * FROM {table_sql} VERSION AS OF {snapshot_id}{where}"
-
-
-def _sample_predicate(schema, sample_fraction: float, seed: int) -> str:
-    if sample_fraction >= 1.0:
-        return "TRUE"
-    threshold = math.ceil(sample_fraction * _SAMPLE_BUCKETS)
-    return (f"pmod(xxhash64({seed}, {_row_hash_args(schema)}), {_SAMPLE_BUCKETS}) "
-            f"< {threshold}")
-
-
-def _row_json(schema) -> str:
-    # Display only: nulls kept and microseconds shown so the reported row is the stored row.
-    return ("to_json(struct(" + ", ".join(_ident(f.name) for f in schema.fields) + "), "
-            "map('ignoreNullFields', 'false', "
-            "'timestampFormat', 'yyyy-MM-dd\\'T\\'HH:mm:ss.SSSSSSXXX'))")
-
-
-def sample_comparison_query(before_sql: str, schema, sample_fraction: float, seed: int) -> str:
-    """The GX unexpected-rows query: sampled rows whose multiplicity differs between snapshots.
-
-    `{batch}` is the after snapshot. Rows are grouped on every column (GROUP BY treats NULLs as
-    equal, so the comparison is null-safe) over the union of both samples; a row group whose count
-    differs is a row missing in the after snapshot, or one that appeared there. A changed row shows
-    up in both directions. Comparing counts, not an anti-join, also catches a dropped duplicate.
-    """
-    keys = ", ".join(f"{_comparable(f)} AS k{i}" for i, f in enumerate(schema.fields))
-    group = ", ".join(f"k{i}" for i in range(len(schema.fields)))
-    pred = _sample_predicate(schema, sample_fraction, seed)
-    row = _row_json(schema)
-    return (
-        "SELECT CASE WHEN sum(in_before) > sum(in_after) THEN 'missing_in_after' "
-        "ELSE 'unexpected_in_after' END AS direction, "
-        "sum(in_before) AS before_count, sum(in_after) AS after_count, first(row) AS row "
-        "FROM ("
-        f"SELECT {keys}, {row} AS row, 1 AS in_before, 0 AS in_after "
-        f"FROM ({before_sql}) WHERE {pred} "
-        "UNION ALL "
-        f"SELECT {keys}, {row} AS row, 0 AS in_before, 1 AS in_after "
-        f"FROM {{batch}} WHERE {pred}"
-        f") GROUP BY {group} HAVING sum(in_before) <> sum(in_after) "
-        "ORDER BY row, direction"
-    )
-
-
-def column_aggregates(schema) -> list[tuple[str, str, str]]:
-    """(column, aggregate name, Spark SQL aggregate expression rendering a string) per aggregate.
-
-    Every column: non-null count and an order-independent hash sum. Orderable atomic columns: min
-    and max. Exact numerics (integers, decimals): the sum. Float sums are left out on purpose: a
-    float sum depends on the order of addition, which a rewrite changes; the hash sum covers them.
-    """
-    from pyspark.sql.types import (
-        AtomicType, BinaryType, ByteType, DecimalType, IntegerType, LongType, ShortType,
-    )
-
-    out = []
-    for field in schema.fields:
-        col, dtype = _ident(field.name), field.dataType
-        out.append((field.name, "non_null_count", f"CAST(count({col}) AS STRING)"))
-        if isinstance(dtype, BinaryType):
-            out.append((field.name, "min", f"hex(min({col}))"))
-            out.append((field.name, "max", f"hex(max({col}))"))
-        elif isinstance(dtype, AtomicType):
-            out.append((field.name, "min", f"CAST(min({col}) AS STRING)"))
-            out.append((field.name, "max", f"CAST(max({col}) AS STRING)"))
-        if isinstance(dtype, (ByteType, ShortType, IntegerType, LongType)):
-            # decimal(38,0) holds any sum of up to 10^19 longs: no silent wrap-around.
-            out.append((field.name, "sum",
-                        f"CAST(sum(CAST({col} AS DECIMAL(38,0))) AS STRING)"))
-        elif isinstance(dtype, DecimalType):
-            out.append((field.name, "sum", f"CAST(sum({col}) AS STRING)"))
-        out.append((field.name, "hash_sum",
-                    f"CAST(sum(CAST(xxhash64({_comparable(field)}) AS DECIMAL(38,0))) AS STRING)"))
-    return out
-
-
-def column_aggregates_query(before_sql: str, schema) -> str:
-    """The GX unexpected-rows query: one row per aggregate whose before and after values differ."""
-    aggs = column_aggregates(schema)
-    select = ", ".join(f"{expr} AS a{i}" for i, (_, _, expr) in enumerate(aggs))
-    stack = ", ".join(
-        f"{i}, {_string_literal(column)}, {_string_literal(metric)}, a{i}"
-        for i, (column, metric, _) in enumerate(aggs)
-    )
-
-    def side(source: str) -> str:
-        return (f"SELECT stack({len(aggs)}, {stack}) AS (i, column_name, aggregate, value) "
-                f"FROM (SELECT {select} FROM {source})")
-
-    return (
-        "SELECT b.column_name, b.aggregate, b.value AS before_value, a.value AS after_value "
-        f"FROM ({side('(' + before_sql + ')')}) b JOIN ({side('{batch}')}) a ON b.i = a.i "
-        "WHERE NOT (b.value <=> a.value) ORDER BY b.i"
-    )
-
-
-def _gx_query(sql: str) -> str:
-    """Escape braces for GX, which runs `str.format(batch=...)` on the query, keeping `{batch}`."""
-    marker = "\x00BATCH\x00"
-    return sql.replace("{batch}", marker).replace("{", "{{").replace("}", "}}").replace(
-        marker, "{batch}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,25 +113,103 @@ def _gx_error(result_doc: dict) -> str | None:
     return None
 
 
-def _run_suite(spark, after_df, expectations, parameters: dict) -> dict[str, dict]:
-    """Runs the expectations on `after_df` with GX; returns each result's JSON dict by check name."""
+
+def _snapshot_id(value: Any, what: str) -> int:
+    # bool is an int subclass; a True snapshot id is a bug, not snapshot 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(
+            f"{what} must be an int snapshot id, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def sample_multiplicities(before: SnapshotDigest, after: SnapshotDigest) -> pd.DataFrame:
+    """One row per distinct sampled fingerprint: how many times each snapshot holds it."""
+    def counts(digest: SnapshotDigest, name: str) -> pd.Series:
+        return digest.sample.groupby(["fp1", "fp2"]).size().rename(name)
+
+    frame = pd.concat([counts(before, "before_count"), counts(after, "after_count")], axis=1)
+    frame = frame.fillna(0).astype("int64").reset_index()
+    return frame.sort_values(["fp1", "fp2"], kind="stable").reset_index(drop=True)
+
+
+def aggregate_pairs(before: SnapshotDigest, after: SnapshotDigest) -> pd.DataFrame:
+    """One row per compared aggregate with its before and after value (exact, as strings)."""
+    keys = list(before.aggregates)
+    return pd.DataFrame({
+        "column_name": [c for c, _ in keys],
+        "aggregate": [a for _, a in keys],
+        "before_value": [before.aggregates[k] for k in keys],
+        "after_value": [after.aggregates.get(k) for k in keys],
+    }, dtype=object)
+
+
+def _run_suite(spark_after_df, before_row_count: int, samples: pd.DataFrame,
+               aggregates: pd.DataFrame) -> dict[str, dict]:
+    """Runs the three expectations with GX; returns each result's JSON dict by check name."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    source = context.data_sources.add_spark("icemaint_rewrite_validation", persist=False)
-    batch_definition = source.add_dataframe_asset("after_snapshot") \
-        .add_batch_definition_whole_dataframe("whole_snapshot")
-    suite = gx.ExpectationSuite(name="rewrite_changed_no_data", expectations=expectations)
-    batch = batch_definition.get_batch(batch_parameters={"dataframe": after_df})
-    result = batch.validate(suite, result_format="COMPLETE", expectation_parameters=parameters)
-    return {r.expectation_config.meta["check"]: _jsonable(r.to_json_dict())
-            for r in result.results}
+    spark_source = context.data_sources.add_spark("icemaint_after_snapshot", persist=False)
+    frames = context.data_sources.add_pandas("icemaint_snapshot_comparison")
+
+    def batch(source, asset: str, dataframe):
+        return source.add_dataframe_asset(asset).add_batch_definition_whole_dataframe("whole") \
+            .get_batch(batch_parameters={"dataframe": dataframe})
+
+    runs = [
+        (ROW_COUNT_PARITY, batch(spark_source, "after_snapshot", spark_after_df),
+         gx.expectations.ExpectTableRowCountToEqual(value=before_row_count,
+                                                    meta={"check": ROW_COUNT_PARITY})),
+        (SAMPLE_COMPARISON, batch(frames, "sampled_row_multiplicities", samples),
+         gx.expectations.ExpectColumnPairValuesToBeEqual(
+             column_A="before_count", column_B="after_count", meta={"check": SAMPLE_COMPARISON})),
+        (COLUMN_AGGREGATES, batch(frames, "column_aggregates", aggregates),
+         gx.expectations.ExpectColumnPairValuesToBeEqual(
+             column_A="before_value", column_B="after_value", meta={"check": COLUMN_AGGREGATES})),
+    ]
+    return {name: _jsonable(b.validate(expectation, result_format="SUMMARY").to_json_dict())
+            for name, b, expectation in runs}
 
 
 # ---------------------------------------------------------------------------------------------
 # Public API
+
+
+def _check_arguments(table_sql, scope, sample_fraction, seed, max_reported_rows) -> None:
+    if not isinstance(table_sql, str) or not table_sql.startswith("`"):
+        raise ValidationError(f"table_sql must be a back-quoted identifier from TableName.sql, "
+                              f"got {table_sql!r}")
+    if scope is not None and (not isinstance(scope, str) or not scope.strip()):
+        raise ValidationError(f"scope must be a non-empty SQL predicate or None, got {scope!r}")
+    if isinstance(sample_fraction, bool) or not isinstance(sample_fraction, (int, float)) \
+            or not 0.0 < sample_fraction <= 1.0:
+        raise ValidationError(f"sample_fraction must be in (0, 1], got {sample_fraction!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -2**31 <= seed < 2**31:
+        raise ValidationError(f"seed must be a 32-bit int, got {seed!r}")
+    if isinstance(max_reported_rows, bool) or not isinstance(max_reported_rows, int) \
+            or max_reported_rows < 0:
+        raise ValidationError(f"max_reported_rows must be an int >= 0, got {max_reported_rows!r}")
+
+
+def _differing_rows(spark, table_sql: str, before: int, after: int, scope: str | None, seed: int,
+                    samples: pd.DataFrame, limit: int) -> tuple[int, int, list[dict]]:
+    """(missing, unexpected, up to `limit` reported rows) of the sampled rows whose counts differ."""
+    diff = samples[samples["before_count"] != samples["after_count"]]
+    missing = int((diff["before_count"] > diff["after_count"]).sum())
+    shown = diff.head(limit)
+    keys = [(int(r.fp1), int(r.fp2)) for r in shown.itertuples()]
+    gone = [k for k, r in zip(keys, shown.itertuples()) if r.before_count > r.after_count]
+    new = [k for k, r in zip(keys, shown.itertuples()) if r.before_count <= r.after_count]
+    text = {**sampled_rows(spark, table_sql, before, scope, seed=seed, fingerprints=gone),
+            **sampled_rows(spark, table_sql, after, scope, seed=seed, fingerprints=new)}
+    rows = [{"direction": "missing_in_after" if r.before_count > r.after_count else "unexpected_in_after",
+             "before_count": int(r.before_count), "after_count": int(r.after_count),
+             "row": text.get(k)} for k, r in zip(keys, shown.itertuples())]
+    rows.sort(key=lambda r: (r["row"] or "", r["direction"]))
+    return missing, len(diff) - missing, rows
 
 
 def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snapshot_id: int,
@@ -294,12 +219,10 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
 
     Three checks always run, on the rows of both snapshots selected by `scope`:
     `row_count_parity` (same row count), `sample_comparison` (a seeded, content-hashed sample of
-    rows compared row for row, with multiplicity, null-safely, in both directions) and
-    `column_aggregates` (per column: non-null count, min, max, exact sum of integers/decimals and
-    an order-independent hash sum). A failing check does not stop the others.
-
-    Validations are serialised within the process: GX's unexpected-rows query reads the batch
-    through one fixed temp view name on the session.
+    rows compared row for row by 128-bit fingerprint, with multiplicity, null-safely, in both
+    directions) and `column_aggregates` (whole-row hash sum; per column: non-null count, min and
+    max of fixed-width types, exact sum of integers/decimals, an order-independent hash sum). A
+    failing check does not stop the others. Each snapshot's rows are read once.
 
     Args:
         spark: The SparkSession with the table's catalog.
@@ -318,92 +241,56 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
         A ValidationResult whose `passed` is true only if all three checks passed.
 
     Raises:
-        ValidationError: A snapshot id that is not an int, or an out-of-range argument.
+        ValidationError: A snapshot id that is not an int, an out-of-range argument, or
+            snapshots whose columns differ.
     """
     started = time.monotonic()
     before = _snapshot_id(before_snapshot_id, "before_snapshot_id")
     after = _snapshot_id(after_snapshot_id, "after_snapshot_id")
-    if not isinstance(table_sql, str) or not table_sql.startswith("`"):
-        raise ValidationError(f"table_sql must be a back-quoted identifier from TableName.sql, "
-                              f"got {table_sql!r}")
-    if scope is not None and (not isinstance(scope, str) or not scope.strip()):
-        raise ValidationError(f"scope must be a non-empty SQL predicate or None, got {scope!r}")
-    if isinstance(sample_fraction, bool) or not isinstance(sample_fraction, (int, float)) \
-            or not 0.0 < sample_fraction <= 1.0:
-        raise ValidationError(f"sample_fraction must be in (0, 1], got {sample_fraction!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not -2**31 <= seed < 2**31:
-        raise ValidationError(f"seed must be a 32-bit int, got {seed!r}")
-    if isinstance(max_reported_rows, bool) or not isinstance(max_reported_rows, int) \
-            or max_reported_rows < 0:
-        raise ValidationError(f"max_reported_rows must be an int >= 0, got {max_reported_rows!r}")
+    _check_arguments(table_sql, scope, sample_fraction, seed, max_reported_rows)
 
-    import great_expectations as gx
-
-    before_sql = _snapshot_sql(table_sql, before, scope)
-    # Never cache these frames (persist/cache): Spark's cache manager matches Iceberg relations
-    # without their snapshot id, so a cached `VERSION AS OF <before>` answers the after query
-    # too and the proof compares a snapshot with itself (measured: every check then passes).
-    after_df = spark.sql(_snapshot_sql(table_sql, after, scope))
-    before_df = spark.sql(before_sql)
-    schema = before_df.schema
-    if [f.name for f in schema.fields] != [f.name for f in after_df.schema.fields]:
+    after_df = spark.sql(snapshot_sql(table_sql, after, scope))
+    before_columns = [f.name for f in spark.sql(snapshot_sql(table_sql, before, scope)).schema.fields]
+    if before_columns != [f.name for f in after_df.schema.fields]:
         # A rewrite never changes the schema; differing columns is itself a failed proof, but the
         # row comparison cannot be expressed over two shapes: stop with the two column lists.
         raise ValidationError(
             f"snapshots {before} and {after} of {table_sql} have different columns: "
-            f"{[f.name for f in schema.fields]} vs {[f.name for f in after_df.schema.fields]}")
+            f"{before_columns} vs {[f.name for f in after_df.schema.fields]}")
 
-    sample_pred = _sample_predicate(schema, sample_fraction, seed)
-    before_counts = spark.sql(
-        f"SELECT count(*) AS n, count_if({sample_pred}) AS sampled FROM ({before_sql})").first()
-    after_sampled = spark.sql(
-        f"SELECT count_if({sample_pred}) AS sampled FROM ({_snapshot_sql(table_sql, after, scope)})"
-    ).first()["sampled"]
-    aggregates = column_aggregates(schema)
-
-    expectations = [
-        gx.expectations.ExpectTableRowCountToEqual(
-            value={"$PARAMETER": "before_row_count"}, meta={"check": ROW_COUNT_PARITY}),
-        gx.expectations.UnexpectedRowsExpectation(
-            unexpected_rows_query=_gx_query(
-                sample_comparison_query(before_sql, schema, sample_fraction, seed)),
-            meta={"check": SAMPLE_COMPARISON}),
-        gx.expectations.UnexpectedRowsExpectation(
-            unexpected_rows_query=_gx_query(column_aggregates_query(before_sql, schema)),
-            meta={"check": COLUMN_AGGREGATES}),
-    ]
-    with gx_session_lock:
-        results = _run_suite(spark, after_df, expectations,
-                             {"before_row_count": int(before_counts["n"])})
+    digests = [snapshot_digest(spark, table_sql, snapshot, scope, sample_fraction=sample_fraction,
+                               seed=seed) for snapshot in (before, after)]
+    samples = sample_multiplicities(*digests)
+    aggregates = aggregate_pairs(*digests)
+    results = _run_suite(after_df, digests[0].row_count, samples, aggregates)
 
     checks = []
     for name in CHECK_NAMES:
         doc = results.get(name, {})
         passed = bool(doc.get("success"))
         result = doc.get("result") or {}
-        error = _gx_error(doc)
         if name == ROW_COUNT_PARITY:
-            observed = {"before_row_count": int(before_counts["n"]),
+            observed = {"before_row_count": digests[0].row_count,
                         "after_row_count": result.get("observed_value")}
+        elif name == SAMPLE_COMPARISON:
+            missing, unexpected, rows = (0, 0, []) if passed else _differing_rows(
+                spark, table_sql, before, after, scope, seed, samples, max_reported_rows)
+            observed = {"differences": int(result.get("unexpected_count") or 0),
+                        "sample_fraction": float(sample_fraction), "seed": seed,
+                        "sampled_before_rows": len(digests[0].sample),
+                        "sampled_after_rows": len(digests[1].sample),
+                        "distinct_sampled_rows": len(samples),
+                        "missing_in_after": missing, "unexpected_in_after": unexpected,
+                        "rows": rows}
         else:
-            rows = (result.get("details") or {}).get("unexpected_rows") or []
-            observed = {"differences": result.get("observed_value")}
-            if name == SAMPLE_COMPARISON:
-                # the direction counts cover the rows GX lists (its cap is 200); "differences"
-                # is the exact number of differing row groups
-                observed.update({
-                    "sample_fraction": float(sample_fraction), "seed": seed,
-                    "sampled_before_rows": int(before_counts["sampled"]),
-                    "sampled_after_rows": int(after_sampled),
-                    "missing_in_after": sum(r["direction"] == "missing_in_after" for r in rows),
-                    "unexpected_in_after": sum(
-                        r["direction"] == "unexpected_in_after" for r in rows),
-                    "rows": rows[:max_reported_rows],
-                })
-            else:
-                observed.update({"aggregates_compared": len(aggregates),
-                                 "columns_compared": len(schema.fields),
-                                 "differing_aggregates": rows[:max_reported_rows]})
+            same = aggregates["before_value"] == aggregates["after_value"]
+            both_null = aggregates["before_value"].isna() & aggregates["after_value"].isna()
+            differing = aggregates[~(same | both_null)].head(max_reported_rows)
+            observed = {"differences": int(result.get("unexpected_count") or 0),
+                        "aggregates_compared": len(aggregates),
+                        "columns_compared": len(before_columns),
+                        "differing_aggregates": differing.to_dict(orient="records")}
+        error = _gx_error(doc)
         if error is not None:
             passed = False
             observed["error"] = error
@@ -417,6 +304,7 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
         scope=scope,
         checks=tuple(checks),
         duration_seconds=round(time.monotonic() - started, 3),
+        read_seconds={"before": digests[0].read_seconds, "after": digests[1].read_seconds},
     )
 
 
@@ -437,9 +325,9 @@ def full_row_hash(spark, table_sql: str, snapshot_id: int, scope: str | None = N
         (row count, sum of 64-bit row hashes as an exact integer).
     """
     snapshot = _snapshot_id(snapshot_id, "snapshot_id")
-    source = _snapshot_sql(table_sql, snapshot, scope)
+    source = snapshot_sql(table_sql, snapshot, scope)
     schema = spark.sql(source).schema
     row = spark.sql(
-        f"SELECT count(*) AS n, sum(CAST(xxhash64({_row_hash_args(schema)}) AS DECIMAL(38,0))) "
+        f"SELECT count(*) AS n, sum(CAST(xxhash64({row_hash_args(schema)}) AS DECIMAL(38,0))) "
         f"AS h FROM ({source})").first()
     return int(row["n"]), int(row["h"] or 0)

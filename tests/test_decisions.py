@@ -11,7 +11,7 @@ from icemaint.decisions import (DEFAULT_REWRITE_BYTES_PER_SECOND, DEFER, NOOP, R
                                 rank_within_budget)
 from icemaint.health import FileEntry, SnapshotEntry, compute_health, last_writer_commit
 from icemaint.policy import TablePolicy
-from icemaint.snapshots import chain_since
+from icemaint.snapshots import chain_since, proof_spans
 
 KiB, MiB = 2**10, 2**20
 NOW = dt.datetime(2024, 6, 10, 12, 0, tzinfo=dt.timezone.utc)
@@ -281,3 +281,14 @@ def test_chain_since_refuses(snapshots, current, base, message):
     with pytest.raises(ValueError) as info:
         chain_since(snapshots, current, base)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("committed, spans", [
+    ({2, 3}, [(1, 3)]),                 # rewrite + dangling-delete cleanup: one proof, 1 -> 3
+    ({2, 4}, [(1, 2), (3, 4)]),         # writer commit 3 in between: two proofs
+    ({4}, [(3, 4)]),
+    ({1, 2, 3, 4}, [(None, 4)]),
+    (set(), []),
+])
+def test_proof_spans(committed, spans):
+    assert proof_spans(LINEAR, committed) == spans

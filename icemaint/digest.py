@@ -1,0 +1,235 @@
+"""One read of a snapshot's rows, reduced to what a rewrite proof compares: a `SnapshotDigest`.
+
+A rewrite proof must read both snapshots' rows; reading them more than once is what made the
+proof cost several rewrites. `snapshot_digest` reads the rows once: while Spark streams them, an
+Observation (Spark's CollectMetrics) computes the row count, a whole-row hash sum and the
+per-column aggregates, and the same scan hands back the 128-bit fingerprints of a content-hashed
+sample of rows. Only the sample's fingerprints (16 bytes a row) leave Spark.
+
+Aggregates stay on fixed-width buffers so Spark keeps them in generated code: 64-bit values are
+summed exactly as two 32-bit halves (exact up to 2^31 rows), and min/max are taken only of
+fixed-width types (strings, binaries and nested values are covered by their count and hash sum).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+# Sampling is a hash of the row's content, not rand(): the same row gets the same decision in both
+# snapshots whatever the file layout, so comparing the two samples compares each sampled row
+# against the whole other snapshot.
+SAMPLE_BUCKETS = 1_000_000_000
+WHOLE_ROW = "*"  # the column name under which whole-row aggregates are reported
+_LOW_32 = 4294967295
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One compared aggregate: `exprs` are Spark SQL aggregate expressions over the scoped rows.
+
+    Two expressions are the high and low 32-bit halves of an exact 64-bit sum; one is the value.
+    """
+
+    column: str
+    name: str
+    exprs: tuple[str, ...]
+
+    def value(self, results: list[Any]) -> str | None:
+        """The aggregate as a string (exact), from its expressions' results in order."""
+        if len(self.exprs) == 2:
+            high, low = results
+            return None if high is None and low is None else str(int(high or 0) * 2**32 + int(low or 0))
+        (only,) = results
+        return None if only is None else str(only)
+
+
+@dataclass(frozen=True)
+class SnapshotDigest:
+    """What one read of a snapshot's scoped rows leaves for the proof.
+
+    Attributes:
+        snapshot_id: The snapshot read.
+        row_count: Rows in scope.
+        aggregates: (column, aggregate name) -> exact value as a string (None when undefined,
+            e.g. min of no rows), in the order of `aggregates_for(schema)`.
+        sample: The sampled rows' fingerprints, one row each (columns fp1, fp2; duplicates kept).
+        read_seconds: Wall time of the read.
+    """
+
+    snapshot_id: int
+    row_count: int
+    aggregates: dict[tuple[str, str], str | None]
+    sample: pd.DataFrame
+    read_seconds: float
+
+
+def ident(name: str) -> str:
+    """A column name from the table's own schema as a back-quoted Spark identifier."""
+    # Names come from Iceberg metadata, not from users, but may be any string Iceberg allows:
+    # doubling back-quotes is Spark's escape, so every name stays one identifier.
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _contains_map(data_type) -> bool:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(data_type, MapType):
+        return True
+    if isinstance(data_type, ArrayType):
+        return _contains_map(data_type.elementType)
+    if isinstance(data_type, StructType):
+        return any(_contains_map(f.dataType) for f in data_type.fields)
+    return False
+
+
+def comparable(field) -> str:
+    """An expression equal for two values exactly when the column values are equal.
+
+    Spark can neither group, join nor hash map values, so map-bearing columns compare as JSON.
+    """
+    col = ident(field.name)
+    return f"to_json({col})" if _contains_map(field.dataType) else col
+
+
+def row_hash_args(schema) -> str:
+    """xxhash64 arguments covering every column of a row, NULL positions included."""
+    # xxhash64 skips NULL inputs, so (NULL, 5) and (5, NULL) would hash alike: the isnull flag
+    # before each value keeps the position of a NULL in the hash.
+    return ", ".join(f"isnull({ident(f.name)}), {comparable(f)}" for f in schema.fields)
+
+
+def snapshot_sql(table_sql: str, snapshot_id: int, scope: str | None) -> str:
+    where = f" WHERE ({scope})" if scope else ""
+    return f"SELECT * FROM {table_sql} VERSION AS OF {int(snapshot_id)}{where}"
+
+
+def sample_predicate(fingerprint_column: str, sample_fraction: float) -> str:
+    """Keeps a row when its fingerprint's first half falls below the sampled share of buckets."""
+    if sample_fraction >= 1.0:
+        return "TRUE"
+    threshold = math.ceil(sample_fraction * SAMPLE_BUCKETS)
+    return f"pmod({fingerprint_column}, {SAMPLE_BUCKETS}) < {threshold}"
+
+
+def fingerprint_exprs(schema, seed: int) -> tuple[str, str]:
+    """Two 64-bit hashes of the whole row from different starting values: a 128-bit fingerprint."""
+    args = row_hash_args(schema)
+    return f"xxhash64({int(seed)}, {args})", f"xxhash64({int(seed)}, 1, {args})"
+
+
+def _split_sum(expr: str) -> tuple[str, str]:
+    return f"sum(shiftright({expr}, 32))", f"sum(({expr}) & {_LOW_32})"
+
+
+def _fixed_width(dtype) -> bool:
+    from pyspark.sql.types import (
+        BooleanType, ByteType, DateType, DecimalType, DoubleType, FloatType, IntegerType, LongType,
+        ShortType, TimestampNTZType, TimestampType,
+    )
+
+    if isinstance(dtype, DecimalType):
+        return dtype.precision <= 18
+    return isinstance(dtype, (BooleanType, ByteType, ShortType, IntegerType, LongType, FloatType,
+                              DoubleType, DateType, TimestampType, TimestampNTZType))
+
+
+def aggregates_for(schema, fingerprint_column: str) -> list[Aggregate]:
+    """The aggregates compared between snapshots, in report order.
+
+    Whole row: an exact sum of the row fingerprints' first halves. Every column: non-null count and
+    an exact sum of its value hashes. Fixed-width columns: min and max. Integers and decimals of up
+    to 18 digits: the exact sum. Float sums are left out on purpose: a float sum depends on the
+    order of addition, which a rewrite changes; the hash sum covers them.
+    """
+    from pyspark.sql.types import ByteType, DecimalType, IntegerType, LongType, ShortType
+
+    out = [Aggregate(WHOLE_ROW, "hash_sum", _split_sum(fingerprint_column))]
+    for field in schema.fields:
+        col, dtype = ident(field.name), field.dataType
+        out.append(Aggregate(field.name, "non_null_count", (f"count({col})",)))
+        if _fixed_width(dtype):
+            out.append(Aggregate(field.name, "min", (f"CAST(min({col}) AS STRING)",)))
+            out.append(Aggregate(field.name, "max", (f"CAST(max({col}) AS STRING)",)))
+        if isinstance(dtype, (ByteType, ShortType, IntegerType)):
+            out.append(Aggregate(field.name, "sum", (f"sum(CAST({col} AS BIGINT))",)))
+        elif isinstance(dtype, LongType):
+            out.append(Aggregate(field.name, "sum", _split_sum(col)))
+        elif isinstance(dtype, DecimalType) and dtype.precision <= 18:
+            # the unscaled value: exact as a long for up to 18 digits
+            out.append(Aggregate(field.name, "sum", _split_sum(
+                f"CAST({col} * {10 ** dtype.scale} AS BIGINT)")))
+        out.append(Aggregate(field.name, "hash_sum", _split_sum(f"xxhash64({comparable(field)})")))
+    return out
+
+
+def _free_name(schema, base: str) -> str:
+    taken = {f.name.lower() for f in schema.fields}
+    name, n = base, 0
+    while name.lower() in taken:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def snapshot_digest(spark, table_sql: str, snapshot_id: int, scope: str | None, *,
+                    sample_fraction: float, seed: int) -> SnapshotDigest:
+    """Reads the snapshot's scoped rows once; returns counts, aggregates and sample fingerprints.
+
+    Never cache or persist these frames: Spark's cache manager matches Iceberg relations without
+    their snapshot id, so a cached `VERSION AS OF <before>` would answer the after snapshot's query
+    too and the proof would compare a snapshot with itself.
+    """
+    import time
+
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    rows = spark.sql(snapshot_sql(table_sql, snapshot_id, scope))
+    fp1, fp2 = _free_name(rows.schema, "__icemaint_fp1"), _free_name(rows.schema, "__icemaint_fp2")
+    first, second = fingerprint_exprs(rows.schema, seed)
+    aggregates = aggregates_for(rows.schema, ident(fp1))
+    exprs = ["count(1)"] + [e for a in aggregates for e in a.exprs]
+    observation = Observation(f"icemaint_digest_{snapshot_id}")
+    sampled = (rows.selectExpr("*", f"{first} AS {ident(fp1)}")
+               .observe(observation, *[F.expr(e).alias(f"m{i}") for i, e in enumerate(exprs)])
+               .where(sample_predicate(ident(fp1), sample_fraction))
+               .selectExpr(f"{ident(fp1)} AS fp1", f"{second} AS fp2"))
+    sample = sampled.toPandas()  # the action: the Observation's metrics come with it
+    metrics = observation.get
+    values = [metrics[f"m{i}"] for i in range(len(exprs))]
+    out, i = {}, 1
+    for agg in aggregates:
+        out[(agg.column, agg.name)] = agg.value(values[i:i + len(agg.exprs)])
+        i += len(agg.exprs)
+    return SnapshotDigest(snapshot_id=int(snapshot_id), row_count=int(values[0]), aggregates=out,
+                          sample=sample.astype({"fp1": "int64", "fp2": "int64"}),
+                          read_seconds=round(time.monotonic() - started, 3))
+
+
+def sampled_rows(spark, table_sql: str, snapshot_id: int, scope: str | None, *, seed: int,
+                 fingerprints: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """The rows (as JSON) behind sample fingerprints, read back for a failure report.
+
+    Only run when a proof failed; `fingerprints` are ints we computed, never user text.
+    """
+    if not fingerprints:
+        return {}
+    rows = spark.sql(snapshot_sql(table_sql, snapshot_id, scope))
+    first, second = fingerprint_exprs(rows.schema, seed)
+    wanted = ", ".join(str(int(f)) for f in sorted({f for f, _ in fingerprints}))
+    found = rows.selectExpr(f"{first} AS fp1", f"{second} AS fp2", f"{row_json(rows.schema)} AS row") \
+        .where(f"fp1 IN ({wanted})").collect()
+    keep = set(fingerprints)
+    return {(r["fp1"], r["fp2"]): r["row"] for r in found if (r["fp1"], r["fp2"]) in keep}
+
+
+def row_json(schema) -> str:
+    """The row as JSON for reports: nulls kept and microseconds shown, so it is the stored row."""
+    return ("to_json(struct(" + ", ".join(ident(f.name) for f in schema.fields) + "), "
+            "map('ignoreNullFields', 'false', "
+            "'timestampFormat', 'yyyy-MM-dd\\'T\\'HH:mm:ss.SSSSSSXXX'))")
