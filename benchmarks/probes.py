@@ -1,30 +1,21 @@
 """What compaction buys a reader: planning and scan time of a query on the date, and files it opens.
 
-Two probes on the compacted date:
-- the project's own probe (`icemaint.compaction.probe_query`: count and a hash of every column on the date),
-  which Iceberg may answer from manifest statistics alone (aggregate push-down);
-- a scan probe (`count(*)` and `sum(reading)`), which cannot be pushed down and opens every file
-  the scan plans.
-Timing follows `probe_query`: planning is forced with `toRdd().getNumPartitions()`, the scan is
-the `collect()` after it. Files opened come from Iceberg's scan metrics on the executed plan.
+The scan probe (`count(*)` and `sum(reading)` on the date) cannot be answered from manifest
+statistics and opens every file the scan plans. Planning is forced with
+`toRdd().getNumPartitions()`, the scan is the `collect()` after it. Files opened come from Iceberg's
+scan metrics on the executed plan. (The Compactor's own evidence, the proof's read of the date
+before and after, is reported from its runs: see compaction_cost.)
 """
 
 from __future__ import annotations
 
 import time
 
-from icemaint.compaction import probe_query, probe_sql
-
 from benchmarks.measure import median
 
 # Iceberg's driver-side scan metrics (SparkScan custom metrics) that count what a scan plans.
 SCAN_METRICS = ("resultDataFiles", "resultDeleteFiles", "scannedDataManifests", "skippedDataFiles",
                 "totalPlanningDuration", "totalDataFileSize")
-
-
-def count_probe_sql(table_sql: str, scope: str) -> str:
-    """The SQL of `icemaint.compaction.probe_query` (same text), for counting the files it plans."""
-    return probe_sql(table_sql, scope)
 
 
 def scan_probe_sql(table_sql: str, scope: str) -> str:
@@ -65,7 +56,7 @@ def scan_metrics(df) -> dict:
 
 
 def timed_query(spark, sql: str) -> dict:
-    """Planning and scan time of `sql` measured like `probe_query`, plus the scan's metrics."""
+    """Planning and scan time of `sql`, plus the scan's metrics."""
     t0 = time.perf_counter()
     df = spark.sql(sql)
     df._jdf.queryExecution().toRdd().getNumPartitions()  # forces Iceberg scan planning
@@ -77,26 +68,15 @@ def timed_query(spark, sql: str) -> dict:
 
 
 def measure_probes(spark, table_sql: str, scope: str, reps: int) -> dict:
-    """Both probes on the table's current state: medians over `reps` after one untimed warm-up each.
+    """The scan probe on the table's current state: medians over `reps` after one untimed warm-up each.
 
     The warm-up keeps JIT and class loading of a first query out of the figures; each timed query
     still loads the table's metadata afresh (the benchmark catalog caches nothing).
     """
     spark.sql(f"REFRESH TABLE {table_sql}")
-    probe_query(spark, table_sql, scope)
-    project = [probe_query(spark, table_sql, scope) for _ in range(reps)]
-    count_plan = timed_query(spark, count_probe_sql(table_sql, scope))
     timed_query(spark, scan_probe_sql(table_sql, scope))
     scans = [timed_query(spark, scan_probe_sql(table_sql, scope)) for _ in range(reps)]
     return {
-        "count_probe": {
-            "planning_ms": median(p["planning_ms"] for p in project),
-            "scan_ms": median(p["scan_ms"] for p in project),
-            "rows": project[0]["rows"],
-            "files_opened": count_plan["files_opened"],
-            "pushed_down": count_plan["batch_scans"] == 0,
-            "scannedDataManifests": count_plan["scannedDataManifests"],
-        },
         "scan_probe": {
             "planning_ms": median(s["planning_ms"] for s in scans),
             "scan_ms": median(s["scan_ms"] for s in scans),

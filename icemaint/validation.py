@@ -65,7 +65,7 @@ class ValidationResult:
     scope: str | None
     checks: tuple[CheckOutcome, ...]
     duration_seconds: float
-    read_seconds: dict = field(default_factory=dict)  # each snapshot's one read, by side
+    reads: dict = field(default_factory=dict)  # {"before"|"after": SnapshotDigest.read}: the one read of each
 
     def to_dict(self) -> dict:
         """A JSON-serialisable dict of the whole result (for the audit log and Dagster metadata)."""
@@ -304,7 +304,7 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
         scope=scope,
         checks=tuple(checks),
         duration_seconds=round(time.monotonic() - started, 3),
-        read_seconds={"before": digests[0].read_seconds, "after": digests[1].read_seconds},
+        reads={"before": digests[0].read, "after": digests[1].read},
     )
 
 

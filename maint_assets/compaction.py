@@ -38,8 +38,8 @@ def outcome_metadata(outcome: CompactionOutcome) -> dict:
         "files_before", "files_after", "small_files_before", "small_files_after", "avg_file_bytes_before",
         "avg_file_bytes_after", "delete_files_before", "delete_files_after", "rewritten_files", "added_files",
         "rewritten_bytes", "attempts")}
-    numbers.update({f"probe_before_{k}": v for k, v in outcome.probe_before.items()})
-    numbers.update({f"probe_after_{k}": v for k, v in outcome.probe_after.items()})
+    numbers.update({f"read_before_{k}": v for k, v in outcome.read_before.items()})
+    numbers.update({f"read_after_{k}": v for k, v in outcome.read_after.items()})
     numbers.update({f"{k}": v for k, v in outcome.durations.items()})
     meta = {**numeric(numbers),
             "decision": dg.MetadataValue.text(outcome.decision),

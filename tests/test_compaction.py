@@ -72,7 +72,7 @@ def test_happy_path_keeps_every_row_and_compacts_only_that_date(spark, config, t
     assert reader.health(table_name).partition(DATE).small_files == outcome.files_after
     # evidence
     assert outcome.rewritten_files == 6 and outcome.rewritten_bytes > 0
-    assert outcome.probe_before["rows"] == outcome.probe_after["rows"] > 0
+    assert outcome.read_before["rows"] == outcome.read_after["rows"] > 0
     record = open_audit(config).records(table=table_name, operation="compact")[-1]
     assert record.decision == "run" and record.after_snapshot_id == after_snapshot
     assert record.validation["passed"] is True and record.identity == config.identity()
