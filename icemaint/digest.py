@@ -58,7 +58,8 @@ class SnapshotDigest:
             e.g. min of no rows), in the order of `aggregates_for(schema)`.
         sample: The sampled rows' fingerprints, one row each (columns fp1, fp2; duplicates kept).
         read: How the read went, as evidence of what the snapshot's layout costs a reader:
-            {"planning_ms" (Spark + Iceberg scan planning), "scan_ms" (the read itself), "rows"}.
+            {"planning_ms" (Spark's analysis and optimisation), "scan_ms" (the read, Iceberg's file
+            planning included), "rows"}.
     """
 
     snapshot_id: int
@@ -200,8 +201,8 @@ def snapshot_digest(spark, table_sql: str, snapshot_id: int, scope: str | None, 
                .observe(observation, *[F.expr(e).alias(f"m{i}") for i, e in enumerate(exprs)])
                .where(sample_predicate(ident(fp1), sample_fraction))
                .selectExpr(f"{ident(fp1)} AS fp1", f"{second} AS fp2"))
-    # Plans the scan (Iceberg's file planning included); the action below reuses the planned RDD.
-    sampled._jdf.queryExecution().toRdd().getNumPartitions()
+    # Spark's analysis and optimisation; Iceberg plans the files when the scan starts (in scan_ms).
+    sampled._jdf.queryExecution().executedPlan()
     planned = time.monotonic()
     sample = sampled.toPandas()  # the action: the Observation's metrics come with it
     metrics = observation.get
