@@ -113,7 +113,6 @@ def _gx_error(result_doc: dict) -> str | None:
     return None
 
 
-
 def _snapshot_id(value: Any, what: str) -> int:
     # bool is an int subclass; a True snapshot id is a bug, not snapshot 1.
     if isinstance(value, bool) or not isinstance(value, int):

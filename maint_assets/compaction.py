@@ -8,9 +8,9 @@ from pathlib import Path
 import dagster as dg
 
 from icemaint.compaction import CompactionOutcome, CompactionRequest, Compactor
-from icemaint.decisions import RUN
+from icemaint.decisions import REFUSE, RUN
 from maint_assets.health import table_health
-from maint_assets.metadata import as_json, numeric
+from maint_assets.metadata import as_json, numeric, report_outcome
 from maint_assets.partitions import TABLE_DIMENSION, split_table_date
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
@@ -126,14 +126,10 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
                               progress=context.log.info)
         outcome = compactor.run(request)
         context.log.info(f"{table} {date}: {outcome.decision}: {outcome.reason}")
-        if outcome.decision != RUN or outcome.dry_run:
-            # Yielded, not logged: a logged event would be lost when the refusal fails the step.
-            yield dg.AssetObservation(asset_key="compaction", partition=context.partition_key,
-                                      metadata=outcome_metadata(outcome))
-            if outcome.decision == "refuse":
-                raise dg.Failure(description=f"refused: {outcome.reason}", metadata=outcome_metadata(outcome))
-            return
-        yield dg.Output(None, metadata=outcome_metadata(outcome))
+        yield from report_outcome(
+            context, "compaction", outcome_metadata(outcome),
+            materialize=outcome.decision == RUN and not outcome.dry_run,
+            refusal=f"refused: {outcome.reason}" if outcome.decision == REFUSE else None)
 
     @dg.asset(
         partitions_def=partitions_def,

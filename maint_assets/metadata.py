@@ -28,3 +28,17 @@ def markdown_table(rows: list[Mapping[str, Any]], columns: list[str]) -> dg.Meta
     head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     body = "".join("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |\n" for r in rows)
     return dg.MetadataValue.md(head + body)
+
+
+def report_outcome(context: dg.AssetExecutionContext, asset_key: str, metadata: dict, *, materialize: bool,
+                   refusal: str | None = None):
+    """Yields the outcome as the asset's materialization, or observes it and fails when it was refused.
+
+    Yielded, not logged: events logged with `context.log_event` are lost when the step then fails.
+    """
+    if materialize:
+        yield dg.Output(None, metadata=metadata)
+        return
+    yield dg.AssetObservation(asset_key=asset_key, partition=context.partition_key, metadata=metadata)
+    if refusal is not None:
+        raise dg.Failure(description=refusal, metadata=metadata)

@@ -20,7 +20,7 @@ from icemaint.housekeeping import (
 from icemaint.units import parse_duration
 from maint_assets.compaction import PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG, table_dimension_mapping
 from maint_assets.health import table_health
-from maint_assets.metadata import as_json, numeric
+from maint_assets.metadata import as_json, numeric, report_outcome
 from maint_assets.partitions import split_table_date, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
@@ -101,15 +101,10 @@ def _duration(value: Optional[str], setting: str) -> Optional[float]:
 def _report(context: dg.AssetExecutionContext, asset_key: str, outcome: RetentionOutcome, materialize: bool):
     """Yield the outcome as the asset's materialization, or observe it (and fail on a refusal)."""
     context.log.info(f"{outcome.table} {outcome.operation}: {outcome.decision}: {outcome.reason}")
-    metadata = outcome_metadata(outcome)
-    if materialize:
-        yield dg.Output(None, metadata=metadata)
-        return
-    # Yielded, not logged: events logged with context.log_event are lost when the step then fails.
-    yield dg.AssetObservation(asset_key=asset_key, partition=context.partition_key, metadata=metadata)
-    if outcome.decision == REFUSE:
-        raise dg.Failure(description=f"refused {outcome.operation} on {outcome.table}: {outcome.reason}",
-                         metadata={"reason": dg.MetadataValue.text(outcome.reason)})
+    yield from report_outcome(
+        context, asset_key, outcome_metadata(outcome), materialize=materialize,
+        refusal=f"refused {outcome.operation} on {outcome.table}: {outcome.reason}" if outcome.decision == REFUSE
+        else None)
 
 
 def _housekeeper(context, spark: SparkResource, catalog: IcebergCatalogResource, claims: TableClaimResource,
