@@ -97,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="only render --out from a previous run's raw figures (benchmarks/.work/results.json)")
     args = parser.parse_args(argv)
     if args.from_results:
-        Path(args.out).write_text(render_report(json.loads(Path(args.from_results).read_text())))
+        results = json.loads(Path(args.from_results).read_text())
+        if args.note:
+            results["note"] = args.note
+        Path(args.out).write_text(render_report(results))
         return 0
     mode = QUICK if args.quick else FULL
     log = Log()
