@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
 
 # The usual values; others are allowed (lowercase words), so a new step needs no change here.
-OPERATIONS = ("compact", "expire", "orphans", "manifests", "rollback", "approve")
+OPERATIONS = ("compact", "expire", "orphans", "manifests", "rollback", "approve", "purge_quarantine")
 DECISIONS = ("run", "defer", "refuse", "noop", "rollback", "failed", "approved")
 
 _log = logging.getLogger(__name__)

@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="build the demo warehouse and run the maintenance loop on it")
     s.add_argument("--batches", type=int, default=12)
     s.set_defaults(func=cmd_demo)
-    cli_retention.register(sub)  # expire, orphans, manifests
+    cli_retention.register(sub)  # expire, orphans, manifests, purge-quarantine
     return p
 
 

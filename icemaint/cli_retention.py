@@ -1,4 +1,7 @@
-"""`icemaint expire | orphans | manifests`: retention from the command line, through the Dagster jobs.
+"""`icemaint expire | orphans | manifests | purge-quarantine`: retention from the command line.
+
+expire, orphans and manifests run through the Dagster jobs; purge-quarantine only deletes files in
+<state_dir>/quarantine (no table is touched) and runs directly.
 
 Settings are validated before anything runs (a bad one exits 2 naming it); a refusal or a failed
 run exits 1; a run, a dry run, a deferral or nothing to do exits 0.
@@ -81,8 +84,26 @@ def cmd_manifests(config: MaintenanceConfig, args) -> int:
     return _report(args, "manifests", report)
 
 
+def cmd_purge_quarantine(config: MaintenanceConfig, args) -> int:
+    from icemaint.audit import open_audit
+    from icemaint.quarantine import purge
+    from icemaint.spark_session import get_spark
+
+    older_than = parse_duration(_duration(args.older_than, "--older-than"))
+    outcomes = purge(config, get_spark(config), open_audit(config), older_than_seconds=older_than,
+                     dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps([o.to_dict() for o in outcomes], indent=2))
+    elif not outcomes:
+        print("quarantine: nothing older than the cutoff")
+    for o in [] if args.json else outcomes:
+        print(f"{o.table} purge_quarantine: {o.decision}: {o.reason}",
+              file=sys.stderr if o.decision == "refuse" else sys.stdout)
+    return EXIT_FAILED if any(o.decision == "refuse" for o in outcomes) else EXIT_OK
+
+
 def register(subparsers) -> None:
-    """Add the `expire`, `orphans` and `manifests` subcommands to `icemaint`'s parser."""
+    """Add the `expire`, `orphans`, `manifests` and `purge-quarantine` subcommands to `icemaint`'s parser."""
     s = subparsers.add_parser("expire", help="expire old snapshots by policy (never inside the owner's window, "
                                              "never a branch, tag or in-flight run's snapshot)")
     s.add_argument("table")
@@ -112,3 +133,11 @@ def register(subparsers) -> None:
     s.add_argument("--dry-run", action="store_true", help="report the estimate, change nothing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_manifests)
+
+    s = subparsers.add_parser("purge-quarantine",
+                              help="delete files that `orphans --quarantine` moved aside longer ago than a cutoff")
+    s.add_argument("--older-than", metavar="DURATION", required=True,
+                   help="purge batches quarantined longer ago than this, e.g. 7d")
+    s.add_argument("--dry-run", action="store_true", help="list the batches, delete nothing")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_purge_quarantine)

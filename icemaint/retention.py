@@ -11,7 +11,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from icemaint.names import TableName
@@ -771,27 +771,35 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
     return OrphanResult(**base, deleted=deleted)
 
 
-def purge_quarantine(spark, quarantine_dir: str, older_than: datetime) -> list[str]:
+def purge_quarantine(spark, quarantine_dir: str, older_than: datetime, *, dry_run: bool = False,
+                     allow: Callable[[str], bool] = lambda table: True) -> dict[str, list[str]]:
     """Deletes quarantine batches (`<dir>/<table>/<stamp>`) quarantined before `older_than`.
 
     Only directories named with the quarantine stamp are considered; anything else is left alone.
 
+    Args:
+        dry_run: List the batches that would be purged; delete nothing.
+        allow: Whether a table's batches (by table directory name) may be purged at all.
+
     Returns:
-        The purged batch directories.
+        The purged (or, on a dry run, purgeable) batch directories by table directory name.
     """
     older_than = _aware(older_than, "older_than")
     files = _Files(spark)
-    purged = []
+    purged: dict[str, list[str]] = {}
     for table_dir in files.children(quarantine_dir):
+        table = table_dir.rstrip("/").rsplit("/", 1)[-1]
+        if not allow(table):
+            continue
         for batch in files.children(table_dir):
             name = batch.rstrip("/").rsplit("/", 1)[-1]
             try:
                 stamp = datetime.strptime(name, _QUARANTINE_STAMP).replace(tzinfo=timezone.utc)
             except ValueError:
                 continue
-            if stamp < older_than and files.delete_tree(batch):
-                purged.append(batch)
-    return sorted(purged)
+            if stamp < older_than and (dry_run or files.delete_tree(batch)):
+                purged.setdefault(table, []).append(batch)
+    return {table: sorted(batches) for table, batches in sorted(purged.items())}
 
 
 # ---- manifests ------------------------------------------------------------------------------

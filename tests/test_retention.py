@@ -409,10 +409,12 @@ def test_forced_young_cutoff_quarantines_and_purges(spark, config, table_name, t
     assert str(moved_to).startswith(str(quarantine / table_name))
     assert all(Path(p).exists() for p in referenced)
 
-    assert purge_quarantine(spark, str(quarantine), older_than=now - timedelta(days=1)) == []
+    assert purge_quarantine(spark, str(quarantine), older_than=now - timedelta(days=1)) == {}
     assert moved_to.exists()
+    listed = purge_quarantine(spark, str(quarantine), older_than=now + timedelta(seconds=1), dry_run=True)
+    assert sum(map(len, listed.values())) == 1 and moved_to.exists()  # a dry run deletes nothing
     purged = purge_quarantine(spark, str(quarantine), older_than=now + timedelta(seconds=1))
-    assert len(purged) == 1 and not moved_to.exists()
+    assert purged == listed and not moved_to.exists()
 
 
 def test_rewrite_manifests_merges_and_keeps_rows(spark, config, table_name):

@@ -333,3 +333,39 @@ def test_cli_json_output_and_exit_codes(spark, config_file, table_name, capsys):
     decisions = [(r.operation, r.decision) for r in open_audit(config).records(table=table_name)]
     assert decisions == [("expire", "run"), ("orphans", "refuse"), ("expire", "run"), ("manifests", "noop"),
                          ("orphans", "noop")]
+
+
+def test_purge_quarantine_cli_deletes_old_batches_of_allowed_tables_only(spark, tmp_path, lake_root, capsys):
+    state = tmp_path / "purge-state"
+    path = write_config(tmp_path / "purge.yaml", lake_root, state_dir=str(state), tables={"q.ro": {"read_only": True}})
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def batch(table: str, age: dt.timedelta) -> Path:
+        stamp = (now - age).strftime("%Y%m%dT%H%M%S%fZ")
+        planted = state / "quarantine" / table / stamp / "data" / "part-0.parquet"
+        planted.parent.mkdir(parents=True)
+        planted.write_bytes(b"orphan")
+        return planted
+
+    old, young = batch("q.ok", dt.timedelta(days=10)), batch("q.ok", dt.timedelta(hours=1))
+    protected = batch("q.ro", dt.timedelta(days=10))
+    (state / "quarantine" / "q.ok" / "not-a-batch").mkdir()
+    base = ["--config", str(path), "purge-quarantine"]
+
+    assert main(base + ["--older-than=-1d"]) == 2
+    assert "negative" in capsys.readouterr().err
+    assert main(base + ["--older-than", "7d", "--dry-run", "--json"]) == 1  # q.ro is refused
+    listed = {o["table"]: o for o in json.loads(capsys.readouterr().out)}
+    assert listed["q.ok"]["decision"] == "run" and len(listed["q.ok"]["batches"]) == 1
+    assert listed["q.ro"]["decision"] == "refuse" and "read-only" in listed["q.ro"]["reason"]
+    assert old.exists() and young.exists() and protected.exists()
+
+    assert main(base + ["--older-than", "7d"]) == 1
+    out = capsys.readouterr()
+    assert "q.ok purge_quarantine: run: purged 1 batch(es)" in out.out and "q.ro purge_quarantine: refuse" in out.err
+    assert not old.parent.parent.exists() and young.exists() and protected.exists()
+    assert (state / "quarantine" / "q.ok" / "not-a-batch").is_dir()
+    records = [(r.table, r.decision, r.details["dry_run"])
+               for r in open_audit(load_config(path)).records(operation="purge_quarantine")]
+    assert sorted(records) == [("q.ok", "run", False), ("q.ok", "run", True),
+                               ("q.ro", "refuse", False), ("q.ro", "refuse", True)]

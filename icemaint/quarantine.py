@@ -1,0 +1,77 @@
+"""Purging `<state_dir>/quarantine`: files that orphan removal moved aside, deleted for good later.
+
+`icemaint orphans --quarantine` (or `quarantine: true` on the orphan_files asset) moves unreferenced
+files into `<state_dir>/quarantine/<table>/<stamp>/` instead of deleting them; once the grace period
+has shown nothing needed them, `purge` deletes the batches older than a cutoff. A table whose policy
+refuses orphan removal (read_only, allowed_operations, allowed_identities) keeps its batches. One
+audit record per table with batches (run, dry run or refuse).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from icemaint.config import MaintenanceConfig
+from icemaint.decisions import REFUSE, RUN, refusal_for
+from icemaint.housekeeping import MAX_LISTED_PATHS, ORPHANS, QUARANTINE_DIR, check_age
+from icemaint.retention import purge_quarantine
+from icemaint.units import format_duration
+
+PURGE = "purge_quarantine"
+
+
+@dataclass
+class PurgeOutcome:
+    table: str
+    decision: str
+    reason: str
+    batches: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def quarantine_dir(config: MaintenanceConfig) -> str:
+    return str(Path(config.state_dir, QUARANTINE_DIR).resolve())
+
+
+def purge(config: MaintenanceConfig, spark, audit, *, older_than_seconds: float, dry_run: bool = False,
+          now: dt.datetime | None = None) -> list[PurgeOutcome]:
+    """Deletes quarantine batches older than `older_than_seconds` (all tables whose policy allows it).
+
+    Raises:
+        RetentionError: a negative or non-numeric age, before anything is touched.
+    """
+    from icemaint.audit import AuditRecord
+
+    started = time.perf_counter()
+    age = check_age(older_than_seconds, "older_than")
+    cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(seconds=age)
+    identity = config.identity()
+    root = quarantine_dir(config)
+    if not Path(root).is_dir():
+        return []
+    listed = purge_quarantine(spark, root, cutoff, dry_run=True)
+    refused = {table: reason for table in listed
+               if (reason := refusal_for(config.policy(table), ORPHANS, identity))}
+    done = {} if dry_run else purge_quarantine(spark, root, cutoff, allow=lambda table: table not in refused)
+    within = f"quarantined more than {format_duration(age)} ago (before {cutoff.isoformat(timespec='seconds')})"
+    outcomes = []
+    for table, batches in listed.items():
+        if table in refused:
+            outcome = PurgeOutcome(table, REFUSE, refused[table], batches)
+        elif dry_run:
+            outcome = PurgeOutcome(table, RUN, f"dry-run: would purge {len(batches)} batch(es) {within}", batches)
+        else:
+            gone = done.get(table, [])
+            outcome = PurgeOutcome(table, RUN, f"purged {len(gone)} batch(es) {within}", gone)
+        audit.append(AuditRecord(
+            table=table, operation=PURGE, decision=outcome.decision, reason=outcome.reason, trigger="manual",
+            identity=identity, durations={"duration_seconds": round(time.perf_counter() - started, 3)},
+            details={"dry_run": dry_run, "quarantine_dir": root, "cutoff": cutoff.isoformat(),
+                     "batches": outcome.batches[:MAX_LISTED_PATHS], "batch_count": len(outcome.batches)}))
+        outcomes.append(outcome)
+    return outcomes
