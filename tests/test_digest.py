@@ -83,3 +83,31 @@ def test_a_column_named_like_the_fingerprint_does_not_collide(spark, config, tab
     assert not result.passed
     assert {d["column_name"] for d in result.check(COLUMN_AGGREGATES).observed["differing_aggregates"]} >= \
         {"__icemaint_fp1"}
+
+
+def test_a_passing_proof_runs_one_spark_job_per_snapshot_plus_gx_row_count(spark, config, table_name):
+    """The property the benchmarks rest on: each snapshot's rows are read once, not once per check."""
+    table_sql = TableName.parse(table_name).sql(config.catalog.name)
+    spark.sql(f"CREATE TABLE {table_sql} (k INT, v STRING) USING iceberg")
+    for i in range(3):
+        spark.sql(f"INSERT INTO {table_sql} SELECT id, CAST(id AS STRING) FROM range({i * 100}, {i * 100 + 100})")
+    before = _snapshot(spark, table_sql)
+    spark.sql(f"CALL `{config.catalog.name}`.system.rewrite_data_files("
+              f"table => {TableName.parse(table_name).procedure_arg()}, options => map('min-input-files', '2'))")
+    after = _snapshot(spark, table_sql)
+    tracker, group = spark.sparkContext.statusTracker(), f"proof-{table_name}"
+
+    spark.sparkContext.setJobGroup(group, "rewrite proof")
+    try:
+        result = validate_rewrite(spark, table_sql, before, after, sample_fraction=0.5)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+
+    assert result.passed
+    jobs = sorted(tracker.getJobIdsForGroup(group))
+    stages = [tracker.getStageInfo(st).name for j in jobs for st in tracker.getJobInfo(j).stageIds]
+    # one read per snapshot (icemaint/digest.py); everything else is GX counting the after
+    # snapshot for row_count_parity (a count: its shuffle and result stages)
+    assert sum("icemaint/digest.py" in name for name in stages) == 2, "\n".join(stages)
+    assert all("icemaint/digest.py" in name or "great_expectations" in name for name in stages), "\n".join(stages)
+    assert len(jobs) <= 4, "\n".join(stages)
