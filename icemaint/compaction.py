@@ -202,8 +202,7 @@ class Compactor:
             outcome.reason = f"dry-run: would rewrite ({decision.reason}); nothing changed"
             return
 
-        scope = DateScope(health.time_column, self._column_type(name, health.time_column),
-                          dt.date.fromisoformat(date)).predicate()
+        scope = DateScope(health.time_column, health.time_column_type, dt.date.fromisoformat(date)).predicate()
         table_sql = name.sql(self.config.catalog.name)
         self.spark.sql(f"REFRESH TABLE {table_sql}")
         result, health = self._rewrite_with_retries(name, date, policy, identity, request, scope, health, outcome)
@@ -270,9 +269,6 @@ class Compactor:
         outcome.delete_files_before = part.delete_files if part else 0
         outcome.avg_file_bytes_before = (part.total_bytes / part.data_files) if part and part.data_files else 0.0
         outcome.decision_detail = decision.to_dict()
-
-    def _column_type(self, name: TableName, column: str) -> str:
-        return str(self.reader.load(name.key).schema().find_field(column).field_type)
 
     def _options(self, policy) -> dict[str, str]:
         return {

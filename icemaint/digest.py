@@ -14,6 +14,7 @@ fixed-width types (strings, binaries and nested values are covered by their coun
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,8 +186,6 @@ def snapshot_digest(spark, table_sql: str, snapshot_id: int, scope: str | None, 
     their snapshot id, so a cached `VERSION AS OF <before>` would answer the after snapshot's query
     too and the proof would compare a snapshot with itself.
     """
-    import time
-
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 

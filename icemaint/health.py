@@ -88,6 +88,7 @@ class TableHealth:
     seconds_since_writer_commit: float | None
     small_file_size_bytes: int
     partitions: tuple[PartitionHealth, ...] = ()
+    time_column_type: str | None = None  # Iceberg type of time_column ("timestamptz", "date", ...)
 
     def partition(self, date: str) -> PartitionHealth | None:
         return next((p for p in self.partitions if p.date == date), None)
@@ -129,6 +130,7 @@ def compute_health(
     time_column: str | None,
     time_transform: str | None,
     files: Iterable[FileEntry],
+    time_column_type: str | None = None,
     manifest_lengths: Sequence[int],
     snapshots: Sequence[SnapshotEntry],
     metadata_files: int,
@@ -174,6 +176,7 @@ def compute_health(
         spec_id=spec_id,
         time_column=time_column,
         time_transform=time_transform,
+        time_column_type=time_column_type,
         data_files=len(data_sizes),
         small_files=sum(1 for s in data_sizes if s < small_file_size_bytes),
         total_bytes=total,

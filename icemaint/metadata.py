@@ -31,6 +31,7 @@ class TimePartitioning:
     column: str | None
     transform: str | None  # hour | day | month | year | identity | "bounds" (from file stats) | None
     source: str            # "partition spec", "policy", or a reason there is none
+    column_type: str | None = None  # the column's Iceberg type, e.g. "timestamptz" or "date"
 
     @property
     def found(self) -> bool:
@@ -66,9 +67,9 @@ def time_partitioning(table, time_column: str | None = None) -> TimePartitioning
         transform = str(pf.transform)
         source = schema.find_field(pf.source_id)
         if transform in TIME_TRANSFORMS:
-            return TimePartitioning(source.name, transform, "partition spec")
+            return TimePartitioning(source.name, transform, "partition spec", str(source.field_type))
         if transform == "identity" and str(source.field_type) == "date":
-            return TimePartitioning(source.name, "identity", "partition spec")
+            return TimePartitioning(source.name, "identity", "partition spec", "date")
     if time_column:
         try:
             field_type = str(schema.find_field(time_column).field_type)
@@ -76,7 +77,7 @@ def time_partitioning(table, time_column: str | None = None) -> TimePartitioning
             return TimePartitioning(None, None, f"policy time_column {time_column!r} is not a column of the table")
         if field_type not in ("date", "timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns"):
             return TimePartitioning(None, None, f"policy time_column {time_column!r} has type {field_type}, not a date or timestamp")
-        return TimePartitioning(time_column, "bounds", "policy")
+        return TimePartitioning(time_column, "bounds", "policy", field_type)
     return TimePartitioning(None, None, "no day/hour/month/year partition and no time_column in policy")
 
 
@@ -178,6 +179,7 @@ class CatalogReader:
             spec_id=tbl.metadata.default_spec_id,
             time_column=timing.column,
             time_transform=timing.transform,
+            time_column_type=timing.column_type,
             files=files,
             manifest_lengths=manifests,
             snapshots=read_snapshots(tbl),

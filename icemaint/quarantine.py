@@ -17,7 +17,7 @@ from pathlib import Path
 from icemaint.config import MaintenanceConfig
 from icemaint.decisions import REFUSE, RUN, refusal_for
 from icemaint.housekeeping import MAX_LISTED_PATHS, ORPHANS, QUARANTINE_DIR, check_age
-from icemaint.retention import purge_quarantine
+from icemaint.retention import delete_batches, quarantine_batches
 from icemaint.units import format_duration
 
 PURGE = "purge_quarantine"
@@ -54,19 +54,17 @@ def purge(config: MaintenanceConfig, spark, audit, *, older_than_seconds: float,
     root = quarantine_dir(config)
     if not Path(root).is_dir():
         return []
-    listed = purge_quarantine(spark, root, cutoff, dry_run=True)
-    refused = {table: reason for table in listed
-               if (reason := refusal_for(config.policy(table), ORPHANS, identity))}
-    done = {} if dry_run else purge_quarantine(spark, root, cutoff, allow=lambda table: table not in refused)
+    listed = quarantine_batches(spark, root, cutoff)
     within = f"quarantined more than {format_duration(age)} ago (before {cutoff.isoformat(timespec='seconds')})"
     outcomes = []
     for table, batches in listed.items():
-        if table in refused:
-            outcome = PurgeOutcome(table, REFUSE, refused[table], batches)
+        refused = refusal_for(config.policy(table), ORPHANS, identity)
+        if refused:
+            outcome = PurgeOutcome(table, REFUSE, refused, batches)
         elif dry_run:
             outcome = PurgeOutcome(table, RUN, f"dry-run: would purge {len(batches)} batch(es) {within}", batches)
         else:
-            gone = done.get(table, [])
+            gone = delete_batches(spark, batches)
             outcome = PurgeOutcome(table, RUN, f"purged {len(gone)} batch(es) {within}", gone)
         audit.append(AuditRecord(
             table=table, operation=PURGE, decision=outcome.decision, reason=outcome.reason, trigger="manual",

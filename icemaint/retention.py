@@ -11,7 +11,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable, Mapping
+from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from icemaint.names import TableName
@@ -771,35 +771,31 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
     return OrphanResult(**base, deleted=deleted)
 
 
-def purge_quarantine(spark, quarantine_dir: str, older_than: datetime, *, dry_run: bool = False,
-                     allow: Callable[[str], bool] = lambda table: True) -> dict[str, list[str]]:
-    """Deletes quarantine batches (`<dir>/<table>/<stamp>`) quarantined before `older_than`.
+def quarantine_batches(spark, quarantine_dir: str, older_than: datetime) -> dict[str, list[str]]:
+    """Quarantine batches (`<dir>/<table>/<stamp>`) quarantined before `older_than`, by table directory name.
 
-    Only directories named with the quarantine stamp are considered; anything else is left alone.
-
-    Args:
-        dry_run: List the batches that would be purged; delete nothing.
-        allow: Whether a table's batches (by table directory name) may be purged at all.
-
-    Returns:
-        The purged (or, on a dry run, purgeable) batch directories by table directory name.
+    Only directories named with the quarantine stamp count; anything else is left alone.
     """
     older_than = _aware(older_than, "older_than")
     files = _Files(spark)
-    purged: dict[str, list[str]] = {}
+    found: dict[str, list[str]] = {}
     for table_dir in files.children(quarantine_dir):
         table = table_dir.rstrip("/").rsplit("/", 1)[-1]
-        if not allow(table):
-            continue
         for batch in files.children(table_dir):
             name = batch.rstrip("/").rsplit("/", 1)[-1]
             try:
                 stamp = datetime.strptime(name, _QUARANTINE_STAMP).replace(tzinfo=timezone.utc)
             except ValueError:
                 continue
-            if stamp < older_than and (dry_run or files.delete_tree(batch)):
-                purged.setdefault(table, []).append(batch)
-    return {table: sorted(batches) for table, batches in sorted(purged.items())}
+            if stamp < older_than:
+                found.setdefault(table, []).append(batch)
+    return {table: sorted(batches) for table, batches in sorted(found.items())}
+
+
+def delete_batches(spark, batches: Iterable[str]) -> list[str]:
+    """Deletes quarantine batch directories (from `quarantine_batches`); returns those deleted."""
+    files = _Files(spark)
+    return [batch for batch in batches if files.delete_tree(batch)]
 
 
 # ---- manifests ------------------------------------------------------------------------------

@@ -198,15 +198,15 @@ def _differing_rows(spark, table_sql: str, before: int, after: int, scope: str |
     """(missing, unexpected, up to `limit` reported rows) of the sampled rows whose counts differ."""
     diff = samples[samples["before_count"] != samples["after_count"]]
     missing = int((diff["before_count"] > diff["after_count"]).sum())
-    shown = diff.head(limit)
-    keys = [(int(r.fp1), int(r.fp2)) for r in shown.itertuples()]
-    gone = [k for k, r in zip(keys, shown.itertuples()) if r.before_count > r.after_count]
-    new = [k for k, r in zip(keys, shown.itertuples()) if r.before_count <= r.after_count]
-    text = {**sampled_rows(spark, table_sql, before, scope, seed=seed, fingerprints=gone),
-            **sampled_rows(spark, table_sql, after, scope, seed=seed, fingerprints=new)}
-    rows = [{"direction": "missing_in_after" if r.before_count > r.after_count else "unexpected_in_after",
-             "before_count": int(r.before_count), "after_count": int(r.after_count),
-             "row": text.get(k)} for k, r in zip(keys, shown.itertuples())]
+    shown = [((int(r.fp1), int(r.fp2)), int(r.before_count), int(r.after_count))
+             for r in diff.head(limit).itertuples()]
+    # a missing row is read back from the before snapshot, an unexpected one from the after snapshot
+    text = {**sampled_rows(spark, table_sql, before, scope, seed=seed,
+                           fingerprints=[k for k, b, a in shown if b > a]),
+            **sampled_rows(spark, table_sql, after, scope, seed=seed,
+                           fingerprints=[k for k, b, a in shown if b <= a])}
+    rows = [{"direction": "missing_in_after" if b > a else "unexpected_in_after",
+             "before_count": b, "after_count": a, "row": text.get(k)} for k, b, a in shown]
     rows.sort(key=lambda r: (r["row"] or "", r["direction"]))
     return missing, len(diff) - missing, rows
 

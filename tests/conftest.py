@@ -52,6 +52,24 @@ def write_config(path: Path, root: Path, **overrides) -> Path:
     return path
 
 
+def current_snapshot(spark, table_sql: str) -> int:
+    """The snapshot the table's `main` branch points at."""
+    return spark.sql(f"SELECT snapshot_id FROM {table_sql}.`refs` WHERE name = 'main'").first()[0]
+
+
+def two_versions(spark, table_sql: str, columns: str, first: str, second: str) -> tuple[int, int]:
+    """Creates the table with `columns`, inserts the VALUES `first`, then INSERT OVERWRITEs `second`.
+
+    Returns:
+        (snapshot holding `first`, snapshot holding `second`).
+    """
+    spark.sql(f"CREATE TABLE {table_sql} ({columns}) USING iceberg")
+    spark.sql(f"INSERT INTO {table_sql} VALUES {first}")
+    before = current_snapshot(spark, table_sql)
+    spark.sql(f"INSERT OVERWRITE {table_sql} VALUES {second}")
+    return before, current_snapshot(spark, table_sql)
+
+
 @pytest.fixture(scope="session")
 def lake_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("lake")

@@ -17,7 +17,6 @@ from icemaint.cli import main
 from icemaint.config import load_config
 from icemaint.instance import get_instance
 from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
 from icemaint.simulator import StreamingWriter, WorkloadSpec
 
 # health numbers that depend on when they are read

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+from conftest import current_snapshot, two_versions
 from icemaint.digest import WHOLE_ROW, snapshot_digest
 from icemaint.names import TableName
 from icemaint.validation import COLUMN_AGGREGATES, ROW_COUNT_PARITY, SAMPLE_COMPARISON, validate_rewrite
-
-
-def _snapshot(spark, table_sql: str) -> int:
-    return spark.sql(f"SELECT snapshot_id FROM {table_sql}.`refs` WHERE name = 'main'").first()[0]
 
 
 def test_integer_and_decimal_sums_are_exact_beyond_64_bits(spark, config, table_name):
@@ -19,7 +16,7 @@ def test_integer_and_decimal_sums_are_exact_beyond_64_bits(spark, config, table_
     values = ", ".join(f"({b}, {2**31 - 1 - i}, {p})" for i, (b, p) in enumerate(zip(bigs, prices)))
     spark.sql(f"INSERT INTO {table_sql} VALUES {values}")
 
-    digest = snapshot_digest(spark, table_sql, _snapshot(spark, table_sql), None, sample_fraction=1.0, seed=0)
+    digest = snapshot_digest(spark, table_sql, current_snapshot(spark, table_sql), None, sample_fraction=1.0, seed=0)
 
     assert digest.row_count == 5
     assert digest.aggregates[("big", "sum")] == str(sum(bigs))  # a plain 64-bit sum would wrap
@@ -35,9 +32,9 @@ def test_an_empty_scope_digests_to_zero_rows_and_validates(spark, config, table_
     table_sql = TableName.parse(table_name).sql(config.catalog.name)
     spark.sql(f"CREATE TABLE {table_sql} (k INT, v STRING) USING iceberg")
     spark.sql(f"INSERT INTO {table_sql} VALUES (1, 'a')")
-    first = _snapshot(spark, table_sql)
+    first = current_snapshot(spark, table_sql)
     spark.sql(f"INSERT INTO {table_sql} VALUES (2, 'b')")
-    second = _snapshot(spark, table_sql)
+    second = current_snapshot(spark, table_sql)
 
     digest = snapshot_digest(spark, table_sql, first, "k > 100", sample_fraction=0.5, seed=3)
     assert digest.row_count == 0 and len(digest.sample) == 0
@@ -50,11 +47,8 @@ def test_an_empty_scope_digests_to_zero_rows_and_validates(spark, config, table_
 def test_values_swapped_between_rows_fail_the_whole_row_hash_sum(spark, config, table_name):
     """Every per-column aggregate stays equal; only rows as a whole differ."""
     table_sql = TableName.parse(table_name).sql(config.catalog.name)
-    spark.sql(f"CREATE TABLE {table_sql} (k INT, v STRING) USING iceberg")
-    spark.sql(f"INSERT INTO {table_sql} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
-    before = _snapshot(spark, table_sql)
-    spark.sql(f"INSERT OVERWRITE {table_sql} VALUES (1, 'b'), (2, 'a'), (3, 'c')")
-    after = _snapshot(spark, table_sql)
+    before, after = two_versions(spark, table_sql, "k INT, v STRING", "(1, 'a'), (2, 'b'), (3, 'c')",
+                                 "(1, 'b'), (2, 'a'), (3, 'c')")
 
     result = validate_rewrite(spark, table_sql, before, after, sample_fraction=1.0)
 
@@ -73,9 +67,9 @@ def test_a_column_named_like_the_fingerprint_does_not_collide(spark, config, tab
     table_sql = TableName.parse(table_name).sql(config.catalog.name)
     spark.sql(f"CREATE TABLE {table_sql} (__icemaint_fp1 BIGINT, `we``ird` STRING) USING iceberg")
     spark.sql(f"INSERT INTO {table_sql} VALUES (7, 'x'), (8, NULL)")
-    before = _snapshot(spark, table_sql)
+    before = current_snapshot(spark, table_sql)
     spark.sql(f"UPDATE {table_sql} SET __icemaint_fp1 = 9 WHERE __icemaint_fp1 = 8")
-    after = _snapshot(spark, table_sql)
+    after = current_snapshot(spark, table_sql)
 
     digest = snapshot_digest(spark, table_sql, before, None, sample_fraction=1.0, seed=0)
     assert digest.aggregates[("__icemaint_fp1", "sum")] == "15"
@@ -91,10 +85,10 @@ def test_a_passing_proof_runs_one_spark_job_per_snapshot_plus_gx_row_count(spark
     spark.sql(f"CREATE TABLE {table_sql} (k INT, v STRING) USING iceberg")
     for i in range(3):
         spark.sql(f"INSERT INTO {table_sql} SELECT id, CAST(id AS STRING) FROM range({i * 100}, {i * 100 + 100})")
-    before = _snapshot(spark, table_sql)
+    before = current_snapshot(spark, table_sql)
     spark.sql(f"CALL `{config.catalog.name}`.system.rewrite_data_files("
               f"table => {TableName.parse(table_name).procedure_arg()}, options => map('min-input-files', '2'))")
-    after = _snapshot(spark, table_sql)
+    after = current_snapshot(spark, table_sql)
     tracker, group = spark.sparkContext.statusTracker(), f"proof-{table_name}"
 
     spark.sparkContext.setJobGroup(group, "rewrite proof")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import write_config
+from conftest import current_snapshot, write_config
 from icemaint.audit import open_audit
 from icemaint.claims import open_claims
 from icemaint.compaction import CompactionRequest, Compactor
@@ -74,10 +74,6 @@ def spark_truth(spark, sql: str, snapshot_id: int, small_below: int) -> dict:
             "last_operation": snapshots["last_operation"]}
 
 
-def current_snapshot(spark, sql: str) -> int:
-    return spark.sql(f"SELECT snapshot_id FROM {sql}.refs WHERE name = 'main'").collect()[0][0]
-
-
 def assert_parity(health, truth: dict) -> None:
     for key in ("data_files", "small_files", "total_bytes", "records", "delete_files", "delete_records",
                 "manifests", "manifest_bytes", "snapshots"):
@@ -98,7 +94,7 @@ def test_health_equals_spark_metadata_aggregate_on_a_table_with_deletes(spark, e
     assert len(truth["per_date"]) == 3 and truth["manifests"] > 1
     assert health.small_file_size_bytes == estate.threshold
     assert_parity(health, truth)
-    assert health.time_column == "ts" and health.time_transform == "day"
+    assert (health.time_column, health.time_transform, health.time_column_type) == ("ts", "day", "timestamptz")
     assert health.last_commit_by == "writer"
     assert health.last_commit_operation == truth["last_operation"]
 

@@ -16,13 +16,14 @@ from icemaint.retention import (
     RetentionError,
     SnapshotInfo,
     SnapshotRef,
+    delete_batches,
     expire_snapshots,
     expiry_due,
     manifests_due,
     orphan_cutoff,
     plan_expiry,
     procedure_retains,
-    purge_quarantine,
+    quarantine_batches,
     read_snapshots,
     remove_orphan_files,
     rewrite_manifests,
@@ -409,12 +410,12 @@ def test_forced_young_cutoff_quarantines_and_purges(spark, config, table_name, t
     assert str(moved_to).startswith(str(quarantine / table_name))
     assert all(Path(p).exists() for p in referenced)
 
-    assert purge_quarantine(spark, str(quarantine), older_than=now - timedelta(days=1)) == {}
+    assert quarantine_batches(spark, str(quarantine), older_than=now - timedelta(days=1)) == {}
     assert moved_to.exists()
-    listed = purge_quarantine(spark, str(quarantine), older_than=now + timedelta(seconds=1), dry_run=True)
-    assert sum(map(len, listed.values())) == 1 and moved_to.exists()  # a dry run deletes nothing
-    purged = purge_quarantine(spark, str(quarantine), older_than=now + timedelta(seconds=1))
-    assert purged == listed and not moved_to.exists()
+    listed = quarantine_batches(spark, str(quarantine), older_than=now + timedelta(seconds=1))
+    assert sum(map(len, listed.values())) == 1 and moved_to.exists()  # listing deletes nothing
+    [batches] = listed.values()
+    assert delete_batches(spark, batches) == batches and not moved_to.exists()
 
 
 def test_rewrite_manifests_merges_and_keeps_rows(spark, config, table_name):

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from conftest import current_snapshot, two_versions
+
 from icemaint.names import TableName
 from icemaint.validation import (
     COLUMN_AGGREGATES,
@@ -54,11 +56,6 @@ def _create_table(spark, config, name: str, rows: int = 300, batches: int = 3) -
     return table_sql
 
 
-def _current_snapshot(spark, table_sql: str) -> int:
-    return spark.sql(
-        f"SELECT snapshot_id FROM {table_sql}.`refs` WHERE name = 'main'").first()[0]
-
-
 def _rewrite_day(spark, config, name: str, day_predicate: str) -> None:
     where = day_predicate.replace("TIMESTAMP ", "").replace("'", "\\'")
     rows = spark.sql(
@@ -76,9 +73,9 @@ def _assert_all_passed(result) -> None:
 
 def test_real_rewrite_passes_every_check(spark, config, table_name):
     table_sql = _create_table(spark, config, table_name)
-    before = _current_snapshot(spark, table_sql)
+    before = current_snapshot(spark, table_sql)
     _rewrite_day(spark, config, table_name, DAY2)
-    after = _current_snapshot(spark, table_sql)
+    after = current_snapshot(spark, table_sql)
     assert after != before
     files = spark.sql(f"SELECT count(*) FROM {table_sql}.`files` "
                       f"WHERE partition.ts_day = DATE '2026-01-02'").first()[0]
@@ -107,9 +104,9 @@ def test_real_rewrite_passes_every_check(spark, config, table_name):
 
 def test_dropped_row_fails_row_count_and_sample(spark, config, table_name):
     table_sql = _create_table(spark, config, table_name)
-    before = _current_snapshot(spark, table_sql)
+    before = current_snapshot(spark, table_sql)
     spark.sql(f"DELETE FROM {table_sql} WHERE id = 31")  # id 31 lives on day 2 (31 % 3 == 1)
-    after = _current_snapshot(spark, table_sql)
+    after = current_snapshot(spark, table_sql)
 
     result = validate_rewrite(spark, table_sql, before, after, DAY2, sample_fraction=1.0)
 
@@ -131,9 +128,9 @@ def test_dropped_row_fails_row_count_and_sample(spark, config, table_name):
 
 def test_changed_value_keeps_count_but_fails_sample_and_aggregates(spark, config, table_name):
     table_sql = _create_table(spark, config, table_name)
-    before = _current_snapshot(spark, table_sql)
+    before = current_snapshot(spark, table_sql)
     spark.sql(f"UPDATE {table_sql} SET amount = amount + 0.5 WHERE id = 34")  # day 2
-    after = _current_snapshot(spark, table_sql)
+    after = current_snapshot(spark, table_sql)
 
     result = validate_rewrite(spark, table_sql, before, after, DAY2, sample_fraction=1.0)
 
@@ -155,9 +152,9 @@ def test_changed_value_keeps_count_but_fails_sample_and_aggregates(spark, config
 
 def test_scope_limits_the_comparison_to_its_date(spark, config, table_name):
     table_sql = _create_table(spark, config, table_name)
-    before = _current_snapshot(spark, table_sql)
+    before = current_snapshot(spark, table_sql)
     spark.sql(f"UPDATE {table_sql} SET s = 'changed' WHERE id = 35")  # day 3 (35 % 3 == 2)
-    after = _current_snapshot(spark, table_sql)
+    after = current_snapshot(spark, table_sql)
 
     _assert_all_passed(validate_rewrite(spark, table_sql, before, after, DAY1, sample_fraction=1.0))
     other_day = validate_rewrite(spark, table_sql, before, after, DAY3, sample_fraction=1.0)
@@ -169,15 +166,15 @@ def test_scope_limits_the_comparison_to_its_date(spark, config, table_name):
 
 def test_nulls_compare_equal_and_null_to_value_is_caught(spark, config, table_name):
     table_sql = _create_table(spark, config, table_name, rows=120, batches=4)
-    before = _current_snapshot(spark, table_sql)
+    before = current_snapshot(spark, table_sql)
     _rewrite_day(spark, config, table_name, DAY1)
-    rewritten = _current_snapshot(spark, table_sql)
+    rewritten = current_snapshot(spark, table_sql)
     # NULL strings, doubles, arrays with NULL elements and struct fields equal themselves
     _assert_all_passed(validate_rewrite(spark, table_sql, before, rewritten, DAY1,
                                         sample_fraction=1.0))
 
     spark.sql(f"UPDATE {table_sql} SET s = '' WHERE id = 21")  # s was NULL; day 1 (21 % 3 == 0)
-    changed = _current_snapshot(spark, table_sql)
+    changed = current_snapshot(spark, table_sql)
     result = validate_rewrite(spark, table_sql, rewritten, changed, DAY1, sample_fraction=1.0)
     assert result.check(ROW_COUNT_PARITY).passed
     assert not result.check(SAMPLE_COMPARISON).passed
@@ -192,13 +189,9 @@ def test_nulls_compare_equal_and_null_to_value_is_caught(spark, config, table_na
 
 def test_dropped_duplicate_row_is_caught_by_the_sample(spark, config, table_name):
     table_sql = TableName.parse(table_name).sql(config.catalog.name)
-    spark.sql(f"CREATE TABLE {table_sql} (k INT, v STRING) USING iceberg "
-              "TBLPROPERTIES ('format-version'='2')")
-    spark.sql(f"INSERT INTO {table_sql} VALUES (1, 'a'), (1, 'a'), (2, NULL), (3, 'c')")
-    before = _current_snapshot(spark, table_sql)
     # an overwrite that keeps 3 distinct rows and adds one: same count, one duplicate gone
-    spark.sql(f"INSERT OVERWRITE {table_sql} VALUES (1, 'a'), (2, NULL), (3, 'c'), (4, 'd')")
-    after = _current_snapshot(spark, table_sql)
+    before, after = two_versions(spark, table_sql, "k INT, v STRING", "(1, 'a'), (1, 'a'), (2, NULL), (3, 'c')",
+                                 "(1, 'a'), (2, NULL), (3, 'c'), (4, 'd')")
 
     sample = validate_rewrite(spark, table_sql, before, after, sample_fraction=1.0) \
         .check(SAMPLE_COMPARISON)
@@ -232,11 +225,7 @@ def test_bad_arguments_are_refused(spark, kwargs, message):
 
 def test_full_row_hash_keeps_the_position_of_nulls(spark, config, table_name):
     table_sql = TableName.parse(table_name).sql(config.catalog.name)
-    spark.sql(f"CREATE TABLE {table_sql} (a INT, b INT) USING iceberg")
-    spark.sql(f"INSERT INTO {table_sql} VALUES (NULL, 5)")
-    first = _current_snapshot(spark, table_sql)
-    spark.sql(f"INSERT OVERWRITE {table_sql} VALUES (5, NULL)")
-    second = _current_snapshot(spark, table_sql)
+    first, second = two_versions(spark, table_sql, "a INT, b INT", "(NULL, 5)", "(5, NULL)")
 
     assert full_row_hash(spark, table_sql, first)[0] == full_row_hash(spark, table_sql, second)[0]
     assert full_row_hash(spark, table_sql, first) != full_row_hash(spark, table_sql, second)
