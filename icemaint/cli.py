@@ -63,10 +63,10 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
 
 def _outcome_line(o: dict) -> str:
     line = f"{o.get('table')} {o.get('date')}: {o.get('decision')}: {o.get('reason')}"
-    if o.get("decision") == "run" and not o.get("dry_run"):
+    if o.get("decision") in ("run", "not_published") and not o.get("dry_run"):
         line += (f"\n    files {o.get('files_before')} -> {o.get('files_after')}, snapshot {o.get('before_snapshot_id')} -> "
                  f"{o.get('after_snapshot_id')}, validation {'passed' if o.get('validation', {}).get('passed') else 'FAILED'}"
-                 f"{', ROLLED BACK' if o.get('rolled_back') else ''}")
+                 f"{'' if o.get('published') else ', NOT PUBLISHED (main unchanged)'}")
     return line
 
 
@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_health)
 
-    s = sub.add_parser("compact", help="compact dates of a table (claim, rewrite, GX proof, rollback on failure)")
+    s = sub.add_parser("compact", help="compact dates of a table (claim, stage, GX proof, publish only if proven)")
     s.add_argument("table")
     s.add_argument("--date", action="append", help="YYYY-MM-DD; repeatable")
     s.add_argument("--from", dest="date_from", help="first date of a range (with --to)")

@@ -1,8 +1,11 @@
 """Safe compaction of one date of one table, following the operating contract.
 
-Claim -> (re)plan -> rewrite the date's small files (retrying commit conflicts) -> prove with Great
-Expectations that every committed rewrite changed no data -> on failure roll back, re-applying any
-writer commit that landed after -> record evidence and one audit record.
+Claim -> remove staging refs a dead run left -> (re)plan on snapshot S -> per file group: stage the
+replacement files on a branch at S -> prove them with Great Expectations against the files they
+replace as of S -> publish as one forward `replace` commit on `main` (validated from S) or, when the
+proof fails, publish nothing -> record evidence and one audit record.
+
+Nothing here moves `main` backwards: a failed proof leaves the table exactly as writers left it.
 """
 
 from __future__ import annotations
@@ -10,30 +13,26 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from icemaint.claims import ClaimBusy
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, decide_compaction, measured_throughput, \
-    refusal_for
+from icemaint.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, decide_compaction, \
+    measured_throughput, refusal_for
 from icemaint.health import TableHealth
-from icemaint.metadata import CatalogReader, read_snapshots
+from icemaint.metadata import CatalogReader
 from icemaint.names import TableName
+from icemaint.rewrite_plan import parse_sort_order, plan_groups
 from icemaint.scope import DateScope, parse_date
-from icemaint.snapshots import CHERRY_PICKABLE, chain_since, proof_spans
+from icemaint.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
 
 log = logging.getLogger(__name__)
 
-CONFLICT_MARKERS = ("CommitFailedException", "ValidationException", "CommitStateUnknownException")
-
 
 class CompactionError(RuntimeError):
-    """Compaction could not finish safely; the message says what state the table was left in."""
-
-
-class RollbackImpossible(CompactionError):
-    """Validation failed, but a later writer commit cannot be re-applied: the table was left as it is."""
+    """Compaction could not finish; the message says what state the table was left in."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +68,11 @@ class CompactionOutcome:
     rewritten_files: int = 0
     added_files: int = 0
     rewritten_bytes: int = 0
+    removed_delete_files: int = 0
     validation: dict = field(default_factory=lambda: {"passed": None})
-    rolled_back: bool = False
-    rollback: dict = field(default_factory=dict)
+    published: bool = False
+    staged: list = field(default_factory=list)  # one entry per staged group: branch, S, staged snapshot, verdict
+    cleaned_staging: list = field(default_factory=list)  # staging refs of dead runs removed by this run
     replanned: str | None = None
     attempts: int = 0
     read_before: dict = field(default_factory=dict)
@@ -83,44 +84,15 @@ class CompactionOutcome:
         return asdict(self)
 
 
-# (spark, catalog, table, scope, options, strategy, sort_order) -> the procedure's result row.
-# Swappable so tests can inject a faulty rewrite; the default is Iceberg's rewrite_data_files (which
-# commits one `replace` for the rewrite and one for dangling deletes). A rewrite that commits other
-# snapshots too names them under COMMITTED_KEY so that they are validated (and rolled back) with it.
-RewriteFn = Callable[..., dict]
-COMMITTED_KEY = "committed_snapshot_ids"
-
-
-def is_conflict(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__}: {exc}"
-    return any(marker in text for marker in CONFLICT_MARKERS)
-
-
-def rewrite_sql(catalog: str, table: TableName, scope: str, options: dict[str, str], strategy: str,
-                sort_order: str | None) -> str:
-    """The CALL statement. Every value here comes from validated policy or our own scope builder."""
-    opts = ", ".join(f"'{k}', '{v}'" for k, v in sorted(options.items()))
-    args = [f"table => {table.procedure_arg()}", f"strategy => '{'sort' if strategy == 'zorder' else strategy}'",
-            f'where => "{scope}"', f"options => map({opts})"]
-    if strategy == "sort":
-        args.append(f"sort_order => '{sort_order}'")
-    elif strategy == "zorder":
-        args.append(f"sort_order => 'zorder({sort_order})'")
-    return f"CALL `{catalog}`.system.rewrite_data_files({', '.join(args)})"
-
-
-def call_rewrite_data_files(spark, catalog: str, table: TableName, scope: str, options: dict[str, str],
-                            strategy: str = "binpack", sort_order: str | None = None) -> dict:
-    row = spark.sql(rewrite_sql(catalog, table, scope, options, strategy, sort_order)).collect()[0]
-    return row.asDict()
+# Test seam: called with each staged rewrite after its files are written and before its proof.
+AfterStage = Callable[[StagedRewrite], None]
 
 
 class Compactor:
     """Runs one compaction request end to end. Construct once per run; not thread-safe."""
 
     def __init__(self, config: MaintenanceConfig, spark, reader: CatalogReader, claims, audit, *,
-                 rewrite: RewriteFn = call_rewrite_data_files,
-                 after_commit: Callable[[list[int]], None] | None = None,
+                 after_stage: AfterStage | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  progress: Callable[[str], None] | None = None):
         self.config = config
@@ -128,8 +100,7 @@ class Compactor:
         self.reader = reader
         self.claims = claims
         self.audit = audit
-        self.rewrite = rewrite
-        self.after_commit = after_commit
+        self.after_stage = after_stage
         self.sleep = sleep
         self.progress = progress or (lambda msg: log.info(msg))
 
@@ -139,7 +110,8 @@ class Compactor:
 
         Raises:
             InvalidTableName, InvalidDate, TableNotFound: bad input, before anything is touched.
-            RollbackImpossible, CompactionError: the table could not be made safe automatically.
+            StagingError, PublishStateUnknown: staging or publishing could not finish; `main` holds
+                only what was published (with its proof) before the error, never an unproven rewrite.
         """
         started = time.perf_counter()
         name = TableName.parse(request.table)
@@ -163,8 +135,8 @@ class Compactor:
         try:
             self._run_claimed(request, name, date, policy, identity, outcome)
         except Exception as exc:
-            outcome.decision = outcome.decision if outcome.decision != RUN else "failed"
-            outcome.reason = f"{type(exc).__name__}: {exc}"
+            outcome.decision = "failed"
+            outcome.reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500] if str(exc) else ''}"
             self._record(request, outcome, identity, started)
             raise
         finally:
@@ -182,6 +154,8 @@ class Compactor:
         return health, decide_compaction(health, date, policy, gates)
 
     def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome) -> None:
+        staging = StagingArea(self.spark, self.config.catalog.name, name, request.run_id or uuid.uuid4().hex)
+        self._clean_stale_staging(staging, request, identity, outcome)
         t0 = time.perf_counter()
         health, decision = self._decide(name, date, policy, identity, request.approved)
         outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
@@ -202,59 +176,159 @@ class Compactor:
             outcome.reason = f"dry-run: would rewrite ({decision.reason}); nothing changed"
             return
 
-        scope = DateScope(health.time_column, health.time_column_type, dt.date.fromisoformat(date)).predicate()
-        table_sql = name.sql(self.config.catalog.name)
-        self.spark.sql(f"REFRESH TABLE {table_sql}")
-        result, health = self._rewrite_with_retries(name, date, policy, identity, request, scope, health, outcome)
-        if result is None:
-            return
-        outcome.decision, outcome.reason = RUN, decision.reason
-        outcome.rewritten_files = int(result.get("rewritten_data_files_count") or 0)
-        outcome.added_files = int(result.get("added_data_files_count") or 0)
-        outcome.rewritten_bytes = int(result.get("rewritten_bytes_count") or 0)
+        scope = DateScope(health.time_column, health.time_column_type, dt.date.fromisoformat(date))
+        outcome.validation = {"passed": None, "scope": scope.predicate(), "commits": []}
+        try:
+            self._stage_prove_publish(staging, request, name, date, policy, identity, scope, health, decision,
+                                      outcome)
+        finally:
+            staging.release_reads()
+        if outcome.decision in (RUN, NOT_PUBLISHED):
+            self._fill_after(outcome, name, date)
 
-        tbl = self.reader.load(name.key)
-        snapshots = read_snapshots(tbl)
-        current = tbl.current_snapshot().snapshot_id
-        new = chain_since(snapshots, current, health.snapshot_id)
-        declared = set(result.get(COMMITTED_KEY) or ())
-        committed = [s for s in new if s.by_maintenance or s.snapshot_id in declared]
-        if not committed:
-            outcome.decision = NOOP
-            outcome.reason = "nothing rewritten: no file group of the date met the rewrite options"
-            outcome.after_snapshot_id = current
+    def _stage_prove_publish(self, staging: StagingArea, request, name, date, policy, identity, scope: DateScope,
+                             health: TableHealth, decision: Decision, outcome: CompactionOutcome) -> None:
+        """Plan on S, then per group: stage -> prove -> publish; conflicts re-plan up to max_commit_retries."""
+        sort_keys = parse_sort_order(policy.sort_order, policy.strategy) if policy.strategy != "binpack" else ()
+        attempts, index = 0, 0
+        while True:
+            attempts += 1
+            outcome.attempts = attempts
+            base = health.snapshot_id
+            candidates, tasks = staging.plan_date_files(base, health.time_column, health.time_column_type, scope.date)
+            groups = plan_groups(candidates, small_file_size_bytes=policy.small_file_size_bytes,
+                                 delete_file_threshold=policy.delete_file_threshold,
+                                 partial_progress=policy.partial_progress,
+                                 max_group_bytes=policy.max_file_group_size_bytes)
+            if not groups:
+                if not outcome.committed_snapshot_ids:
+                    outcome.decision = NOOP
+                    outcome.reason = (f"nothing to rewrite on snapshot {base}: no partition of the date has two or "
+                                      "more small files or a file with deletes to apply")
+                return
+            try:
+                for group in groups:
+                    index += 1
+                    if not self._one_group(staging, request, name, date, policy, group, tasks, base, sort_keys,
+                                           index, outcome):
+                        return  # proof failed: nothing more is published
+            except PublishConflict as exc:
+                log.warning("publish conflict on %s %s (attempt %d): %s", name.key, date, attempts, exc)
+                if attempts > policy.max_commit_retries:
+                    outcome.decision = DEFER
+                    outcome.reason = (f"a writer's commit conflicts with the rewrite of {date} (planned on snapshot "
+                                      f"{base}) after {attempts} attempts (max_commit_retries "
+                                      f"{policy.max_commit_retries}): {exc}; nothing was lost, main was not changed "
+                                      "by the conflicting publish")
+                    return
+                self.sleep(policy.retry_backoff_seconds * 2 ** (attempts - 1))
+                health, decision = self._decide(name, date, policy, identity, request.approved)
+                outcome.replanned = f"re-planned after a publish conflict on attempt {attempts}: {exc}"
+                if decision.verdict != RUN:
+                    if not outcome.committed_snapshot_ids:
+                        outcome.decision, outcome.reason = decision.verdict, f"after a publish conflict: {decision.reason}"
+                    return
+                continue
+            outcome.decision, outcome.reason = RUN, decision.reason
             return
-        outcome.committed_snapshot_ids = [s.snapshot_id for s in committed]
-        outcome.before_snapshot_id = committed[0].parent_id
-        outcome.after_snapshot_id = committed[-1].snapshot_id
-        if self.after_commit:
-            self.after_commit(outcome.committed_snapshot_ids)
 
-        self.progress(f"validating {name.key} {date}: snapshot {outcome.before_snapshot_id} -> {outcome.after_snapshot_id}")
-        t_val = time.perf_counter()
-        validation = self._validate(table_sql, proof_spans(new, {s.snapshot_id for s in committed}), scope, policy)
-        outcome.durations["validation_seconds"] = round(time.perf_counter() - t_val, 3)
-        outcome.validation = validation
-        self._fill_read_evidence(outcome, validation)
-        if not validation["passed"]:
-            self.progress(f"validation FAILED for {name.key} {date}: rolling back to {outcome.before_snapshot_id}")
-            outcome.rollback = self._roll_back(name, table_sql, scope, outcome.before_snapshot_id, committed)
-            outcome.rolled_back = True
-            outcome.reason = "validation failed: rolled back to the snapshot before the rewrite"
+    def _one_group(self, staging: StagingArea, request, name: TableName, date: str, policy, group, tasks, base: int,
+                   sort_keys, index: int, outcome: CompactionOutcome) -> bool:
+        """Stage, prove and publish one group; False when its proof failed (nothing published)."""
+        from icemaint.validation import RowSet, prove_rows
+
+        t0 = time.perf_counter()
+        self.progress(f"staging {len(group.files)} files of {name.key} {date} from snapshot {base}")
+        staged = staging.stage(group, tasks, base, target_file_size_bytes=policy.target_file_size_bytes,
+                               strategy=policy.strategy, sort_keys=sort_keys, index=index)
+        entry = {"branch": staged.branch, "base_snapshot_id": base, "staged_snapshot_id": staged.staged_snapshot_id,
+                 "replaced_files": len(staged.replaced_files), "new_files": len(staged.new_files),
+                 "dangling_deletes": len(staged.dangling_deletes), "published_snapshot_id": None,
+                 "verdict": "staged"}
+        outcome.staged.append(entry)
+        outcome.durations["rewrite_seconds"] = round(outcome.durations.get("rewrite_seconds", 0.0)
+                                                     + time.perf_counter() - t0, 3)
+        try:
+            if self.after_stage:
+                self.after_stage(staged)
+            self.progress(f"proving {name.key} {date}: {len(staged.replaced_files)} files as of snapshot {base} "
+                          f"-> {len(staged.new_files)} staged files (snapshot {staged.staged_snapshot_id})")
+            t_val = time.perf_counter()
+            try:
+                proof = prove_rows(
+                    RowSet(base, lambda: staging.before_rows(staged), f"the replaced files as of snapshot {base}"),
+                    RowSet(staged.staged_snapshot_id, lambda: staging.after_rows(staged),
+                           f"the staged files (snapshot {staged.staged_snapshot_id})"),
+                    scope=outcome.validation["scope"], sample_fraction=policy.sample_fraction,
+                    what=name.key).to_dict()
+            except Exception as exc:
+                # A proof that could not run proves nothing: treated as failed, nothing is published.
+                log.exception("the proof of %s %s could not run", name.key, date)
+                proof = {"passed": False, "before_snapshot_id": base, "after_snapshot_id": staged.staged_snapshot_id,
+                         "checks": [], "error": f"the proof could not run: {type(exc).__name__}: {str(exc)[:500]}"}
+            outcome.durations["validation_seconds"] = round(outcome.durations.get("validation_seconds", 0.0)
+                                                            + time.perf_counter() - t_val, 3)
+            outcome.validation["commits"].append(proof)
+            outcome.validation["passed"] = all(p["passed"] for p in outcome.validation["commits"])
+            self._fill_read_evidence(outcome, outcome.validation)
+            if not proof["passed"]:
+                entry["verdict"] = "not_published"
+                outcome.decision = NOT_PUBLISHED
+                outcome.reason = (f"proof failed for {name.key} {date} (snapshot {base} -> staged "
+                                  f"{staged.staged_snapshot_id}): {failure_summary(proof)}; nothing was published, "
+                                  "main is unchanged")
+                self.progress(f"PROOF FAILED for {name.key} {date}: {outcome.reason}")
+                return False
+            t_pub = time.perf_counter()
+            published = staging.publish(staged, {
+                RUN_ID_KEY: request.run_id or "cli", PROOF_KEY: "passed",
+                PROOF_ID_KEY: f"{request.run_id or 'cli'}:{index}"})
+            outcome.durations["publish_seconds"] = round(outcome.durations.get("publish_seconds", 0.0)
+                                                         + time.perf_counter() - t_pub, 3)
+            entry["published_snapshot_id"], entry["verdict"] = published.snapshot_id, "published"
+            outcome.published = True
+            if outcome.before_snapshot_id is None or not outcome.committed_snapshot_ids:
+                outcome.before_snapshot_id = base
+            outcome.committed_snapshot_ids.append(published.snapshot_id)
+            outcome.after_snapshot_id = published.snapshot_id
+            outcome.rewritten_files += len(staged.replaced_files)
+            outcome.added_files += len(staged.new_files)
+            outcome.rewritten_bytes += staged.replaced_bytes
+            outcome.removed_delete_files += len(staged.dangling_deletes)
+            return True
+        finally:
+            staging.discard(staged.branch)
+
+    def _clean_stale_staging(self, staging: StagingArea, request, identity: str, outcome: CompactionOutcome) -> None:
+        """Under the claim no staging of ours is live: any staging branch left is a dead run's. Remove and audit it."""
+        from icemaint.audit import AuditRecord
+
+        for branch, snapshot_id in staging.stale_branches():
+            staging.discard(branch)
+            outcome.cleaned_staging.append({"branch": branch, "staged_snapshot_id": snapshot_id})
+            self.audit.append(AuditRecord(
+                table=outcome.table, operation="cleanup", decision="run", date=outcome.date, identity=identity,
+                run_id=request.run_id, trigger=request.trigger,
+                reason=(f"removed staging branch {branch} (snapshot {snapshot_id}) left by a run that ended before "
+                        "publishing; main was never changed by it, its files are reclaimed by snapshot expiry"),
+                details={"branch": branch, "staged_snapshot_id": snapshot_id}))
+
+    def _fill_after(self, outcome: CompactionOutcome, name: TableName, date: str) -> None:
         after = self.reader.health(name.key)
         part = after.partition(date)
         outcome.files_after = part.data_files if part else 0
         outcome.small_files_after = part.small_files if part else 0
         outcome.delete_files_after = part.delete_files if part else 0
         outcome.avg_file_bytes_after = (part.total_bytes / part.data_files) if part and part.data_files else 0.0
+        if not outcome.committed_snapshot_ids:
+            outcome.after_snapshot_id = after.snapshot_id
 
     @staticmethod
     def _fill_read_evidence(outcome: CompactionOutcome, validation: dict) -> None:
-        """What the layout costs a reader, before and after: the proof's own read of the date.
+        """What the layout costs a reader, before and after: the proof's own read of the rewritten files.
 
-        The proof reads every row of the date once from each side (count, aggregates, sample), so
-        its planning and scan times before and after are the same query on the two layouts; no
-        extra probe query is run.
+        The proof reads every row of the replaced files and of the staged files once, so its planning
+        and scan times are the same read on the two layouts; no extra probe query is run.
         """
         proofs = validation.get("commits") or []
         if proofs:
@@ -269,114 +343,6 @@ class Compactor:
         outcome.delete_files_before = part.delete_files if part else 0
         outcome.avg_file_bytes_before = (part.total_bytes / part.data_files) if part and part.data_files else 0.0
         outcome.decision_detail = decision.to_dict()
-
-    def _options(self, policy) -> dict[str, str]:
-        return {
-            "target-file-size-bytes": str(policy.target_file_size_bytes),
-            # Only files below the small-file size are rewritten for their size...
-            "min-file-size-bytes": str(policy.small_file_size_bytes),
-            "max-file-size-bytes": str(max(policy.target_file_size_bytes * 2, policy.small_file_size_bytes + 1)),
-            # ...and any group of two or more is worth it once the decision said run.
-            "min-input-files": "2",
-            "delete-file-threshold": str(policy.delete_file_threshold),
-            "partial-progress.enabled": str(policy.partial_progress).lower(),
-            "max-concurrent-file-group-rewrites": str(policy.max_concurrent_file_group_rewrites),
-            # Position deletes whose data files were rewritten are dropped in the same commit. New
-            # files take the commit's sequence number so that deletes committed at the starting
-            # sequence number count as dangling too; a conflicting new delete still fails Iceberg's
-            # commit validation (retried, then deferred), and the GX proof is the second net.
-            "remove-dangling-deletes": "true",
-            "use-starting-sequence-number": "false",
-        }
-
-    def _rewrite_with_retries(self, name, date, policy, identity, request, scope, health, outcome):
-        attempts = 0
-        while True:
-            attempts += 1
-            outcome.attempts = attempts
-            t0 = time.perf_counter()
-            try:
-                self.progress(f"rewriting {name.key} {date} (attempt {attempts}): {scope}")
-                result = self.rewrite(self.spark, self.config.catalog.name, name, scope, self._options(policy),
-                                      policy.strategy, policy.sort_order)
-                outcome.durations["rewrite_seconds"] = round(time.perf_counter() - t0, 3)
-                return result, health
-            except Exception as exc:
-                if not is_conflict(exc):
-                    raise
-                log.warning("commit conflict on %s %s (attempt %d): %s", name.key, date, attempts, exc)
-                if attempts > policy.max_commit_retries:
-                    outcome.decision = DEFER
-                    outcome.reason = (f"commit conflict persisted after {attempts} attempts "
-                                      f"(max_commit_retries {policy.max_commit_retries}): {str(exc).splitlines()[0][:300]}")
-                    return None, health
-                self.sleep(policy.retry_backoff_seconds * 2 ** (attempts - 1))
-                # The table moved: re-plan on what is there now.
-                health, decision = self._decide(name, date, policy, identity, request.approved)
-                outcome.replanned = f"re-planned after commit conflict on attempt {attempts}"
-                if decision.verdict != RUN:
-                    outcome.decision, outcome.reason = decision.verdict, f"after commit conflict: {decision.reason}"
-                    return None, health
-
-    def _validate(self, table_sql: str, spans: list[tuple[int, int]], scope: str, policy) -> dict:
-        """One GX proof per span of consecutive maintenance commits (see `proof_spans`)."""
-        from icemaint.validation import validate_rewrite
-
-        try:
-            results = [validate_rewrite(self.spark, table_sql, before, after, scope,
-                                        sample_fraction=policy.sample_fraction).to_dict() for before, after in spans]
-        except Exception as exc:
-            # A proof that could not run proves nothing: the rewrite is treated as failed and rolled back.
-            log.exception("validation of %s could not run", table_sql)
-            return {"passed": False, "scope": scope, "commits": [],
-                    "error": f"validation could not run: {type(exc).__name__}: {str(exc)[:500]}"}
-        return {"passed": all(r["passed"] for r in results), "scope": scope, "commits": results}
-
-    def _roll_back(self, name: TableName, table_sql: str, scope: str, before_id: int, committed) -> dict:
-        """Back to `before_id`, then re-apply every writer commit that landed after the rewrite."""
-        tbl = self.reader.load(name.key)
-        snapshots = read_snapshots(tbl)
-        new = chain_since(snapshots, tbl.current_snapshot().snapshot_id, before_id)
-        committed_ids = {s.snapshot_id for s in committed}
-        later = [s for s in new if s.snapshot_id not in committed_ids and not s.by_maintenance]
-        blocked = [s for s in later if s.operation not in CHERRY_PICKABLE]
-        if blocked:
-            raise RollbackImpossible(
-                f"validation failed on {name.key}, but writer commit(s) "
-                f"{[(s.snapshot_id, s.operation) for s in blocked]} landed after the rewrite and cannot be "
-                f"re-applied by cherry-pick: the table was left as it is (current snapshot "
-                f"{tbl.current_snapshot().snapshot_id}); restore by hand from snapshot {before_id}")
-        expected_delta = {"scope": 0, "table": 0}
-        for s in later:
-            expected_delta["scope"] += self._count(table_sql, s.snapshot_id, scope) - self._count(table_sql, s.parent_id, scope)
-            expected_delta["table"] += self._count(table_sql, s.snapshot_id) - self._count(table_sql, s.parent_id)
-        catalog = self.config.catalog.name
-        self.spark.sql(f"CALL `{catalog}`.system.rollback_to_snapshot({name.procedure_arg()}, {int(before_id)})")
-        for s in later:
-            self.spark.sql(f"CALL `{catalog}`.system.cherrypick_snapshot({name.procedure_arg()}, {int(s.snapshot_id)})")
-        self.spark.sql(f"REFRESH TABLE {table_sql}")
-        current = self.reader.load(name.key).current_snapshot().snapshot_id
-        proof = {
-            "rolled_back_to": before_id,
-            "reapplied_writer_snapshots": [s.snapshot_id for s in later],
-            "current_snapshot_id": current,
-            "rows_before_scope": self._count(table_sql, before_id, scope),
-            "rows_now_scope": self._count(table_sql, current, scope),
-            "rows_before_table": self._count(table_sql, before_id),
-            "rows_now_table": self._count(table_sql, current),
-            "expected_writer_delta": expected_delta,
-        }
-        proof["parity"] = (proof["rows_now_scope"] == proof["rows_before_scope"] + expected_delta["scope"]
-                           and proof["rows_now_table"] == proof["rows_before_table"] + expected_delta["table"])
-        if not proof["parity"]:
-            raise CompactionError(f"rollback of {name.key} did not restore row parity: {proof}")
-        return proof
-
-    def _count(self, table_sql: str, snapshot_id: int | None, scope: str | None = None) -> int:
-        if snapshot_id is None:
-            return 0
-        where = f" WHERE {scope}" if scope else ""
-        return self.spark.sql(f"SELECT count(*) AS n FROM {table_sql} VERSION AS OF {int(snapshot_id)}{where}").collect()[0]["n"]
 
     def _record_approval(self, request, name: TableName, date: str, identity: str, decision: Decision) -> None:
         """A run launched as approved (CLI --approved, or `approved: true` in the UI launchpad) is the approval."""
@@ -393,18 +359,40 @@ class Compactor:
 
         outcome.durations["total_seconds"] = round(time.perf_counter() - started, 3)
         detail = outcome.decision_detail or {}
-        decision = "rollback" if outcome.rolled_back else outcome.decision
         self.audit.append(AuditRecord(
-            table=outcome.table, operation="compact", decision=decision, reason=outcome.reason,
+            table=outcome.table, operation="compact", decision=outcome.decision, reason=outcome.reason,
             date=outcome.date, trigger=request.trigger, identity=identity, run_id=request.run_id,
             before_snapshot_id=outcome.before_snapshot_id, after_snapshot_id=outcome.after_snapshot_id,
             writer_check=writer_check or detail.get("writer_check", {}),
             partition_rationale=detail.get("rationale", {}),
             cost_estimate=detail.get("cost_estimate", {}),
-            validation=outcome.validation, rollback=outcome.rollback, durations=outcome.durations,
+            validation=outcome.validation, durations=outcome.durations,
             details={"dry_run": outcome.dry_run, "files_before": outcome.files_before,
                      "files_after": outcome.files_after, "rewritten_bytes": outcome.rewritten_bytes,
                      "rewrite_seconds": outcome.durations.get("rewrite_seconds"),
                      "committed_snapshot_ids": outcome.committed_snapshot_ids,
+                     "published": outcome.published, "staged": outcome.staged,
+                     "cleaned_staging": outcome.cleaned_staging,
                      "replanned": outcome.replanned, "attempts": outcome.attempts},
         ))
+
+
+def failure_summary(proof: dict) -> str:
+    """One line saying what differed in a failed proof."""
+    if proof.get("error"):
+        return proof["error"].splitlines()[0][:300]
+    parts = []
+    for check in proof.get("checks", []):
+        if check.get("passed"):
+            continue
+        observed = check.get("observed", {})
+        if check["name"] == "row_count_parity":
+            parts.append(f"rows {observed.get('before_row_count')} before vs {observed.get('after_row_count')} staged")
+        elif check["name"] == "sample_comparison":
+            parts.append(f"{observed.get('missing_in_after', 0)} sampled rows missing and "
+                         f"{observed.get('unexpected_in_after', 0)} unexpected")
+        else:
+            differing = observed.get("differing_aggregates") or []
+            named = ", ".join(f"{d.get('aggregate')}({d.get('column_name')})" for d in differing[:4])
+            parts.append(f"aggregates differ: {named or observed.get('differences')}")
+    return "; ".join(parts) or "a check failed"

@@ -13,6 +13,8 @@ from icemaint.health import TableHealth
 from icemaint.policy import TablePolicy
 
 RUN, DEFER, REFUSE, NOOP = "run", "defer", "refuse", "noop"
+# A compaction whose proof failed: its staged files were discarded and `main` was not changed.
+NOT_PUBLISHED = "not_published"
 # Used for a cost estimate when a table has no measured past runs: conservative for 2 cores.
 DEFAULT_REWRITE_BYTES_PER_SECOND = 20 * 2**20
 

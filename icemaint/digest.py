@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +141,16 @@ def _fixed_width(dtype) -> bool:
                               DoubleType, DateType, TimestampType, TimestampNTZType))
 
 
+def _signless_zero(col: str, dtype) -> str:
+    """Floats with -0.0 read as 0.0: min/max return whichever zero they meet first, so two layouts
+    of the same rows would report different zeros. The hash sums still tell the zeros apart."""
+    from pyspark.sql.types import DoubleType, FloatType
+
+    if isinstance(dtype, (DoubleType, FloatType)):
+        return f"(CASE WHEN {col} = 0 THEN CAST(0 AS {dtype.simpleString().upper()}) ELSE {col} END)"
+    return col
+
+
 def aggregates_for(schema, fingerprint_column: str) -> list[Aggregate]:
     """The aggregates compared between snapshots, in report order.
 
@@ -155,8 +166,9 @@ def aggregates_for(schema, fingerprint_column: str) -> list[Aggregate]:
         col, dtype = ident(field.name), field.dataType
         out.append(Aggregate(field.name, "non_null_count", (f"count({col})",)))
         if _fixed_width(dtype):
-            out.append(Aggregate(field.name, "min", (f"CAST(min({col}) AS STRING)",)))
-            out.append(Aggregate(field.name, "max", (f"CAST(max({col}) AS STRING)",)))
+            value = _signless_zero(col, dtype)
+            out.append(Aggregate(field.name, "min", (f"CAST(min({value}) AS STRING)",)))
+            out.append(Aggregate(field.name, "max", (f"CAST(max({value}) AS STRING)",)))
         if isinstance(dtype, (ByteType, ShortType, IntegerType)):
             out.append(Aggregate(field.name, "sum", (f"sum(CAST({col} AS BIGINT))",)))
         elif isinstance(dtype, LongType):
@@ -180,7 +192,13 @@ def _free_name(schema, base: str) -> str:
 
 def snapshot_digest(spark, table_sql: str, snapshot_id: int, scope: str | None, *,
                     sample_fraction: float, seed: int) -> SnapshotDigest:
-    """Reads the snapshot's scoped rows once; returns counts, aggregates and sample fingerprints.
+    """Reads the snapshot's scoped rows once; returns counts, aggregates and sample fingerprints."""
+    return rows_digest(spark.sql(snapshot_sql(table_sql, snapshot_id, scope)), snapshot_id,
+                       sample_fraction=sample_fraction, seed=seed)
+
+
+def rows_digest(rows, snapshot_id: int, *, sample_fraction: float, seed: int) -> SnapshotDigest:
+    """Reads the rows of a DataFrame once; returns counts, aggregates and sample fingerprints.
 
     Never cache or persist these frames: Spark's cache manager matches Iceberg relations without
     their snapshot id, so a cached `VERSION AS OF <before>` would answer the after snapshot's query
@@ -190,12 +208,11 @@ def snapshot_digest(spark, table_sql: str, snapshot_id: int, scope: str | None, 
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    rows = spark.sql(snapshot_sql(table_sql, snapshot_id, scope))
     fp1, fp2 = _free_name(rows.schema, "__icemaint_fp1"), _free_name(rows.schema, "__icemaint_fp2")
     first, second = fingerprint_exprs(rows.schema, seed)
     aggregates = aggregates_for(rows.schema, ident(fp1))
     exprs = ["count(1)"] + [e for a in aggregates for e in a.exprs]
-    observation = Observation(f"icemaint_digest_{snapshot_id}")
+    observation = Observation(f"icemaint_digest_{snapshot_id}_{uuid.uuid4().hex[:8]}")
     sampled = (rows.selectExpr("*", f"{first} AS {ident(fp1)}")
                .observe(observation, *[F.expr(e).alias(f"m{i}") for i, e in enumerate(exprs)])
                .where(sample_predicate(ident(fp1), sample_fraction))
@@ -216,15 +233,13 @@ def snapshot_digest(spark, table_sql: str, snapshot_id: int, scope: str | None, 
                           sample=sample.astype({"fp1": "int64", "fp2": "int64"}), read=read)
 
 
-def sampled_rows(spark, table_sql: str, snapshot_id: int, scope: str | None, *, seed: int,
-                 fingerprints: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
-    """The rows (as JSON) behind sample fingerprints, read back for a failure report.
+def sampled_rows(rows, *, seed: int, fingerprints: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """The rows (as JSON) of a DataFrame behind sample fingerprints, read back for a failure report.
 
     Only run when a proof failed; `fingerprints` are ints we computed, never user text.
     """
     if not fingerprints:
         return {}
-    rows = spark.sql(snapshot_sql(table_sql, snapshot_id, scope))
     first, second = fingerprint_exprs(rows.schema, seed)
     wanted = ", ".join(str(int(f)) for f in sorted({f for f, _ in fingerprints}))
     found = rows.selectExpr(f"{first} AS fp1", f"{second} AS fp2", f"{row_json(rows.schema)} AS row") \

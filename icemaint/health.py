@@ -13,10 +13,12 @@ from typing import Iterable, Mapping, Sequence
 # Snapshot operations that only reorganise data. Writers append, overwrite and delete; Iceberg's
 # rewrite actions (data files, manifests, position deletes) commit `replace`.
 MAINTENANCE_OPERATIONS = frozenset({"replace"})
-# A cherry-pick republishes a writer's commit (after a rollback): it is maintenance, and the writer's
-# activity is the time of the source snapshot.
+# A cherry-pick (by someone else) republishes a writer's commit: the writer's activity is the time of
+# the source snapshot.
 REPUBLISHED_KEY = "source-snapshot-id"
+# Set by icemaint on every snapshot it writes: staged appends on a staging branch and publishes.
 MAINTENANCE_TAG = "icemaint.maintenance"
+PROOF_TAG = "icemaint.proof"
 
 
 @dataclass(frozen=True)
@@ -103,11 +105,29 @@ def _iso(ts: dt.datetime | None) -> str | None:
     return ts.isoformat() if ts else None
 
 
-def last_writer_commit(snapshots: Sequence[SnapshotEntry]) -> dt.datetime | None:
-    """When a writer last committed: the newest non-maintenance snapshot (or a republished one's source)."""
+def lineage(snapshots: Sequence[SnapshotEntry], head_id: int | None) -> list[SnapshotEntry]:
+    """The snapshots of a branch: `head_id` and its ancestors, newest first.
+
+    Snapshots outside `main`'s lineage (a staging branch's, or ones a rollback left behind) are
+    not the table's history: they never count as writer activity.
+    """
+    by_id = {s.snapshot_id: s for s in snapshots}
+    out, cursor, seen = [], head_id, set()
+    while cursor is not None and cursor in by_id and cursor not in seen:
+        seen.add(cursor)
+        out.append(by_id[cursor])
+        cursor = by_id[cursor].parent_id
+    return out
+
+
+def last_writer_commit(snapshots: Sequence[SnapshotEntry], head_id: int | None = None) -> dt.datetime | None:
+    """When a writer last committed on `main`: the newest non-maintenance snapshot of its lineage.
+
+    With `head_id` None every snapshot counts (callers that hold only a lineage already).
+    """
     by_id = {s.snapshot_id: s for s in snapshots}
     latest = None
-    for snap in snapshots:
+    for snap in (lineage(snapshots, head_id) if head_id is not None else snapshots):
         if REPUBLISHED_KEY in snap.summary:
             source = by_id.get(int(snap.summary[REPUBLISHED_KEY]))
             when = source.committed_at if source else None
@@ -165,8 +185,9 @@ def compute_health(
                 part["delete_records"] += f.record_count
 
     ordered = sorted(snapshots, key=lambda s: s.committed_at)
-    last = ordered[-1] if ordered else None
-    writer_at = last_writer_commit(ordered)
+    main = lineage(snapshots, snapshot_id)
+    last = main[0] if main else None
+    writer_at = last_writer_commit(snapshots, snapshot_id) if snapshot_id is not None else None
     total = sum(data_sizes)
     return TableHealth(
         table=table,

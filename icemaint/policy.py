@@ -33,7 +33,8 @@ class TablePolicy:
     max_delete_ratio: float = 0.10
     delete_file_threshold: int = 1
     partial_progress: bool = False
-    max_concurrent_file_group_rewrites: int = 2
+    max_file_group_size_bytes: int = 10 * 2**30  # with partial progress: each group its own proven publish
+    max_concurrent_file_group_rewrites: int = 2  # accepted for older configs; staged groups run one at a time
     strategy: str = "binpack"
     sort_order: str | None = None
     time_column: str | None = None
@@ -154,6 +155,7 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "max_delete_ratio": ("max_delete_ratio", _ratio),
     "delete_file_threshold": ("delete_file_threshold", _int(1)),
     "partial_progress": ("partial_progress", _bool),
+    "max_file_group_size_bytes": ("max_file_group_size_bytes", parse_size),
     "max_concurrent_file_group_rewrites": ("max_concurrent_file_group_rewrites", _int(1)),
     "strategy": ("strategy", _choice(SORT_STRATEGIES)),
     "sort_order": ("sort_order", _sort_order),
@@ -198,6 +200,13 @@ def apply_overrides(base: TablePolicy, overrides: Mapping[str, Any], where: str)
         )
     if policy.strategy in ("sort", "zorder") and not policy.sort_order:
         raise PolicyError(f"{where}.sort_order: strategy {policy.strategy!r} needs a sort_order")
+    if policy.strategy in ("sort", "zorder"):
+        from icemaint.rewrite_plan import SortOrderError, parse_sort_order
+
+        try:
+            parse_sort_order(policy.sort_order, policy.strategy)
+        except SortOrderError as exc:
+            raise PolicyError(f"{where}.sort_order: {exc}") from None
     return policy
 
 

@@ -48,7 +48,10 @@ class DateScope:
         if self.column_type in _TIMESTAMP_TYPES:
             start = f"{self.date.isoformat()} 00:00:00"
             end = f"{(self.date + dt.timedelta(days=1)).isoformat()} 00:00:00"
-            return f"{col} >= TIMESTAMP '{start}' AND {col} < TIMESTAMP '{end}'"
+            # The literal's type must be the column's: Spark casts a zone-less column to TIMESTAMP
+            # against a TIMESTAMP literal, and Iceberg cannot push that cast down.
+            kind = "TIMESTAMP" if self.column_type.startswith("timestamptz") else "TIMESTAMP_NTZ"
+            return f"{col} >= {kind} '{start}' AND {col} < {kind} '{end}'"
         raise ValueError(f"column {self.column!r} has type {self.column_type}; a date scope needs a date or timestamp")
 
     @property

@@ -72,7 +72,7 @@ class Ticker:
                               "after_snapshot_id": outcome.get("after_snapshot_id"),
                               "files_before": outcome.get("files_before"), "files_after": outcome.get("files_after"),
                               "validation": outcome.get("validation", {}).get("passed"),
-                              "rolled_back": outcome.get("rolled_back")})
+                              "published": outcome.get("published")})
                 failed |= not report.success
             decisions.append(entry)
             if d.verdict != "noop":

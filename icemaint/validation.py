@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
-from icemaint.digest import SnapshotDigest, row_hash_args, sampled_rows, snapshot_digest, snapshot_sql
+from icemaint.digest import SnapshotDigest, row_hash_args, rows_digest, sampled_rows, snapshot_sql
 
 ROW_COUNT_PARITY = "row_count_parity"
 SAMPLE_COMPARISON = "sample_comparison"
@@ -193,7 +193,20 @@ def _check_arguments(table_sql, scope, sample_fraction, seed, max_reported_rows)
         raise ValidationError(f"max_reported_rows must be an int >= 0, got {max_reported_rows!r}")
 
 
-def _differing_rows(spark, table_sql: str, before: int, after: int, scope: str | None, seed: int,
+@dataclass(frozen=True)
+class RowSet:
+    """One side of a proof: the rows a snapshot holds for the rewrite, as a DataFrame factory.
+
+    `load` must return a fresh, uncached DataFrame each call (it is read once for the digest and
+    again only to report offending rows).
+    """
+
+    snapshot_id: int
+    load: Callable[[], Any]
+    description: str = ""
+
+
+def _differing_rows(before: RowSet, after: RowSet, seed: int,
                     samples: pd.DataFrame, limit: int) -> tuple[int, int, list[dict]]:
     """(missing, unexpected, up to `limit` reported rows) of the sampled rows whose counts differ."""
     diff = samples[samples["before_count"] != samples["after_count"]]
@@ -201,10 +214,8 @@ def _differing_rows(spark, table_sql: str, before: int, after: int, scope: str |
     shown = [((int(r.fp1), int(r.fp2)), int(r.before_count), int(r.after_count))
              for r in diff.head(limit).itertuples()]
     # a missing row is read back from the before snapshot, an unexpected one from the after snapshot
-    text = {**sampled_rows(spark, table_sql, before, scope, seed=seed,
-                           fingerprints=[k for k, b, a in shown if b > a]),
-            **sampled_rows(spark, table_sql, after, scope, seed=seed,
-                           fingerprints=[k for k, b, a in shown if b <= a])}
+    text = {**sampled_rows(before.load(), seed=seed, fingerprints=[k for k, b, a in shown if b > a]),
+            **sampled_rows(after.load(), seed=seed, fingerprints=[k for k, b, a in shown if b <= a])}
     rows = [{"direction": "missing_in_after" if b > a else "unexpected_in_after",
              "before_count": b, "after_count": a, "row": text.get(k)} for k, b, a in shown]
     rows.sort(key=lambda r: (r["row"] or "", r["direction"]))
@@ -243,22 +254,40 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
         ValidationError: A snapshot id that is not an int, an out-of-range argument, or
             snapshots whose columns differ.
     """
-    started = time.monotonic()
     before = _snapshot_id(before_snapshot_id, "before_snapshot_id")
     after = _snapshot_id(after_snapshot_id, "after_snapshot_id")
     _check_arguments(table_sql, scope, sample_fraction, seed, max_reported_rows)
+    return prove_rows(
+        RowSet(before, lambda: spark.sql(snapshot_sql(table_sql, before, scope)), f"snapshot {before}"),
+        RowSet(after, lambda: spark.sql(snapshot_sql(table_sql, after, scope)), f"snapshot {after}"),
+        scope=scope, sample_fraction=sample_fraction, seed=seed, max_reported_rows=max_reported_rows,
+        what=table_sql)
 
-    after_df = spark.sql(snapshot_sql(table_sql, after, scope))
-    before_columns = [f.name for f in spark.sql(snapshot_sql(table_sql, before, scope)).schema.fields]
+
+def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sample_fraction: float = 0.05,
+               seed: int = 0, max_reported_rows: int = 20, what: str = "") -> ValidationResult:
+    """Proves with Great Expectations that `after` holds exactly the rows of `before`.
+
+    The same three checks as `validate_rewrite`, on any two row sets (a staged rewrite compares
+    the replaced files as of S with the staged files). Each side is read once.
+
+    Raises:
+        ValidationError: The two sides have different columns.
+    """
+    started = time.monotonic()
+    _check_arguments("`x`", scope, sample_fraction, seed, max_reported_rows)
+    after_df = after.load()
+    before_df = before.load()
+    before_columns = [f.name for f in before_df.schema.fields]
     if before_columns != [f.name for f in after_df.schema.fields]:
         # A rewrite never changes the schema; differing columns is itself a failed proof, but the
         # row comparison cannot be expressed over two shapes: stop with the two column lists.
         raise ValidationError(
-            f"snapshots {before} and {after} of {table_sql} have different columns: "
-            f"{before_columns} vs {[f.name for f in after_df.schema.fields]}")
+            f"{before.description or before.snapshot_id} and {after.description or after.snapshot_id} of {what} "
+            f"have different columns: {before_columns} vs {[f.name for f in after_df.schema.fields]}")
 
-    digests = [snapshot_digest(spark, table_sql, snapshot, scope, sample_fraction=sample_fraction,
-                               seed=seed) for snapshot in (before, after)]
+    digests = [rows_digest(frame, side.snapshot_id, sample_fraction=sample_fraction, seed=seed)
+               for side, frame in ((before, before_df), (after, after.load()))]
     samples = sample_multiplicities(*digests)
     aggregates = aggregate_pairs(*digests)
     results = _run_suite(after_df, digests[0].row_count, samples, aggregates)
@@ -273,7 +302,7 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
                         "after_row_count": result.get("observed_value")}
         elif name == SAMPLE_COMPARISON:
             missing, unexpected, rows = (0, 0, []) if passed else _differing_rows(
-                spark, table_sql, before, after, scope, seed, samples, max_reported_rows)
+                before, after, seed, samples, max_reported_rows)
             observed = {"differences": int(result.get("unexpected_count") or 0),
                         "sample_fraction": float(sample_fraction), "seed": seed,
                         "sampled_before_rows": len(digests[0].sample),
@@ -298,8 +327,8 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
 
     return ValidationResult(
         passed=all(c.passed for c in checks),
-        before_snapshot_id=before,
-        after_snapshot_id=after,
+        before_snapshot_id=before.snapshot_id,
+        after_snapshot_id=after.snapshot_id,
         scope=scope,
         checks=tuple(checks),
         duration_seconds=round(time.monotonic() - started, 3),

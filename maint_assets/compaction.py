@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from icemaint.compaction import CompactionOutcome, CompactionRequest, Compactor
-from icemaint.decisions import REFUSE, RUN
+from icemaint.decisions import NOT_PUBLISHED, REFUSE, RUN
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, numeric, report_outcome
 from maint_assets.partitions import TABLE_DIMENSION, split_table_date
@@ -46,7 +46,7 @@ def outcome_metadata(outcome: CompactionOutcome) -> dict:
             "reason": dg.MetadataValue.text(outcome.reason),
             "before_snapshot_id": dg.MetadataValue.text(str(outcome.before_snapshot_id)),
             "after_snapshot_id": dg.MetadataValue.text(str(outcome.after_snapshot_id)),
-            "rolled_back": dg.MetadataValue.bool(outcome.rolled_back),
+            "published": dg.MetadataValue.bool(outcome.published),
             "outcome": as_json(outcome.to_dict())}
     return meta
 
@@ -63,7 +63,7 @@ def check_result(name: str, outcome: dict) -> dg.AssetCheckResult:
                   "gx_result": as_json([c.get("gx_result") for c in per_commit]),
                   "before_snapshot_id": dg.MetadataValue.text(str(outcome.get("before_snapshot_id"))),
                   "after_snapshot_id": dg.MetadataValue.text(str(outcome.get("after_snapshot_id"))),
-                  "rolled_back": dg.MetadataValue.bool(bool(outcome.get("rolled_back")))},
+                  "published": dg.MetadataValue.bool(bool(outcome.get("published")))},
     )
 
 
@@ -79,9 +79,9 @@ def outcome_of_run(context, asset_key: dg.AssetKey) -> dict:
 
 
 def build_validation_checks(compaction: dg.AssetsDefinition) -> list[dg.AssetChecksDefinition]:
-    """A blocking check per GX proof. The proofs run inside the compaction, under the table's claim, so a
-    failure is rolled back before anyone reads the table; the checks make each verdict visible and stop
-    downstream assets."""
+    """A blocking check per GX proof. The proofs run inside the compaction, under the table's claim and
+    before anything is published, so a failed proof leaves `main` untouched; the checks make each
+    verdict visible, fail the run and stop downstream assets."""
     def make(name: str, description: str) -> dg.AssetChecksDefinition:
         @dg.asset_check(asset=compaction, name=name, description=description, blocking=True)
         def proof(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
@@ -107,9 +107,10 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
         kinds={"spark", "iceberg"},
         deps=[dg.AssetDep(table_health, partition_mapping=table_dimension_mapping())],
         output_required=False,
-        description="Bin-packs one date of one table's small files (rewrite_data_files scoped to the date) under "
-                    "the table's claim, proves the rewrite with Great Expectations and rolls back on failure. "
-                    "Materializes only when a rewrite committed; defers and refusals are observations.",
+        description="Rewrites one date of one table's small files under the table's claim: stages the new files "
+                    "on a branch at the planned snapshot, proves them with Great Expectations against the files "
+                    "they replace, and publishes one forward replace commit only when the proof passed. "
+                    "Materializes when a rewrite was staged (published or not); defers and refusals are observations.",
     )
     def compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
                    catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
@@ -128,7 +129,7 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
         context.log.info(f"{table} {date}: {outcome.decision}: {outcome.reason}")
         yield from report_outcome(
             context, "compaction", outcome_metadata(outcome),
-            materialize=outcome.decision == RUN and not outcome.dry_run,
+            materialize=outcome.decision in (RUN, NOT_PUBLISHED) and not outcome.dry_run,
             refusal=f"refused: {outcome.reason}" if outcome.decision == REFUSE else None)
 
     @dg.asset(
@@ -153,7 +154,7 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
         report_path = report_dir / f"{date}.json"
         report = {"table": table, "date": date, "before_snapshot_id": outcome["before_snapshot_id"],
                   "after_snapshot_id": outcome["after_snapshot_id"], "validation": outcome["validation"],
-                  "rolled_back": outcome["rolled_back"], "rollback": outcome["rollback"]}
+                  "published": outcome.get("published"), "staged": outcome.get("staged", [])}
         report_path.write_text(json.dumps(report, indent=2, default=str))
         commits = outcome["validation"].get("commits", [])
         return dg.MaterializeResult(metadata={

@@ -107,10 +107,10 @@ def test_compact_json_reports_the_proof_and_keeps_every_row(capsys, spark, estat
     assert code == 0, err
     [outcome] = json.loads(out)
     for key in ("table", "date", "decision", "reason", "before_snapshot_id", "after_snapshot_id", "files_before",
-                "files_after", "validation", "rolled_back"):
+                "files_after", "validation", "published"):
         assert key in outcome, key
     assert (outcome["table"], outcome["date"], outcome["decision"]) == (estate.table, date, "run"), outcome["reason"]
-    assert outcome["validation"]["passed"] is True and outcome["rolled_back"] is False
+    assert outcome["validation"]["passed"] is True and outcome["published"] is True
     assert outcome["files_before"] == 4 and outcome["files_after"] == 1
     assert outcome["before_snapshot_id"] != outcome["after_snapshot_id"]
     assert CatalogReader(estate.config).load(estate.table).current_snapshot().snapshot_id == outcome["after_snapshot_id"]
@@ -193,7 +193,7 @@ def test_tick_defers_while_the_writer_is_active_then_compacts_and_validates(caps
     assert code == 0, err
     [ran] = [d for d in json.loads(out)["decisions"] if d.get("operation") == "compact"]
     assert ran["decision"] == "run" and ran["success"] is True and ran["result"] == "run", ran
-    assert ran["validation"] is True and ran["rolled_back"] is False
+    assert ran["validation"] is True and ran["published"] is True
     assert (ran["files_before"], ran["files_after"]) == (3, 1)
     assert sorted(r[0] for r in spark.sql(f"SELECT event_id FROM {writer.table_sql}").collect()) == \
         sorted(writer.ledger.expected_ids())

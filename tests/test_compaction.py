@@ -1,4 +1,5 @@
-"""Safe compaction on real Spark + Iceberg: the rows it keeps, rollback, claims, conflicts, bad input."""
+"""Safe compaction on real Spark + Iceberg: the rows it keeps, a failed proof that publishes nothing,
+claims, publish conflicts, bad input."""
 
 import threading
 import time
@@ -7,12 +8,13 @@ import pytest
 
 from icemaint.audit import open_audit
 from icemaint.claims import ClaimBusy, open_claims, table_claim
-from icemaint.compaction import COMMITTED_KEY, CompactionRequest, Compactor, call_rewrite_data_files
+from icemaint.compaction import CompactionRequest, Compactor
 from icemaint.metadata import CatalogReader, TableNotFound
 from icemaint.names import InvalidTableName, TableName
 from icemaint.scope import InvalidDate
 from icemaint.simulator import StreamingWriter, WorkloadSpec
 from icemaint.validation import full_row_hash
+from staged_faults import corrupt_long, main_lineage, uncompressed
 
 DATE = "2026-01-02"
 
@@ -78,46 +80,42 @@ def test_happy_path_keeps_every_row_and_compacts_only_that_date(spark, config, t
     assert record.validation["passed"] is True and record.identity == config.identity()
 
 
-def lossy_rewrite(config, victim_id):
-    """A faulty rewrite: the real procedure, then a commit that loses one row of the date."""
-    def rewrite(spark, catalog, table, scope, options, strategy, sort_order):
-        result = call_rewrite_data_files(spark, catalog, table, scope, options, strategy, sort_order)
-        rewrite_id = current(spark, config, table.key)
-        spark.sql(f"DELETE FROM {table.sql(catalog)} WHERE event_id = {int(victim_id)}")
-        return {**result, COMMITTED_KEY: [rewrite_id, current(spark, config, table.key)]}
-    return rewrite
-
-
-def test_failed_validation_rolls_back_and_keeps_a_later_writer_append(spark, config, table_name):
+def test_failed_proof_publishes_nothing_and_keeps_a_writer_append(spark, config, table_name):
     writer = simulate(spark, config, table_name)
     sql = TableName.parse(table_name).sql(config.catalog.name)
+    uncompressed(spark, sql)
     victim = spark.sql(f"SELECT event_id FROM {sql} WHERE ts >= TIMESTAMP '{DATE} 00:00:00' "
                        f"AND ts < TIMESTAMP '{DATE} 23:59:59' ORDER BY event_id LIMIT 1").first()[0]
     before_snapshot = current(spark, config, table_name)
+    seen = []
 
-    def writer_appends_after_commit(_committed):
-        # a writer that does not take the claim commits between the rewrite and its validation
+    def corrupt_then_writer_appends(staged):
+        # a bad writer (or bad memory) changed one value in the staged file...
+        seen.append(staged)
+        assert corrupt_long(staged.new_files, victim, 77_000_001) >= 1
+        # ...and a writer that does not take the claim commits before the proof
         spark.sql(f"INSERT INTO {sql} VALUES (990001, 1, TIMESTAMP '{DATE} 12:00:00', 1.5, 'late'), "
                   f"(990002, 2, TIMESTAMP '2026-01-03 12:00:00', 2.5, 'late')")
 
-    outcome = compactor(config, spark, rewrite=lossy_rewrite(config, victim),
-                        after_commit=writer_appends_after_commit).run(CompactionRequest(table_name, DATE))
+    outcome = compactor(config, spark, after_stage=corrupt_then_writer_appends).run(CompactionRequest(table_name, DATE))
 
-    assert outcome.validation["passed"] is False
+    assert outcome.decision == "not_published" and outcome.published is False
+    assert f"snapshot {before_snapshot}" in outcome.reason and "nothing was published" in outcome.reason
     failed = {c["name"] for r in outcome.validation["commits"] for c in r["checks"] if not c["passed"]}
-    assert "row_count_parity" in failed
-    assert outcome.rolled_back is True
-    proof = outcome.rollback
-    assert proof["rolled_back_to"] == before_snapshot and proof["parity"] is True
-    assert len(proof["reapplied_writer_snapshots"]) == 1
+    assert "column_aggregates" in failed  # the changed row is in the 5% sample only by chance
+    # main moved only forward, by the writer's append; the staged snapshot never reached it
+    lineage = main_lineage(spark, sql)
+    assert lineage[0]["parent_id"] == before_snapshot and lineage[0]["operation"] == "append"
+    assert seen[0].staged_snapshot_id not in {s["snapshot_id"] for s in lineage}
+    for snap in lineage:
+        assert spark.sql(f"SELECT count(*) FROM {sql} VERSION AS OF {snap['snapshot_id']} "
+                         "WHERE event_id = 77000001").first()[0] == 0, "a corrupted value reached main"
     rows = ids(spark, config, table_name)
-    assert victim in rows, "the row the faulty rewrite lost is back"
-    assert {990001, 990002} <= set(rows), "the writer's append survived the rollback"
     assert sorted(rows) == sorted(writer.ledger.expected_ids() | {990001, 990002})
+    assert spark.sql(f"SELECT count(*) FROM {sql}.refs WHERE name LIKE 'icemaint_stage_%'").first()[0] == 0
     records = open_audit(config).records(table=table_name, operation="compact")
-    assert records[-1].decision == "rollback"
-    assert records[-1].rollback["reapplied_writer_snapshots"] == proof["reapplied_writer_snapshots"]
-    assert records[-1].validation["passed"] is False
+    assert records[-1].decision == "not_published" and records[-1].validation["passed"] is False
+    assert records[-1].details["staged"][0]["verdict"] == "not_published"
 
 
 def test_writer_appending_during_compaction_loses_and_duplicates_nothing(spark, config, table_name):
@@ -185,31 +183,42 @@ def test_stale_plan_is_replanned_on_the_current_snapshot(spark, config, table_na
     assert 880001 in ids(spark, config, table_name)
 
 
-def test_commit_conflicts_are_retried_then_deferred(spark, config, table_name):
-    simulate(spark, config, table_name, batches=4)
-    reader = CatalogReader(config)
-    calls = []
+def test_publish_conflicts_are_replanned_then_deferred(spark, config, table_name):
+    writer = simulate(spark, config, table_name, batches=4)
+    sql = TableName.parse(table_name).sql(config.catalog.name)
+    deleted = []
 
-    def conflicting_once(*args):
-        calls.append(1)
-        if len(calls) == 1:
-            raise RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: injected conflict")
-        return call_rewrite_data_files(*args)
+    def writer_deletes_a_row_of_the_date(staged, times):
+        # a claim-ignoring writer's merge-on-read DELETE on a file the rewrite replaces
+        if len(deleted) < times:
+            victim = spark.sql(f"SELECT event_id FROM {sql} WHERE ts >= TIMESTAMP '{staged_date[0]} 00:00:00' "
+                               f"AND ts < TIMESTAMP '{staged_date[0]} 23:59:59' ORDER BY event_id LIMIT 1").first()[0]
+            spark.sql(f"DELETE FROM {sql} WHERE event_id = {int(victim)}")
+            deleted.append(victim)
 
-    outcome = compactor(config, spark, rewrite=conflicting_once, sleep=lambda s: None).run(
+    staged_date = [DATE]
+    outcome = compactor(config, spark, sleep=lambda s: None,
+                        after_stage=lambda staged: writer_deletes_a_row_of_the_date(staged, 1)).run(
         CompactionRequest(table_name, DATE))
     assert outcome.decision == "run" and outcome.attempts == 2 and outcome.validation["passed"] is True
+    assert "publish conflict" in outcome.replanned
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids() - set(deleted)
 
-    location = reader.metadata_location(table_name)
-
-    def always_conflicting(*args):
-        raise RuntimeError("ValidationException: Cannot commit, found new position delete for replaced data file")
-
-    outcome = compactor(config, spark, rewrite=always_conflicting, sleep=lambda s: None).run(
+    staged_date[0] = "2026-01-03"
+    before = current(spark, config, table_name)
+    first_deleted = set(deleted)
+    deleted.clear()
+    retries = config.policy(table_name).max_commit_retries
+    outcome = compactor(config, spark, sleep=lambda s: None,
+                        after_stage=lambda staged: writer_deletes_a_row_of_the_date(staged, 99)).run(
         CompactionRequest(table_name, "2026-01-03"))
-    assert outcome.decision == "defer" and "commit conflict persisted" in outcome.reason
-    assert outcome.attempts == config.policy(table_name).max_commit_retries + 1
-    assert reader.metadata_location(table_name) == location
+    assert outcome.decision == "defer" and "conflicts with the rewrite" in outcome.reason
+    assert outcome.attempts == retries + 1 and len(deleted) == retries + 1
+    # main holds the writer's deletes and nothing of ours
+    lineage = main_lineage(spark, sql)
+    new = lineage[:lineage.index(next(s for s in lineage if s["snapshot_id"] == before))]
+    assert len(new) == retries + 1 and all(s["operation"] in ("delete", "overwrite") for s in new)
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids() - set(deleted) - first_deleted
 
 
 @pytest.mark.parametrize("table, date, error", [
@@ -293,8 +302,8 @@ def test_sort_and_zorder_strategies_rewrite_with_proof(spark, lake_root, tmp_pat
         assert devices == sorted(devices), "the rewritten file is sorted by the policy's sort order"
 
 
-def test_a_proof_that_cannot_run_rolls_the_rewrite_back(spark, config, table_name, monkeypatch):
-    """Fault injection into our own validation step (e.g. GX crashing): an unproven rewrite is undone."""
+def test_a_proof_that_cannot_run_publishes_nothing(spark, config, table_name, monkeypatch):
+    """Fault injection into our own validation step (e.g. GX crashing): an unproven rewrite never reaches main."""
     import icemaint.validation
 
     writer = simulate(spark, config, table_name, batches=4)
@@ -303,10 +312,10 @@ def test_a_proof_that_cannot_run_rolls_the_rewrite_back(spark, config, table_nam
     def crashing_validation(*args, **kwargs):
         raise RuntimeError("injected: the validation engine crashed")
 
-    monkeypatch.setattr(icemaint.validation, "validate_rewrite", crashing_validation)
+    monkeypatch.setattr(icemaint.validation, "prove_rows", crashing_validation)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert outcome.validation["passed"] is False and "injected" in outcome.validation["error"]
-    assert outcome.rolled_back is True and outcome.rollback["parity"] is True
+    assert outcome.decision == "not_published" and outcome.validation["passed"] is False
+    assert "injected" in outcome.validation["commits"][0]["error"] and "injected" in outcome.reason
     assert current(spark, config, table_name) == before
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
     assert CatalogReader(config).health(table_name).partition(DATE).data_files == 4

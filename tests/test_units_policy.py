@@ -162,9 +162,9 @@ def test_parse_date_refuses(text, message):
 
 @pytest.mark.parametrize("column_type, predicate", [
     ("date", "`day` = DATE '2024-06-01'"),
-    ("timestamp", "`day` >= TIMESTAMP '2024-06-01 00:00:00' AND `day` < TIMESTAMP '2024-06-02 00:00:00'"),
+    ("timestamp", "`day` >= TIMESTAMP_NTZ '2024-06-01 00:00:00' AND `day` < TIMESTAMP_NTZ '2024-06-02 00:00:00'"),
     ("timestamptz", "`day` >= TIMESTAMP '2024-06-01 00:00:00' AND `day` < TIMESTAMP '2024-06-02 00:00:00'"),
-    ("timestamp_ns", "`day` >= TIMESTAMP '2024-06-01 00:00:00' AND `day` < TIMESTAMP '2024-06-02 00:00:00'"),
+    ("timestamp_ns", "`day` >= TIMESTAMP_NTZ '2024-06-01 00:00:00' AND `day` < TIMESTAMP_NTZ '2024-06-02 00:00:00'"),
 ])
 def test_date_scope_predicate(column_type, predicate):
     assert DateScope("day", column_type, dt.date(2024, 6, 1)).predicate() == predicate
@@ -172,7 +172,7 @@ def test_date_scope_predicate(column_type, predicate):
 
 def test_date_scope_month_end_and_ends_at():
     scope = DateScope("ts", "timestamp", dt.date(2024, 12, 31))
-    assert "< TIMESTAMP '2025-01-01 00:00:00'" in scope.predicate()
+    assert "< TIMESTAMP_NTZ '2025-01-01 00:00:00'" in scope.predicate()
     assert scope.ends_at == dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 
 

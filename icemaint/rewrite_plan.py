@@ -1,0 +1,169 @@
+"""Pure planning of a staged rewrite: which files of a date are rewritten, in which groups, in what order.
+
+No Spark here: `icemaint.staging` lists the date's files as `CandidateFile`s and executes the
+`FileGroup`s chosen by `plan_groups`. The rules follow Iceberg's bin-pack planner in spirit:
+a file is rewritten when it is small or carries enough deletes; a partition's files are rewritten
+together only when that merges two or more files or applies deletes; with partial progress a
+large date is split into groups, each staged, proven and published on its own.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from icemaint.names import quote_column
+
+
+@dataclass(frozen=True)
+class CandidateFile:
+    path: str
+    size_bytes: int
+    record_count: int
+    spec_id: int
+    partition: str  # the partition as a path, e.g. "ts_day=2026-01-02"
+    delete_files: int = 0
+
+
+@dataclass(frozen=True)
+class FileGroup:
+    """Files rewritten (and published) together."""
+
+    files: tuple[CandidateFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    @property
+    def records(self) -> int:
+        return sum(f.record_count for f in self.files)
+
+
+def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delete_file_threshold: int,
+                partial_progress: bool, max_group_bytes: int) -> list[FileGroup]:
+    """The groups to rewrite, largest benefit first; empty when nothing is worth rewriting.
+
+    Args:
+        files: The date's data files as of the planned snapshot.
+        small_file_size_bytes: Files below this size are rewritten for their size.
+        delete_file_threshold: Files with at least this many delete files are rewritten to apply them.
+        partial_progress: Split a date into groups of at most `max_group_bytes`, each published alone.
+        max_group_bytes: The group size limit with partial progress.
+    """
+    by_partition: dict[tuple[int, str], list[CandidateFile]] = {}
+    for f in files:
+        if f.size_bytes < small_file_size_bytes or f.delete_files >= delete_file_threshold:
+            by_partition.setdefault((f.spec_id, f.partition), []).append(f)
+    chosen: list[CandidateFile] = []
+    for key in sorted(by_partition):
+        members = by_partition[key]
+        if len(members) >= 2 or any(f.delete_files >= delete_file_threshold for f in members):
+            chosen.extend(sorted(members, key=lambda f: f.path))
+    if not chosen:
+        return []
+    if not partial_progress:
+        return [FileGroup(tuple(chosen))]
+    groups, current, size = [], [], 0
+    for f in chosen:
+        if current and size + f.size_bytes > max_group_bytes:
+            groups.append(FileGroup(tuple(current)))
+            current, size = [], 0
+        current.append(f)
+        size += f.size_bytes
+    if current:
+        groups.append(FileGroup(tuple(current)))
+    # A lone small file without deletes is not worth a commit of its own.
+    return [g for g in groups if len(g.files) >= 2 or any(f.delete_files for f in g.files)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sort and z-order
+
+
+@dataclass(frozen=True)
+class SortKey:
+    column: str
+    descending: bool = False
+    nulls_first: bool | None = None  # None: Spark's default for the direction
+
+
+_SORT_ITEM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+(ASC|DESC))?(?:\s+NULLS\s+(FIRST|LAST))?\s*$",
+                        re.IGNORECASE)
+
+
+class SortOrderError(ValueError):
+    """A policy sort_order that is not a list of plain columns with optional direction and nulls order."""
+
+
+def parse_sort_order(text: str, strategy: str) -> tuple[SortKey, ...]:
+    """The policy's `sort_order` as sort keys: 'a DESC NULLS LAST, b' for sort; 'a, b' or 'zorder(a, b)' for zorder."""
+    body = text.strip()
+    if strategy == "zorder":
+        match = re.fullmatch(r"zorder\s*\((.*)\)", body, re.IGNORECASE)
+        body = match.group(1) if match else body
+    keys = []
+    for item in body.split(","):
+        m = _SORT_ITEM.fullmatch(item)
+        if not m:
+            raise SortOrderError(f"sort_order item {item.strip()!r} is not 'column [ASC|DESC] [NULLS FIRST|LAST]'")
+        if strategy == "zorder" and (m.group(2) or m.group(3)):
+            raise SortOrderError(f"zorder takes plain columns, got {item.strip()!r}")
+        keys.append(SortKey(m.group(1), (m.group(2) or "").upper() == "DESC",
+                            None if not m.group(3) else m.group(3).upper() == "FIRST"))
+    return tuple(keys)
+
+
+def order_by_sql(keys: tuple[SortKey, ...]) -> str:
+    parts = []
+    for k in keys:
+        part = f"{quote_column(k.column)} {'DESC' if k.descending else 'ASC'}"
+        if k.nulls_first is not None:
+            part += " NULLS FIRST" if k.nulls_first else " NULLS LAST"
+        parts.append(part)
+    return ", ".join(parts)
+
+
+ZORDER_KINDS = ("number", "time", "text")
+
+
+def zorder_input(column: str, kind: str) -> str:
+    """The column as a number whose order follows the column's.
+
+    kind: "number" (integers, decimals, floats), "time" (dates and timestamps: epoch microseconds)
+    or "text" (strings and binaries: the number formed by their first 7 bytes).
+    """
+    col = quote_column(column)
+    if kind == "number":
+        return f"CAST({col} AS DOUBLE)"
+    if kind == "time":
+        return f"CAST(unix_micros(CAST({col} AS TIMESTAMP)) AS DOUBLE)"
+    if kind == "text":
+        return f"CAST(conv(hex(substring(CAST({col} AS BINARY), 1, 7)), 16, 10) AS DOUBLE)"
+    raise ValueError(f"z-order kind {kind!r} is not one of {ZORDER_KINDS}")
+
+
+def zorder_sql(keys: tuple[SortKey, ...], kinds: dict[str, str], ranges: dict[str, tuple]) -> str:
+    """A Morton (z-order) value over the keys, each scaled by its min/max to the same bit width.
+
+    Iceberg's own z-order interleaves raw byte prefixes; scaling each column to its range first
+    spreads narrow ranges over all bits, which clusters at least as well. Only the file layout
+    depends on it: the rows written are the rows read.
+    """
+    n = len(keys)
+    bits = max(1, min(20, 62 // max(1, n)))
+    scaled = []
+    for k in keys:
+        lo, hi = ranges.get(k.column, (None, None))
+        value = zorder_input(k.column, kinds[k.column])
+        if lo is None or hi is None or hi <= lo:
+            scaled.append("CAST(0 AS BIGINT)")
+            continue
+        top = 2 ** bits - 1
+        scaled.append(f"CAST(coalesce(least(greatest(({value} - ({float(lo)!r})) / ({float(hi - lo)!r}), 0.0), 1.0), "
+                      f"0.0) * {top} AS BIGINT)")
+    terms = []
+    for bit in range(bits):
+        for j, expr in enumerate(scaled):
+            terms.append(f"shiftleft(shiftright({expr}, {bit}) & 1, {bit * n + j})")
+    return "(" + " + ".join(terms) + ")"

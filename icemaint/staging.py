@@ -1,0 +1,399 @@
+"""Stage, prove, publish: a rewrite that reaches `main` only as one forward, OCC-validated commit.
+
+Every Spark and JVM call of a staged rewrite lives here (Iceberg's public Java API through Py4J):
+
+- `plan_date_files`: the data files of one date as of the planned snapshot S (every partition spec
+  the table has had), each with the delete files that apply to it.
+- `StagingArea.stage`: creates the staging branch at S, reads exactly the chosen files as of S
+  (Iceberg's scan-task-set read: deletes as of S applied, no predicate that could drop a row) and
+  writes the replacement files to the branch. `main` does not move.
+- `StagingArea.before_rows` / `after_rows`: the two sides of the proof, read the same exact way.
+- `StagingArea.publish`: one `replace` commit on `main` that swaps exactly the proven old files
+  for exactly the proven new files, validated from S with S's data sequence number, with the
+  proof's evidence in the snapshot summary. A writer's conflicting commit raises `PublishConflict`.
+- `StagingArea.discard`: removes the staging branch (also of runs that died: `stale_branches`).
+
+Nothing here ever moves a ref backwards: no rollback, no set-current, no cherry-pick.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from icemaint.names import TableName
+from icemaint.rewrite_plan import CandidateFile, FileGroup, SortKey
+
+log = logging.getLogger(__name__)
+
+STAGE_PREFIX = "icemaint_stage_"
+# Snapshot summary keys: the evidence a published rewrite carries in the table itself.
+MAINTENANCE_KEY = "icemaint.maintenance"
+RUN_ID_KEY = "icemaint.run-id"
+PROOF_KEY = "icemaint.proof"
+PROOF_ID_KEY = "icemaint.proof-id"
+STAGED_SNAPSHOT_KEY = "icemaint.staged-snapshot-id"
+STAGE_KEY = "icemaint.stage"
+
+CONFLICT_CLASSES = frozenset({"org.apache.iceberg.exceptions.ValidationException",
+                              "org.apache.iceberg.exceptions.CommitFailedException"})
+COMMIT_STATE_UNKNOWN = "org.apache.iceberg.exceptions.CommitStateUnknownException"
+
+
+class StagingError(RuntimeError):
+    """A staged rewrite could not be written or read; `main` was not changed."""
+
+
+class PublishConflict(StagingError):
+    """A writer committed something the rewrite conflicts with (e.g. a delete on a replaced file).
+
+    Decided by the Java exception's class, never by its message; `main` is unchanged.
+    """
+
+
+class PublishStateUnknown(StagingError):
+    """The publish commit's outcome is unknown and re-reading the table did not find it.
+
+    The commit may still land later; the caller must not retry blindly.
+    """
+
+
+def java_exception_class(exc: BaseException) -> str | None:
+    """The Java class name carried by a Py4J error (or its first Iceberg cause), else None."""
+    java = getattr(exc, "java_exception", None)
+    seen = 0
+    while java is not None and seen < 10:
+        name = java.getClass().getName()
+        if name.startswith("org.apache.iceberg.exceptions."):
+            return name
+        java, seen = java.getCause(), seen + 1
+    java = getattr(exc, "java_exception", None)
+    return java.getClass().getName() if java is not None else None
+
+
+def sql_string(text: str) -> str:
+    """A Spark SQL string literal (backslash escapes are Spark's default)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _iterate(java_iterable):
+    it = java_iterable.iterator()
+    while it.hasNext():
+        yield it.next()
+
+
+def _java_list(jvm, items):
+    out = jvm.java.util.ArrayList()
+    for item in items:
+        out.add(item)
+    return out
+
+
+def zorder_kinds(schema, keys) -> dict[str, str]:
+    """Each z-order column's kind for `rewrite_plan.zorder_input`, from the Spark schema."""
+    from pyspark.sql.types import BinaryType, DateType, NumericType, StringType, TimestampNTZType, TimestampType
+
+    types = {f.name: f.dataType for f in schema.fields}
+    out = {}
+    for key in keys:
+        dtype = types.get(key.column)
+        if isinstance(dtype, NumericType):
+            out[key.column] = "number"
+        elif isinstance(dtype, (DateType, TimestampType, TimestampNTZType)):
+            out[key.column] = "time"
+        elif isinstance(dtype, (StringType, BinaryType)):
+            out[key.column] = "text"
+        else:
+            raise StagingError(f"z-order column {key.column!r} has type {dtype}; z-order takes numbers, "
+                               "dates, timestamps and strings")
+    return out
+
+
+def _bound(value: dt.date, column_type: str) -> str:
+    """An Iceberg literal string for the start of `value` in the column's type."""
+    if column_type == "date":
+        return value.isoformat()
+    if column_type in ("timestamptz", "timestamptz_ns"):
+        return f"{value.isoformat()}T00:00:00+00:00"
+    return f"{value.isoformat()}T00:00:00"
+
+
+@dataclass
+class StagedRewrite:
+    """One file group written to a staging branch, not yet published.
+
+    Attributes:
+        table: The table key.
+        branch: The staging branch's name.
+        base_snapshot_id: S, the snapshot the group was planned on and staged from.
+        staged_snapshot_id: The branch's append snapshot holding the new files.
+        replaced_files: Paths of the data files the group replaces (as of S).
+        new_files: Paths of the staged replacement files.
+        dangling_deletes: Paths of position-delete files that apply only to replaced files.
+    """
+
+    table: str
+    branch: str
+    base_snapshot_id: int
+    base_sequence_number: int
+    staged_snapshot_id: int
+    replaced_files: tuple[str, ...]
+    new_files: tuple[str, ...]
+    dangling_deletes: tuple[str, ...]
+    replaced_bytes: int
+    new_bytes: int
+    _old_tasks: list = field(default_factory=list, repr=False)
+    _new_data_files: list = field(default_factory=list, repr=False)
+    _dangling_delete_files: list = field(default_factory=list, repr=False)
+
+
+@dataclass(frozen=True)
+class Published:
+    snapshot_id: int
+    sequence_number: int
+
+
+class StagingArea:
+    """Stage, read, publish and discard rewrites of one table (one instance per run)."""
+
+    def __init__(self, spark, catalog: str, name: TableName, run_token: str):
+        self.spark = spark
+        self.catalog = catalog
+        self.name = name
+        self.run_token = "".join(c for c in run_token.lower() if c.isalnum())[:24] or uuid.uuid4().hex[:12]
+        self.jvm = spark._jvm
+        self._table = None
+        self._task_sets: list[str] = []
+
+    # -- table -----------------------------------------------------------------------------
+    def table(self, refresh: bool = True):
+        if self._table is None:
+            self._table = self.jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+                self.spark._jsparkSession, self.name.sql(self.catalog))
+        elif refresh:
+            self._table.refresh()
+        return self._table
+
+    def current_snapshot_id(self) -> int | None:
+        snap = self.table().currentSnapshot()
+        return None if snap is None else int(snap.snapshotId())
+
+    # -- planning --------------------------------------------------------------------------
+    def plan_date_files(self, snapshot_id: int, column: str, column_type: str, date: dt.date
+                        ) -> tuple[list[CandidateFile], dict]:
+        """The data files holding rows of `date` as of `snapshot_id`, across every partition spec.
+
+        Returns:
+            (candidates, tasks by path): the pure description for planning, and the Java scan tasks
+            (file + deletes) the staging reads.
+        """
+        tbl = self.table()
+        expressions = self.jvm.org.apache.iceberg.expressions.Expressions
+        lower = expressions.greaterThanOrEqual(column, _bound(date, column_type))
+        upper = expressions.lessThan(column, _bound(date + dt.timedelta(days=1), column_type))
+        scan = tbl.newScan().useSnapshot(int(snapshot_id)).filter(getattr(expressions, "and")(lower, upper))
+        candidates, tasks = [], {}
+        specs = tbl.specs()
+        iterable = scan.planFiles()
+        try:
+            for task in _iterate(iterable):
+                data = task.file()
+                path = str(data.location())
+                deletes = list(_iterate(task.deletes()))
+                spec = specs.get(data.specId())
+                candidates.append(CandidateFile(
+                    path=path, size_bytes=int(data.fileSizeInBytes()), record_count=int(data.recordCount()),
+                    spec_id=int(data.specId()), partition=str(spec.partitionToPath(data.partition())),
+                    delete_files=len(deletes)))
+                tasks[path] = task
+        finally:
+            iterable.close()
+        return candidates, tasks
+
+    def sequence_number(self, snapshot_id: int) -> int:
+        return int(self.table(refresh=False).snapshot(int(snapshot_id)).sequenceNumber())
+
+    # -- staging ---------------------------------------------------------------------------
+    def _read_tasks(self, tasks: list, split_size: int | None = None):
+        """A DataFrame over exactly these scan tasks (deletes attached to them applied)."""
+        set_id = f"icemaint-{uuid.uuid4().hex}"
+        manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
+        manager.stageTasks(self.table(refresh=False), set_id, _java_list(self.jvm, tasks))
+        self._task_sets.append(set_id)
+        reader = self.spark.read.format("iceberg").option("scan-task-set-id", set_id)
+        if split_size:
+            reader = reader.option("split-size", str(int(split_size))).option("file-open-cost", "0")
+        return reader.load(self.name.sql(self.catalog))
+
+    def stage(self, group: FileGroup, tasks_by_path: dict, base_snapshot_id: int, *, target_file_size_bytes: int,
+              strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0) -> StagedRewrite:
+        """Writes the group's replacement files to a new staging branch at `base_snapshot_id`."""
+        tbl = self.table()
+        branch = f"{STAGE_PREFIX}{self.run_token}_{index}"
+        tbl.manageSnapshots().createBranch(branch, int(base_snapshot_id)).commit()
+        tasks = [tasks_by_path[f.path] for f in group.files]
+        expected = max(1, -(-group.total_bytes // max(1, target_file_size_bytes)))
+        rows = self._read_tasks(tasks, split_size=group.total_bytes // expected + 1)
+        options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
+                   f"snapshot-property.{MAINTENANCE_KEY}": "true",
+                   f"snapshot-property.{STAGE_KEY}": branch}
+        if strategy == "binpack":
+            options["distribution-mode"] = "none"
+        else:
+            from icemaint.rewrite_plan import order_by_sql, zorder_sql
+
+            options.update({"distribution-mode": "none", "fanout-enabled": "true"})
+            if strategy == "sort":
+                order = order_by_sql(sort_keys)
+            else:
+                kinds = zorder_kinds(rows.schema, sort_keys)
+                order = zorder_sql(sort_keys, kinds, self._value_ranges(rows, sort_keys, kinds))
+            view = f"icemaint_stage_rows_{uuid.uuid4().hex[:12]}"
+            rows.createOrReplaceTempView(view)
+            rows = self.spark.sql(f"SELECT * FROM {view} ORDER BY {order}")
+        writer = rows.writeTo(f"{self.name.sql(self.catalog)}.branch_{branch}")
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        try:
+            writer.append()
+        except Exception as exc:
+            self.discard(branch)
+            raise StagingError(f"staging the rewrite of {self.name.key} failed: {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0][:300]}") from exc
+        tbl.refresh()
+        staged = tbl.refs().get(branch).snapshotId()
+        new_files = list(_iterate(tbl.snapshot(staged).addedDataFiles(tbl.io())))
+        dangling = self._dangling_deletes(tasks, {f.path for f in group.files})
+        return StagedRewrite(
+            table=self.name.key, branch=branch, base_snapshot_id=int(base_snapshot_id),
+            base_sequence_number=self.sequence_number(base_snapshot_id), staged_snapshot_id=int(staged),
+            replaced_files=tuple(f.path for f in group.files),
+            new_files=tuple(str(f.location()) for f in new_files),
+            dangling_deletes=tuple(str(d.location()) for d in dangling),
+            replaced_bytes=group.total_bytes, new_bytes=sum(int(f.fileSizeInBytes()) for f in new_files),
+            _old_tasks=tasks, _new_data_files=new_files, _dangling_delete_files=dangling)
+
+    def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
+        """min/max of each z-order column over the group's rows (one small aggregate pass)."""
+        from icemaint.rewrite_plan import zorder_input
+
+        exprs = []
+        for key in keys:
+            value = zorder_input(key.column, kinds[key.column])
+            exprs += [f"min({value})", f"max({value})"]
+        row = rows.selectExpr(*exprs).first()
+        return {key.column: (row[2 * i], row[2 * i + 1]) for i, key in enumerate(keys)}
+
+    def _dangling_deletes(self, tasks: list, replaced: set[str]) -> list:
+        """Position-delete files (and DVs) that reference only files this group replaces."""
+        util = self.jvm.org.apache.iceberg.util.ContentFileUtil
+        out, seen = [], set()
+        for task in tasks:
+            for delete in _iterate(task.deletes()):
+                path = str(delete.location())
+                if path in seen or delete.content().toString() != "POSITION_DELETES":
+                    continue
+                seen.add(path)
+                referenced = util.referencedDataFileLocation(delete)
+                if referenced is not None and str(referenced) in replaced:
+                    out.append(delete)
+        return out
+
+    # -- the proof's two sides ---------------------------------------------------------------
+    def before_rows(self, staged: StagedRewrite):
+        """The replaced files' rows as of S (deletes as of S applied)."""
+        return self._read_tasks(staged._old_tasks)
+
+    def after_rows(self, staged: StagedRewrite):
+        """The staged files' rows, as the staging branch holds them."""
+        tbl = self.table()
+        wanted = set(staged.new_files)
+        scan = tbl.newScan().useSnapshot(int(staged.staged_snapshot_id))
+        iterable = scan.planFiles()
+        try:
+            tasks = [t for t in _iterate(iterable) if str(t.file().location()) in wanted]
+        finally:
+            iterable.close()
+        if len(tasks) != len(wanted):
+            raise StagingError(f"staged snapshot {staged.staged_snapshot_id} of {self.name.key} holds "
+                               f"{len(tasks)} of its {len(wanted)} new files")
+        return self._read_tasks(tasks)
+
+    # -- publish / discard -----------------------------------------------------------------
+    def publish(self, staged: StagedRewrite, properties: dict[str, str]) -> Published:
+        """One forward `replace` commit on `main`: exactly the proven old files for the proven new ones.
+
+        Raises:
+            PublishConflict: A writer's commit since S conflicts (Iceberg's validation); nothing changed.
+            PublishStateUnknown: The catalog could not confirm the commit and it was not found after.
+        """
+        from py4j.protocol import Py4JJavaError
+
+        tbl = self.table()
+        rewrite = tbl.newRewrite().validateFromSnapshot(staged.base_snapshot_id) \
+            .dataSequenceNumber(staged.base_sequence_number)
+        for task in staged._old_tasks:
+            rewrite = rewrite.deleteFile(task.file())
+        for delete in staged._dangling_delete_files:
+            rewrite = rewrite.deleteFile(delete)
+        for new in staged._new_data_files:
+            rewrite = rewrite.addFile(new)
+        marker = {**properties, MAINTENANCE_KEY: "true", STAGED_SNAPSHOT_KEY: str(staged.staged_snapshot_id)}
+        for key, value in marker.items():
+            rewrite = rewrite.set(key, str(value))
+        try:
+            rewrite.commit()
+        except Py4JJavaError as exc:
+            cls = java_exception_class(exc)
+            first = str(exc.java_exception.getMessage() or "").splitlines()[0][:300] if exc.java_exception else ""
+            if cls in CONFLICT_CLASSES:
+                raise PublishConflict(f"{cls.rsplit('.', 1)[-1]}: {first}") from exc
+            if cls == COMMIT_STATE_UNKNOWN:
+                found = self.find_published(staged.staged_snapshot_id)
+                if found is not None:
+                    log.warning("publish of %s reported an unknown commit state; the commit landed (%s)",
+                                self.name.key, found.snapshot_id)
+                    return found
+                raise PublishStateUnknown(
+                    f"the catalog could not confirm the publish of {self.name.key} and the commit is not in "
+                    f"the table after a re-read: {first}") from exc
+            raise
+        found = self.find_published(staged.staged_snapshot_id)
+        if found is None:
+            raise PublishStateUnknown(f"publish of {self.name.key} returned but its snapshot is not in the table")
+        return found
+
+    def find_published(self, staged_snapshot_id: int) -> Published | None:
+        """The `main` snapshot that published `staged_snapshot_id`, searched on main's lineage."""
+        tbl = self.table()
+        snap = tbl.currentSnapshot()
+        while snap is not None:
+            if str(snap.summary().get(STAGED_SNAPSHOT_KEY)) == str(staged_snapshot_id):
+                return Published(int(snap.snapshotId()), int(snap.sequenceNumber()))
+            parent = snap.parentId()
+            snap = tbl.snapshot(parent) if parent is not None else None
+        return None
+
+    def discard(self, branch: str) -> None:
+        """Removes a staging branch (no-op when it is gone); its files are reclaimed by expiry."""
+        tbl = self.table()
+        if tbl.refs().containsKey(branch):
+            tbl.manageSnapshots().removeBranch(branch).commit()
+
+    def release_reads(self) -> None:
+        manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
+        tbl = self.table(refresh=False)
+        for set_id in self._task_sets:
+            manager.removeTasks(tbl, set_id)
+        self._task_sets.clear()
+
+    def stale_branches(self) -> list[tuple[str, int]]:
+        """Staging branches left on the table (by a run that died): (name, snapshot id)."""
+        refs = self.table().refs()
+        out = []
+        for name in _iterate(refs.keySet()):
+            if str(name).startswith(STAGE_PREFIX):
+                out.append((str(name), int(refs.get(name).snapshotId())))
+        return sorted(out)
