@@ -235,7 +235,9 @@ class StagingArea:
         tbl.manageSnapshots().createBranch(branch, int(base_snapshot_id)).commit()
         tasks = [tasks_by_path[f.path] for f in group.files]
         expected = max(1, -(-group.total_bytes // max(1, target_file_size_bytes)))
-        rows = self._read_tasks(tasks, split_size=group.total_bytes // expected + 1)
+        # A task's size counts its delete files too: split by what the reader will weigh.
+        weighed = sum(int(t.sizeBytes()) for t in tasks)
+        rows = self._read_tasks(tasks, split_size=weighed // expected + 1)
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
                    f"snapshot-property.{MAINTENANCE_KEY}": "true",
                    f"snapshot-property.{STAGE_KEY}": branch}
