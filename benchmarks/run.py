@@ -1,7 +1,12 @@
 """Runs every benchmark section in one process and writes benchmarks/RESULTS.md.
 
     python -m benchmarks.run [--quick] [--out benchmarks/RESULTS.md] [--note TEXT] [--keep-data]
+                             [--before REV] [--skip-sensor]
     python -m benchmarks.run --from-results benchmarks/.work/results.json   # re-render only
+
+Compaction is measured for two versions in the same run: the working tree ("after") and REV
+("before", default 4b85ad6: the commit before stage-prove-publish), checked out as a temporary
+git worktree and run in its own worker process (see compaction_cost.py).
 
 Full mode: 300 and 3,000 small files (~20 and ~200 MB), sensor ticks over 10 / 100 / 1,000 tables,
 3 repetitions. --quick: 60 and 200 files, 10 and 50 tables, 1 repetition (a smoke run: it proves
@@ -11,6 +16,7 @@ the harness works, its figures are not the project's). Work data goes to benchma
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -25,10 +31,11 @@ from icemaint.config import MaintenanceConfig, parse_config
 
 from benchmarks.compaction_cost import CompactionCase, run_case
 from benchmarks.lake import SmallFileLayout
-from benchmarks.machine import describe_machine, load_average
+from benchmarks.machine import CpuShare, describe_machine, load_average
 from benchmarks.measure import Stopwatch
 from benchmarks.report import render_report
 from benchmarks.sensor_tick import SENSOR_TARGET_TABLES, measure_sensor_scale
+from benchmarks.versions import BEFORE_STAGING, REPO, checkout, describe_source, start_workers
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / ".work"
@@ -62,12 +69,12 @@ POLICY = {"writer_idle": "0s", "hot_partition_age": "0s", "small_file_size_bytes
           "max_rewrite_bytes": "10GiB", "sample_fraction": 0.05}
 
 
-def config_doc(root: Path, master: str) -> dict:
+def config_doc(root: Path, master: str, state: str = "state") -> dict:
     return {
         "catalog": {"name": "lake", "type": "hadoop", "warehouse": str(root / "warehouse")},
         "spark": {"master": master, "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
                                              "spark.driver.memory": "2g"}},
-        "state_dir": str(root / "state"),
+        "state_dir": str(root / state),
         "claims": {"backend": "file"},
         "audit": {"sink": "file"},
         "defaults": dict(POLICY),
@@ -93,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]", help="Spark master (the targets assume local[2])")
     parser.add_argument("--note", default="", help="a line for the report's header (e.g. machine conditions)")
     parser.add_argument("--keep-data", action="store_true", help="keep benchmarks/.work/run after the run")
+    parser.add_argument("--before", default=BEFORE_STAGING,
+                        help="the commit compaction is compared with (default: the one before stage-prove-publish)")
+    parser.add_argument("--after", default=None,
+                        help="measure this commit (a second temporary worktree) as the new version instead of the "
+                             "working tree (e.g. HEAD, when others edit the working tree during the run)")
+    parser.add_argument("--skip-sensor", action="store_true", help="leave out section 5 (the sensor tick)")
     parser.add_argument("--from-results", metavar="JSON",
                         help="only render --out from a previous run's raw figures (benchmarks/.work/results.json)")
     args = parser.parse_args(argv)
@@ -123,20 +136,45 @@ def main(argv: list[str] | None = None) -> int:
     machine = describe_machine(spark)
     log(f"mode {mode.name}: {machine['cores']} cores, {machine['cpu_model']}, load {load_start}")
 
-    with Stopwatch() as sw:
-        log("warm-up: one compaction, bare rewrite and probes on a tiny table (not reported)")
-        run_case(spark, config, WARMUP, 1, run_dir, log)
-    timing["warmup"] = sw.seconds
-
-    cases = []
-    for case in mode.cases:
+    lake = run_dir / "lake"
+    with contextlib.ExitStack() as sources:
+        before_src = sources.enter_context(checkout(args.before))
+        after_src = sources.enter_context(checkout(args.after)) if args.after else REPO
+        versions = {"old": describe_source(before_src), "new": describe_source(after_src)}
+        versions["new"]["working_tree"] = not args.after
+        log(f"before: {versions['old']['commit'][:9]} in {before_src}; after: "
+            + (f"{args.after} = {versions['new']['commit'][:9]} in {after_src}" if args.after else
+               f"the working tree at {versions['new']['commit'][:9]}"
+               + (" with uncommitted changes" if versions["new"]["uncommitted_changes"] else "")))
         with Stopwatch() as sw:
-            cases.append(run_case(spark, config, case, mode.reps, run_dir, log))
-        timing[f"compaction_{case.label}"] = sw.seconds
-    with Stopwatch() as sw:
-        sensor = measure_sensor_scale(spark, config, mode.sensor_tables, mode.reps, run_dir,
-                                      lambda root: config_doc(root, args.master), log, profile=args.quick)
-    timing["sensor"] = sw.seconds
+            workers = start_workers([("old", before_src), ("new", after_src)],
+                                    lambda label: config_doc(lake, args.master, f"state_{label}"), lake, run_dir)
+        timing["worker_sessions"] = sw.seconds
+        try:
+            for label, w in workers.items():
+                versions[label]["worker"] = w.info
+            with Stopwatch() as sw:
+                log("warm-up: every variant, floor and probes on a tiny table (not reported)")
+                run_case(spark, config, WARMUP, 1, run_dir, log, workers)
+            timing["warmup"] = sw.seconds
+
+            cases = []
+            for case in mode.cases:
+                with Stopwatch() as sw:
+                    cases.append(run_case(spark, config, case, mode.reps, run_dir, log, workers))
+                timing[f"compaction_{case.label}"] = sw.seconds
+                log(f"[{case.label}] cost: " + ", ".join(f"{k} {v:.2f}" for k, v in cases[-1]["cost"].items()
+                                                         if v is not None))
+        finally:
+            for w in workers.values():
+                w.close()
+    sensor = None
+    if not args.skip_sensor:
+        with Stopwatch() as sw, CpuShare() as cpu:
+            sensor = measure_sensor_scale(spark, config, mode.sensor_tables, mode.reps, run_dir,
+                                          lambda root: config_doc(root, args.master), log, profile=args.quick)
+        sensor["cpu_share"] = cpu.result
+        timing["sensor"] = sw.seconds
     timing["total"] = time.perf_counter() - log.started
 
     given = argv if argv is not None else sys.argv[1:]
@@ -145,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "mode": mode.name, "reps": mode.reps, "date": started_at.isoformat(timespec="seconds"),
         "command": command, "cwd": os.getcwd(), "note": args.note,
         "machine": machine, "load_average_start": load_start, "load_average_end": load_average(),
-        "cases": cases, "sensor": sensor, "timing": timing,
+        "cases": cases, "sensor": sensor, "timing": timing, "versions": versions,
         "policy": POLICY, "sensor_target_tables": SENSOR_TARGET_TABLES,
     }
     raw = WORK / "results.json"

@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from icemaint.config import MaintenanceConfig
+from maint_assets.partitions import PARTITION_TABLE_TAG, TABLE_TAG
 
-TABLE_TAG = "icemaint/table"
 
 
 def instance_settings(config: MaintenanceConfig) -> dict:
@@ -22,7 +22,7 @@ def instance_settings(config: MaintenanceConfig) -> dict:
             "max_concurrent_runs": config.max_runs_total,
             "tag_concurrency_limits": [
                 {"key": TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
-                {"key": "dagster/partition/table", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+                {"key": PARTITION_TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
             ],
         }},
     }

@@ -15,6 +15,7 @@ from icemaint.instance import get_instance
 from icemaint.metadata import CatalogReader
 from icemaint.names import TableName
 from icemaint.scope import parse_date
+from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class MaintenanceRunner:
 
     def health(self, table: str) -> RunReport:
         key = self.check_table(table)
-        return self._execute("health_job", key, tags={"icemaint/table": key, "icemaint/trigger": "cli"},
+        return self._execute("health_job", key, tags={TABLE_TAG: key, TRIGGER_TAG: "cli"},
                              outcome_key="health")
 
     def compact(self, table: str, date: str, *, dry_run: bool = False, approved: bool = False,
@@ -85,14 +86,14 @@ class MaintenanceRunner:
         day = self.check_date(date)
         run_config = {"ops": {"compaction": {"config": {"dry_run": dry_run, "approved": approved}}}}
         return self._execute("compaction_job", f"{day}|{key}", run_config,
-                             tags={"icemaint/table": key, "icemaint/trigger": trigger})
+                             tags={TABLE_TAG: key, TRIGGER_TAG: trigger})
 
     # -- retention ---------------------------------------------------------------------------
     def _retention(self, job_name: str, asset: str, table: str, settings: dict, trigger: str) -> RunReport:
         key = self.check_table(table)
         config = {k: v for k, v in settings.items() if v is not None}
         return self._execute(job_name, key, {"ops": {asset: {"config": config}}},
-                             tags={"icemaint/table": key, "icemaint/trigger": trigger})
+                             tags={TABLE_TAG: key, TRIGGER_TAG: trigger})
 
     def expire(self, table: str, *, older_than: str | None = None, retain_last: int | None = None,
                keep_files: bool | None = None, dry_run: bool = False, trigger: str = "cli") -> RunReport:

@@ -11,7 +11,8 @@ from icemaint.compaction import CompactionOutcome, CompactionRequest, Compactor
 from icemaint.decisions import NOT_PUBLISHED, REFUSE, RUN
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, numeric, report_outcome
-from maint_assets.partitions import TABLE_DIMENSION, split_table_date
+from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, \
+    split_table_date
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.spark import SparkResource
@@ -21,11 +22,6 @@ VALIDATION_CHECKS = {
     "sample_comparison": "Sampled rows before are found unchanged after, and the reverse (GX UnexpectedRowsExpectation).",
     "column_aggregates": "Per-column non-null counts, min/max and sums/hashes equal before and after.",
 }
-# Run tags the sensors set; the asset re-plans when the table moved on since.
-PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
-PLANNED_SCHEMA_TAG = "icemaint/planned_schema_id"
-TRIGGER_TAG = "icemaint/trigger"
-TABLE_TAG = "icemaint/table"
 
 
 class CompactionConfig(dg.Config):

@@ -1,14 +1,15 @@
 """The code location: assembles assets, checks, jobs, sensors and resources. Nothing else lives here.
 
 Built inside `@dg.definitions`, so the config file is read when the location loads, never at import;
-no Spark session or catalog call happens until a run or a sensor tick needs one.
+no Spark session or catalog call happens until a run or a sensor tick needs one. Loading writes no
+file and sets no environment variable: the instance home is prepared by the CLI, the runner and
+`make ui` (`icemaint.instance.ensure_dagster_home`).
 """
 
 
 import dagster as dg
 
 from icemaint.config import load_config
-from icemaint.instance import ensure_dagster_home
 from maint_assets.compaction import build_compaction_assets
 from maint_assets.health import table_health
 from maint_assets.jobs import build_jobs
@@ -26,7 +27,6 @@ from sensors.schedules import build_window_schedule
 
 def build_definitions(config_path: str | None = None) -> dg.Definitions:
     config = load_config(config_path)
-    ensure_dagster_home(config)
     multi = table_date_partitions(config.dates_start)
     compaction, validation_report, validation_checks = build_compaction_assets(multi)
     jobs = build_jobs(table_partitions, multi)

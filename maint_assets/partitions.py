@@ -1,4 +1,6 @@
-"""Partitions, defined once: `table` (dynamic, filled by the discovery sensor) and `date` (daily)."""
+"""Partitions and run tags, defined once: `table` (dynamic, filled by the discovery sensor), `date`
+(daily), the partition key format, and the tags every maintenance run carries however it is launched.
+"""
 
 
 import datetime as dt
@@ -7,6 +9,14 @@ import dagster as dg
 
 TABLE_DIMENSION = "table"
 DATE_DIMENSION = "date"
+
+# Run tags. The run queue limits one maintenance run per table on TABLE_TAG and on Dagster's own
+# partition tag (backfills set only the latter); sensors and the CLI set TABLE_TAG.
+TABLE_TAG = "icemaint/table"
+PARTITION_TABLE_TAG = f"dagster/partition/{TABLE_DIMENSION}"
+TRIGGER_TAG = "icemaint/trigger"
+PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
+PLANNED_SCHEMA_TAG = "icemaint/planned_schema_id"
 
 table_partitions = dg.DynamicPartitionsDefinition(name=TABLE_DIMENSION)
 

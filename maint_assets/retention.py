@@ -18,7 +18,8 @@ from icemaint.housekeeping import (
     RetentionOutcome,
 )
 from icemaint.units import parse_duration
-from maint_assets.compaction import PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG, table_dimension_mapping
+from maint_assets.compaction import table_dimension_mapping
+from maint_assets.partitions import PARTITION_TABLE_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, numeric, report_outcome
 from maint_assets.partitions import split_table_date, table_partitions
@@ -55,8 +56,8 @@ def run_table(run) -> Optional[str]:
     tags = run.tags
     if tags.get(TABLE_TAG):
         return tags[TABLE_TAG]
-    if tags.get("dagster/partition/table"):
-        return tags["dagster/partition/table"]
+    if tags.get(PARTITION_TABLE_TAG):
+        return tags[PARTITION_TABLE_TAG]
     partition = tags.get("dagster/partition")
     if not partition:
         return None

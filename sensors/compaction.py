@@ -9,7 +9,7 @@ from icemaint.approvals import is_approved
 from icemaint.audit import AuditRecord
 from icemaint.decisions import DEFER, REFUSE
 from icemaint.tick import decode_cursor, encode_cursor, plan_compaction_tick
-from maint_assets.compaction import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG
+from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG
 from maint_assets.partitions import table_date_key, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource

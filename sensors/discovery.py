@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from maint_assets.partitions import table_partitions
+from maint_assets.partitions import TABLE_TAG, table_partitions
 from resources.catalog import IcebergCatalogResource
 
 
@@ -31,7 +31,7 @@ def build_discovery_sensor(health_job) -> dg.SensorDefinition:
         context.log.info(f"tables added: {added}; removed: {removed}")
         return dg.SensorResult(
             dynamic_partitions_requests=requests,
-            run_requests=[dg.RunRequest(partition_key=t, run_key=f"discovered:{t}", tags={"icemaint/table": t})
+            run_requests=[dg.RunRequest(partition_key=t, run_key=f"discovered:{t}", tags={TABLE_TAG: t})
                           for t in added],
         )
 

@@ -19,8 +19,7 @@ from icemaint.housekeeping import EXPIRE, MANIFESTS, ORPHANS
 from icemaint.policy import TablePolicy
 from icemaint.retention import expiry_due, manifests_due
 from icemaint.tick import policy_fingerprint
-from maint_assets.compaction import TABLE_TAG, TRIGGER_TAG
-from maint_assets.partitions import table_partitions
+from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, table_partitions
 from maint_assets.retention import run_table, runs_in_flight
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource

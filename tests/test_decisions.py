@@ -11,7 +11,6 @@ from icemaint.decisions import (DEFAULT_REWRITE_BYTES_PER_SECOND, DEFER, NOOP, R
                                 rank_within_budget)
 from icemaint.health import FileEntry, SnapshotEntry, compute_health, last_writer_commit
 from icemaint.policy import TablePolicy
-from icemaint.snapshots import chain_since, proof_spans
 
 KiB, MiB = 2**10, 2**20
 NOW = dt.datetime(2024, 6, 10, 12, 0, tzinfo=dt.timezone.utc)
@@ -261,34 +260,17 @@ def test_last_writer_commit(snapshots, seconds_ago):
     assert last_writer_commit(snapshots) == expected
 
 
-LINEAR = (snap(1, None, 400), snap(2, 1, 300), snap(3, 2, 200), snap(4, 3, 100))
+def test_writer_activity_counts_only_mains_lineage():
+    # 1 <- 2 on main; 3 is a staging branch's append on 1 (newer than every main commit)
+    snapshots = (snap(1, None, 900), snap(2, 1, 600), snap(3, 1, 10, "append", **{"icemaint.maintenance": "true"}),
+                 snap(4, 1, 5))  # 4: an append on another branch, not main
+    assert last_writer_commit(snapshots, head_id=2) == NOW - dt.timedelta(seconds=600)
+    assert last_writer_commit(snapshots, head_id=4) == NOW - dt.timedelta(seconds=5)
 
 
-@pytest.mark.parametrize("current, base, ids", [
-    (4, 2, [3, 4]), (4, None, [1, 2, 3, 4]), (4, 4, []), (2, 1, [2]),
-])
-def test_chain_since(current, base, ids):
-    assert [s.snapshot_id for s in chain_since(LINEAR, current, base)] == ids
+@pytest.mark.parametrize("head, ids", [(2, [2, 1]), (3, [3, 1]), (None, []), (9, [])])
+def test_lineage(head, ids):
+    from icemaint.health import lineage
 
-
-@pytest.mark.parametrize("snapshots, current, base, message", [
-    (LINEAR, 4, 9, "snapshot 9 is not an ancestor of the current snapshot 4"),
-    (LINEAR + (snap(5, 1, 50),), 5, 3, "snapshot 3 is not an ancestor of the current snapshot 5"),  # rolled back
-    (LINEAR, None, 2, "snapshot 2 is not an ancestor of the current snapshot None"),
-    (LINEAR[2:], 4, 1, "snapshot 2 is missing from the table's metadata"),
-])
-def test_chain_since_refuses(snapshots, current, base, message):
-    with pytest.raises(ValueError) as info:
-        chain_since(snapshots, current, base)
-    assert message in str(info.value)
-
-
-@pytest.mark.parametrize("committed, spans", [
-    ({2, 3}, [(1, 3)]),                 # rewrite + dangling-delete cleanup: one proof, 1 -> 3
-    ({2, 4}, [(1, 2), (3, 4)]),         # writer commit 3 in between: two proofs
-    ({4}, [(3, 4)]),
-    ({1, 2, 3, 4}, [(None, 4)]),
-    (set(), []),
-])
-def test_proof_spans(committed, spans):
-    assert proof_spans(LINEAR, committed) == spans
+    snapshots = (snap(1, None, 900), snap(2, 1, 600), snap(3, 1, 10))
+    assert [s.snapshot_id for s in lineage(snapshots, head)] == ids

@@ -23,12 +23,6 @@ CORE_ASSETS = {"table_health", "compaction", "validation_report"}
 VALIDATION_CHECKS = {"row_count_parity", "sample_comparison", "column_aggregates"}
 
 
-@pytest.fixture(autouse=True)
-def _restore_dagster_home(monkeypatch, tmp_path):
-    # build_definitions points $DAGSTER_HOME at the config's state dir; keep that out of other tests.
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
-
-
 @pytest.fixture
 def defs(config_file) -> dg.Definitions:
     return build_definitions(str(config_file))
@@ -165,5 +159,6 @@ def test_loading_does_not_start_spark_and_emits_no_warnings_from_our_code(config
     assert not report["active_session"] and not report["spark_context"] and not report["jvm_gateway"]
     assert {"health_job", "compaction_job"} <= set(report["jobs"])
     assert {"table_discovery", "compaction_sensor"} <= set(report["sensors"])
-    # the location's instance lives under the config's state dir
-    assert Path(report["dagster_home"]) == (config_file.parent / "state" / "dagster").resolve()
+    # loading has no side effects: no DAGSTER_HOME set, no instance file written
+    assert report["dagster_home"] is None
+    assert not (config_file.parent / "state" / "dagster" / "dagster.yaml").exists()

@@ -64,11 +64,15 @@ def spark_truth(spark, sql: str, snapshot_id: int, small_below: int) -> dict:
                    coalesce(sum(CASE WHEN content <> 0 THEN record_count END), 0) AS delete_records
             FROM {sql}.files {at} GROUP BY partition.ts_day""").collect()}
     manifests = spark.sql(f"SELECT count(*) AS n, coalesce(sum(length), 0) AS bytes FROM {sql}.manifests {at}").collect()[0]
+    # writer activity and the last commit are read from main's lineage only (a staging branch's
+    # append is neither); the snapshot count is every snapshot the metadata keeps
     snapshots = spark.sql(f"""
         SELECT count(*) AS n,
-               max(CASE WHEN operation <> 'replace' THEN unix_millis(committed_at) END) AS writer_ms,
-               max_by(operation, committed_at) AS last_operation
-        FROM {sql}.snapshots""").collect()[0]
+               max(CASE WHEN h.is_current_ancestor AND operation <> 'replace'
+                        THEN unix_millis(s.committed_at) END) AS writer_ms,
+               max_by(CASE WHEN h.is_current_ancestor THEN operation END,
+                      CASE WHEN h.is_current_ancestor THEN s.committed_at END) AS last_operation
+        FROM {sql}.snapshots s LEFT JOIN {sql}.history h ON s.snapshot_id = h.snapshot_id""").collect()[0]
     return {**files, "per_date": per_date, "manifests": manifests["n"], "manifest_bytes": manifests["bytes"],
             "snapshots": snapshots["n"], "writer_ms": snapshots["writer_ms"],
             "last_operation": snapshots["last_operation"]}

@@ -21,7 +21,7 @@ from icemaint.policy import TablePolicy
 from icemaint.retention import read_snapshots
 from icemaint.runner import MaintenanceRunner
 from icemaint.simulator import StreamingWriter, WorkloadSpec
-from maint_assets.compaction import PLANNED_SNAPSHOT_TAG, TABLE_TAG
+from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TABLE_TAG
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.settings import MaintenanceSettings

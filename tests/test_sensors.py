@@ -17,7 +17,7 @@ from icemaint.metadata import CatalogReader
 from icemaint.names import TableName
 from icemaint.simulator import StreamingWriter, WorkloadSpec
 from icemaint.tick import decode_cursor
-from maint_assets.compaction import PLANNED_SNAPSHOT_TAG
+from maint_assets.partitions import PLANNED_SNAPSHOT_TAG
 from maint_assets.definitions import build_definitions
 
 DATES = ["2026-01-01", "2026-01-02", "2026-01-03"]
