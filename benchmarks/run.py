@@ -9,7 +9,7 @@ Compaction is measured for two versions in the same run: the working tree ("afte
 git worktree and run in its own worker process (see compaction_cost.py).
 
 Full mode: 300 and 3,000 small files (~20 and ~200 MB), sensor ticks over 10 / 100 / 1,000 tables,
-3 repetitions. --quick: 60 and 200 files, 10 and 50 tables, 1 repetition (a smoke run: it proves
+3 repetitions (--reps to change). --quick: 60 and 200 files, 10 and 50 tables, 1 repetition (a smoke run: it proves
 the harness works, its figures are not the project's). Work data goes to benchmarks/.work/.
 """
 
@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", default=None,
                         help="measure this commit (a second temporary worktree) as the new version instead of the "
                              "working tree (e.g. HEAD, when others edit the working tree during the run)")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="repetitions per figure (default: 3 in full mode, 1 with --quick)")
     parser.add_argument("--skip-sensor", action="store_true", help="leave out section 5 (the sensor tick)")
     parser.add_argument("--from-results", metavar="JSON",
                         help="only render --out from a previous run's raw figures (benchmarks/.work/results.json)")
@@ -116,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(render_report(results))
         return 0
     mode = QUICK if args.quick else FULL
+    if args.reps is not None:
+        if args.reps < 1:
+            parser.error("--reps must be >= 1")
+        mode = Mode(mode.name, args.reps, mode.cases, mode.sensor_tables)
     log = Log()
     os.environ.setdefault("ICEMAINT_IDENTITY", "benchmark")
 

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
 
 # The usual values; others are allowed (lowercase words), so a new step needs no change here.
-OPERATIONS = ("compact", "expire", "orphans", "manifests", "rollback", "approve", "purge_quarantine")
-DECISIONS = ("run", "defer", "refuse", "noop", "rollback", "failed", "approved")
+OPERATIONS = ("compact", "expire", "orphans", "manifests", "approve", "purge_quarantine", "cleanup")
+DECISIONS = ("run", "defer", "refuse", "noop", "not_published", "failed", "approved")
 
 _log = logging.getLogger(__name__)
 _WORD = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -76,6 +76,7 @@ class AuditRecord:
             if not isinstance(value, str) or not _WORD.match(value):
                 raise ValueError(f"audit {name} {value!r} must be a lowercase word, e.g. "
                                  f"{(OPERATIONS if name == 'operation' else DECISIONS)[:3]}")
+            object.__setattr__(self, name, str(value))  # a Verdict or Operation is stored as its word
         if not isinstance(self.reason, str):
             raise ValueError(f"audit reason {self.reason!r} must be a string")
         for name in ("date", "trigger", "identity", "run_id"):

@@ -7,14 +7,64 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
 from typing import Iterable, Sequence
 
 from icemaint.health import TableHealth
 from icemaint.policy import TablePolicy
 
-RUN, DEFER, REFUSE, NOOP = "run", "defer", "refuse", "noop"
-# A compaction whose proof failed: its staged files were discarded and `main` was not changed.
-NOT_PUBLISHED = "not_published"
+class Verdict(str, Enum):
+    """What a decision (or a run's outcome) is. A str, so records and JSON keep the plain word."""
+
+    RUN = "run"
+    DEFER = "defer"
+    REFUSE = "refuse"
+    NOOP = "noop"
+    # A compaction whose proof failed: its staged files were discarded and `main` was not changed.
+    NOT_PUBLISHED = "not_published"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ReasonKind(str, Enum):
+    """Why a decision came out as it did, so that rechecks and ranking never read the reason's text."""
+
+    DUE = "due"
+    BELOW_THRESHOLDS = "below_thresholds"
+    NO_DATA = "no_data"
+    NO_TIME_COLUMN = "no_time_column"
+    POLICY = "policy"                  # disabled, read-only, operation or identity not allowed
+    HOT_PARTITION = "hot_partition"
+    WRITER_ACTIVE = "writer_active"
+    CLAIM_BUSY = "claim_busy"
+    RUNS_IN_FLIGHT = "runs_in_flight"
+    AWAITING_APPROVAL = "awaiting_approval"
+    TICK_BUDGET = "tick_budget"
+    ALREADY_REQUESTED = "already_requested"
+    ORDERING = "ordering"              # another operation of the table goes first
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Operation(str, Enum):
+    """The maintenance operations (policy `allowed_operations`, audit records, run reports)."""
+
+    COMPACT = "compact"
+    EXPIRE = "expire"
+    ORPHANS = "orphans"
+    MANIFESTS = "manifests"
+    PURGE_QUARANTINE = "purge_quarantine"
+    CLEANUP = "cleanup"  # removing a staging branch a dead run left
+
+    def __str__(self) -> str:
+        return self.value
+
+
+RUN, DEFER, REFUSE, NOOP = Verdict.RUN, Verdict.DEFER, Verdict.REFUSE, Verdict.NOOP
+NOT_PUBLISHED, FAILED = Verdict.NOT_PUBLISHED, Verdict.FAILED
 # Used for a cost estimate when a table has no measured past runs: conservative for 2 cores.
 DEFAULT_REWRITE_BYTES_PER_SECOND = 20 * 2**20
 
@@ -31,9 +81,12 @@ class Decision:
     rationale: dict = field(default_factory=dict)
     cost_estimate: dict = field(default_factory=dict)
     writer_check: dict = field(default_factory=dict)
+    kind: ReasonKind = ReasonKind.DUE
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["verdict"], out["kind"] = str(self.verdict), str(self.kind)
+        return out
 
 
 @dataclass(frozen=True)
@@ -89,13 +142,13 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
                     writer_check=writer_check(health, policy))
     refused = _refusal(policy, "compact", gates.identity)
     if refused:
-        return replace(base, verdict=REFUSE, reason=refused)
+        return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
     if health.time_column is None:
-        return replace(base, verdict=REFUSE,
+        return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN,
                        reason="table has no time column (no day/hour/month/year partition): set time_column in its policy")
     part = health.partition(date)
     if part is None or part.data_files == 0:
-        return replace(base, reason=f"no data files on {date}")
+        return replace(base, reason=f"no data files on {date}", kind=ReasonKind.NO_DATA)
     with_deletes = part.delete_files > 0
     rationale = {
         "small_files": part.small_files, "min_input_files": policy.min_input_files,
@@ -106,7 +159,7 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     many_small = part.small_files >= policy.min_input_files
     too_many_deletes = with_deletes and part.deleted_row_ratio > policy.max_delete_ratio
     if not (many_small or too_many_deletes):
-        return replace(base, rationale=rationale, reason=(
+        return replace(base, rationale=rationale, kind=ReasonKind.BELOW_THRESHOLDS, reason=(
             f"below thresholds: {part.small_files} small files < min_input_files {policy.min_input_files}"
             f" and deleted-row ratio {part.deleted_row_ratio:.3f} <= {policy.max_delete_ratio}"))
     rationale["trigger"] = "small_files" if many_small else "delete_ratio"
@@ -122,17 +175,17 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     if age < policy.hot_partition_age_seconds:
         # A day still in progress (or in the future) has not "ended ... ago": say so plainly.
         ended = f"ended {age:.0f}s ago" if age >= 0 else f"has not ended yet (ends in {-age:.0f}s)"
-        return replace(base, verdict=DEFER, reason=(
+        return replace(base, verdict=DEFER, kind=ReasonKind.HOT_PARTITION, reason=(
             f"hot partition: {date} {ended}, within hot_partition_age {policy.hot_partition_age_seconds:.0f}s"))
     wc = base.writer_check
     if not wc["idle"]:
-        return replace(base, verdict=DEFER, reason=(
+        return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE, reason=(
             f"writer active: last writer commit {wc['seconds_since_writer_commit']:.0f}s ago, "
             f"within the {policy.writer_idle_seconds:.0f}s idle window"))
     if gates.claim_holder:
-        return replace(base, verdict=DEFER, reason=f"claim busy: held by {gates.claim_holder}")
+        return replace(base, verdict=DEFER, kind=ReasonKind.CLAIM_BUSY, reason=f"claim busy: held by {gates.claim_holder}")
     if rewrite_bytes > policy.max_rewrite_bytes and not gates.approved:
-        return replace(base, verdict=DEFER, needs_approval=True, reason=(
+        return replace(base, verdict=DEFER, needs_approval=True, kind=ReasonKind.AWAITING_APPROVAL, reason=(
             f"awaiting approval: rewrite of {rewrite_bytes} bytes exceeds max_rewrite_bytes "
             f"{policy.max_rewrite_bytes} (approve with: icemaint approve {health.table} --date {date})"))
     return replace(base, verdict=RUN, reason=(
@@ -156,10 +209,12 @@ def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = Non
     for d in runs:
         cost = d.cost_estimate.get("rewrite_bytes", 0)
         if max_runs is not None and kept >= max_runs:
-            out.append(replace(d, verdict=DEFER, reason=f"tick budget: at most {max_runs} runs per tick; ranked lower"))
+            out.append(replace(d, verdict=DEFER, kind=ReasonKind.TICK_BUDGET,
+                               reason=f"tick budget: at most {max_runs} runs per tick; ranked lower"))
             continue
         if max_bytes is not None and used_bytes + cost > max_bytes and used_bytes > 0:
-            out.append(replace(d, verdict=DEFER, reason=f"tick budget: {max_bytes} bytes per tick used; ranked lower"))
+            out.append(replace(d, verdict=DEFER, kind=ReasonKind.TICK_BUDGET,
+                               reason=f"tick budget: {max_bytes} bytes per tick used; ranked lower"))
             continue
         used_bytes += cost
         kept += 1

@@ -1,7 +1,7 @@
 """Snapshot expiry, orphan-file removal and manifest rewrites under the operating contract.
 
 Each run is policy-gated (read_only, allowed_operations, allowed_identities), claimed (a busy claim
-defers, naming the holder), decided (run / noop / refuse), carried out by `icemaint.retention` on
+defers, naming the holder), decided (run / noop / refuse), carried out by `icemaint.retention_engine` on
 Spark, and recorded as exactly one audit record. Spark- and Dagster-agnostic, like `Compactor`.
 """
 
@@ -17,24 +17,18 @@ from typing import Callable
 
 from icemaint.claims import ClaimBusy
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, refusal_for
+from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Operation, refusal_for
 from icemaint.metadata import CatalogReader
 from icemaint.names import TableName
 from icemaint.retention import (
-    ORPHAN_MIN_AGE,
-    RetentionError,
-    expire_snapshots,
-    manifests_due,
-    plan_expiry,
-    read_snapshots,
-    remove_orphan_files,
-    rewrite_manifests,
+    ORPHAN_MIN_AGE, ConcurrentExpiry, QuarantineMoveFailed, RetentionError, StaleExpiryPlan, manifests_due, plan_expiry,
 )
+from icemaint.retention_engine import expire_snapshots, read_snapshots, remove_orphan_files, rewrite_manifests
 from icemaint.units import format_duration
 
 log = logging.getLogger(__name__)
 
-EXPIRE, ORPHANS, MANIFESTS = "expire", "orphans", "manifests"
+EXPIRE, ORPHANS, MANIFESTS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS
 FAILED = "failed"
 # Audit records keep at most this many paths; the counts are always complete.
 MAX_LISTED_PATHS = 100
@@ -292,17 +286,16 @@ class Housekeeper:
             t1 = time.perf_counter()
             try:
                 result = expire_snapshots(self.spark, self.catalog, name, plan, dry_run=request.dry_run)
+            except ConcurrentExpiry:
+                raise  # the call ran: not a refusal, the table changed under us
+            except StaleExpiryPlan as exc:
+                if attempt == 1:
+                    outcome.evidence["replanned"] = str(exc)
+                    continue
+                outcome.decision, outcome.reason = DEFER, f"the table kept moving while planning: {exc}"
+                return
             except RetentionError as exc:
-                text = str(exc)
-                if "concurrent commit" in text:
-                    raise  # the call ran: not a refusal, the table changed under us
-                if "stale" in text:
-                    if attempt == 1:
-                        outcome.evidence["replanned"] = text
-                        continue
-                    outcome.decision, outcome.reason = DEFER, f"the table kept moving while planning: {text}"
-                    return
-                outcome.decision, outcome.reason = REFUSE, text  # e.g. gc.enabled=false
+                outcome.decision, outcome.reason = REFUSE, str(exc)  # e.g. gc.enabled=false
                 return
             outcome.durations["act_seconds"] = round(time.perf_counter() - t1, 3)
             outcome.metrics = {
@@ -338,9 +331,9 @@ class Housekeeper:
         try:
             result = remove_orphan_files(self.spark, self.catalog, name, older_than=cutoff, now=now,
                                          force=request.force, dry_run=request.dry_run, quarantine_dir=quarantine)
+        except QuarantineMoveFailed:
+            raise  # some files may already be in quarantine: a failure, not a refusal
         except RetentionError as exc:
-            if "could not move" in str(exc):
-                raise  # some files may already be in quarantine: a failure, not a refusal
             outcome.decision, outcome.reason = REFUSE, str(exc)
             return
         outcome.durations["act_seconds"] = round(time.perf_counter() - t0, 3)

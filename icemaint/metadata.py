@@ -205,6 +205,21 @@ def read_snapshots(tbl) -> list[SnapshotEntry]:
     return out
 
 
+def read_retention_signals(tbl, table: str, policy):
+    """Snapshot count and age and manifest sizes from a pyiceberg table (reads the manifest list only)."""
+    from icemaint.retention_tick import RetentionSignals
+
+    snapshots = tbl.metadata.snapshots
+    # Branch heads and tagged snapshots never expire: an old tag must not make expiry due forever.
+    referenced = {ref.snapshot_id for ref in tbl.metadata.refs.values()}
+    expirable = [s.timestamp_ms for s in snapshots if s.snapshot_id not in referenced]
+    lengths = tbl.inspect.manifests().column("length").to_pylist() if tbl.current_snapshot() else []
+    return RetentionSignals(
+        table=table, metadata_location=tbl.metadata_location, snapshots=len(snapshots),
+        oldest_snapshot_at=min(expirable) / 1000 if expirable else None,
+        manifests=len(lengths), small_manifests=sum(1 for n in lengths if n < policy.manifest_small_bytes))
+
+
 def read_file_entries(tbl, timing: TimePartitioning):
     """The current snapshot's data and delete files, each dated by the table's time column."""
     files = tbl.inspect.files()

@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import REFUSE, RUN, refusal_for
+from icemaint.decisions import REFUSE, RUN, Operation, refusal_for
 from icemaint.housekeeping import MAX_LISTED_PATHS, ORPHANS, QUARANTINE_DIR, check_age
-from icemaint.retention import delete_batches, quarantine_batches
+from icemaint.retention_engine import delete_batches, quarantine_batches
 from icemaint.units import format_duration
 
-PURGE = "purge_quarantine"
+PURGE = Operation.PURGE_QUARANTINE
 
 
 @dataclass

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, decide_table_compactions, \
+from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, decide_table_compactions, \
     measured_throughput, rank_within_budget
 from icemaint.health import TableHealth
 
@@ -79,17 +79,17 @@ def decode_cursor(text: str | None) -> dict[str, TableCursor]:
 
 def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, policy) -> float | None:
     """When an unchanged table's deferred date is worth deciding again (epoch seconds)."""
-    reason = decision.reason
-    if reason.startswith("writer active"):
+    kind = decision.kind
+    if kind == ReasonKind.WRITER_ACTIVE:
         since = health.seconds_since_writer_commit or 0.0
         return now.timestamp() + max(policy.writer_idle_seconds - since, 1.0)
-    if reason.startswith("hot partition"):
+    if kind == ReasonKind.HOT_PARTITION:
         day_end = dt.datetime.combine(dt.date.fromisoformat(decision.date) + dt.timedelta(days=1), dt.time(),
                                       dt.timezone.utc)
         return day_end.timestamp() + policy.hot_partition_age_seconds
-    if reason.startswith("claim busy"):
+    if kind == ReasonKind.CLAIM_BUSY:
         return now.timestamp() + RECHECK_CLAIM_BUSY_SECONDS
-    if decision.needs_approval or reason.startswith("tick budget"):
+    if decision.needs_approval or kind == ReasonKind.TICK_BUDGET:
         return now.timestamp() + RECHECK_APPROVAL_SECONDS
     return None
 
@@ -156,6 +156,6 @@ def plan_compaction_tick(
         plan.decisions.append(d)
         if d.verdict == RUN:
             plan.runs.append((d, healths[d.table]))
-        elif d.reason.startswith("tick budget"):
+        elif d.kind == ReasonKind.TICK_BUDGET:
             plan.cursor[d.table].recheck_at = now.timestamp()  # look again next tick
     return plan

@@ -97,7 +97,8 @@ class Ticker:
 
     def _tick_retention(self, dry_run: bool) -> tuple[list[dict], list[str], bool, dict]:
         """Retention after compaction (which may just have superseded files): expiry, orphans, manifests."""
-        from sensors.retention import encode_cursor, evaluate_retention
+        from icemaint.retention_tick import encode_cursor
+        from sensors.retention import evaluate_retention
 
         plan = evaluate_retention(self.runner.instance, self.catalog, self.claims, self.audit,
                                   self._cursor("retention"), dt.datetime.now(dt.timezone.utc))

@@ -38,7 +38,7 @@ def outcome_metadata(outcome: CompactionOutcome) -> dict:
     numbers.update({f"read_after_{k}": v for k, v in outcome.read_after.items()})
     numbers.update({f"{k}": v for k, v in outcome.durations.items()})
     meta = {**numeric(numbers),
-            "decision": dg.MetadataValue.text(outcome.decision),
+            "decision": dg.MetadataValue.text(str(outcome.decision)),
             "reason": dg.MetadataValue.text(outcome.reason),
             "before_snapshot_id": dg.MetadataValue.text(str(outcome.before_snapshot_id)),
             "after_snapshot_id": dg.MetadataValue.text(str(outcome.after_snapshot_id)),

@@ -81,7 +81,7 @@ def in_flight_planned_snapshots(instance, table: str, exclude_run_id: Optional[s
 
 def outcome_metadata(outcome: RetentionOutcome) -> dict:
     return {**numeric({**outcome.metrics, **outcome.durations}),
-            "decision": dg.MetadataValue.text(outcome.decision),
+            "decision": dg.MetadataValue.text(str(outcome.decision)),
             "reason": dg.MetadataValue.text(outcome.reason),
             "dry_run": dg.MetadataValue.bool(outcome.dry_run),
             "before_snapshot_id": dg.MetadataValue.text(str(outcome.before_snapshot_id)),

@@ -16,13 +16,15 @@ from icemaint.retention import (
     RetentionError,
     SnapshotInfo,
     SnapshotRef,
-    delete_batches,
-    expire_snapshots,
     expiry_due,
     manifests_due,
     orphan_cutoff,
     plan_expiry,
     procedure_retains,
+)
+from icemaint.retention_engine import (
+    delete_batches,
+    expire_snapshots,
     quarantine_batches,
     read_snapshots,
     remove_orphan_files,

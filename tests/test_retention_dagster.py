@@ -18,14 +18,14 @@ from icemaint.cli import main
 from icemaint.config import load_config
 from icemaint.metadata import CatalogReader
 from icemaint.policy import TablePolicy
-from icemaint.retention import read_snapshots
+from icemaint.retention_engine import read_snapshots
 from icemaint.runner import MaintenanceRunner
 from icemaint.simulator import StreamingWriter, WorkloadSpec
 from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TABLE_TAG
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.settings import MaintenanceSettings
-from sensors.retention import RetentionSignals, decide_retention, expiry_due_at
+from icemaint.retention_tick import RetentionSignals, decide_retention, expiry_due_at
 
 NOW = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
 DAY = 86400.0

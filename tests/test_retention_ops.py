@@ -16,7 +16,8 @@ from icemaint.claims import open_claims, table_claim
 from icemaint.housekeeping import ExpiryRequest, Housekeeper, ManifestRequest, OrphanRequest
 from icemaint.metadata import CatalogReader, TableNotFound
 from icemaint.names import InvalidTableName, TableName
-from icemaint.retention import RetentionError, read_snapshots
+from icemaint.retention import RetentionError
+from icemaint.retention_engine import read_snapshots
 from icemaint.simulator import StreamingWriter, WorkloadSpec
 
 

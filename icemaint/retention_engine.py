@@ -1,0 +1,471 @@
+"""Retention on Spark: snapshot expiry, orphan-file removal (or quarantine) and manifest rewrites.
+
+Carries out the plans of `icemaint.retention` with Iceberg's procedures and Java API, each with a dry
+run that computes the same numbers and changes nothing. Every Spark, JVM and file-system call of
+retention lives here.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from icemaint.names import TableName
+from icemaint.retention import (
+    ORPHAN_MIN_AGE, ConcurrentExpiry, ExpiryPlan, GcDisabled, QuarantineMoveFailed, RetentionError, SnapshotInfo,
+    SnapshotRef, StaleExpiryPlan, _aware, _ms, _retain_last, procedure_retains,
+)
+
+_QUARANTINE_STAMP = "%Y%m%dT%H%M%S%fZ"
+_CATALOG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Iceberg's default `commit.manifest.target-size-bytes`, used only to estimate a dry run.
+_MANIFEST_TARGET_BYTES = 8 * 2**20
+
+
+def _catalog(catalog: str) -> str:
+    if not isinstance(catalog, str) or not _CATALOG.match(catalog):
+        raise RetentionError(f"catalog name {catalog!r} is not a plain identifier")
+    return f"`{catalog}`"
+
+
+def _table(table: TableName | str) -> TableName:
+    return table if isinstance(table, TableName) else TableName.parse(table)
+
+
+def _timestamp_literal(value: datetime) -> str:
+    # Explicit UTC offset: the literal must not depend on the session time zone.
+    value = _aware(value, "timestamp")
+    return "TIMESTAMP '" + value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}Z'"
+
+
+def _metadata_table(catalog: str, table: TableName, name: str) -> str:
+    return f"{table.sql(catalog)}.`{name}`"
+
+
+def _java_table(spark, catalog: str, table: TableName):
+    """The Iceberg Java `Table` behind the Spark catalog (same cache as Spark SQL)."""
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, f"{catalog}.{table.key}")
+
+
+def _table_properties(spark, catalog: str, table: TableName) -> dict[str, str]:
+    return {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {table.sql(catalog)}").collect()}
+
+
+def _check_gc_enabled(spark, catalog: str, table: TableName) -> None:
+    if _table_properties(spark, catalog, table).get("gc.enabled", "true").lower() == "false":
+        raise GcDisabled(f"table {table.key} has gc.enabled=false: Iceberg refuses to expire snapshots "
+                             "or remove files (they may belong to other tables)")
+
+
+def read_snapshots(spark, catalog: str, table: TableName | str) -> tuple[list[SnapshotInfo], dict[str, SnapshotRef]]:
+    """The table's snapshots and refs from its `snapshots` and `refs` metadata tables.
+
+    The table-wide `history.expire.max-ref-age-ms` is folded into refs that have no own setting,
+    so planning sees the same ref ages Iceberg applies.
+    """
+    table = _table(table)
+    _catalog(catalog)
+    snaps = [
+        SnapshotInfo(int(r["snapshot_id"]), None if r["parent_id"] is None else int(r["parent_id"]),
+                     int(r["ts_ms"]), r["operation"], r["manifest_list"])
+        for r in spark.sql(
+            "SELECT snapshot_id, parent_id, unix_millis(committed_at) AS ts_ms, operation, manifest_list "
+            f"FROM {_metadata_table(catalog, table, 'snapshots')}").collect()
+    ]
+    table_max_ref_age = _table_properties(spark, catalog, table).get("history.expire.max-ref-age-ms")
+    refs = {}
+    for r in spark.sql(f"SELECT * FROM {_metadata_table(catalog, table, 'refs')}").collect():
+        max_ref_age = r["max_reference_age_in_ms"]
+        if max_ref_age is None and table_max_ref_age is not None:
+            max_ref_age = int(table_max_ref_age)
+        refs[r["name"]] = SnapshotRef(
+            int(r["snapshot_id"]), r["type"].upper(),
+            None if r["min_snapshots_to_keep"] is None else int(r["min_snapshots_to_keep"]),
+            None if r["max_snapshot_age_in_ms"] is None else int(r["max_snapshot_age_in_ms"]),
+            None if max_ref_age is None else int(max_ref_age))
+    return sorted(snaps, key=lambda s: (s.timestamp_ms, s.snapshot_id)), refs
+
+
+class _Files:
+    """File operations through Hadoop's FileSystem, so they work wherever Spark reads the table."""
+
+    def __init__(self, spark):
+        self._jvm = spark._jvm
+        self._conf = spark._jsc.hadoopConfiguration()
+
+    def _path(self, location: str):
+        return self._jvm.org.apache.hadoop.fs.Path(location)
+
+    def _fs(self, path):
+        return path.getFileSystem(self._conf)
+
+    def qualify(self, location: str) -> str:
+        path = self._path(location)
+        return str(self._fs(path).makeQualified(path).toString())
+
+    def exists(self, location: str) -> bool:
+        path = self._path(location)
+        return bool(self._fs(path).exists(path))
+
+    def size(self, location: str) -> int | None:
+        path = self._path(location)
+        fs = self._fs(path)
+        return int(fs.getFileStatus(path).getLen()) if fs.exists(path) else None
+
+    def delete(self, location: str) -> bool:
+        path = self._path(location)
+        return bool(self._fs(path).delete(path, False))
+
+    def delete_tree(self, location: str) -> bool:
+        path = self._path(location)
+        return bool(self._fs(path).delete(path, True))
+
+    def move(self, source: str, target: str) -> None:
+        src, dst = self._path(source), self._path(target)
+        fs = self._fs(dst)
+        fs.mkdirs(dst.getParent())
+        if not fs.rename(src, dst):
+            raise QuarantineMoveFailed(f"could not move {source} to {target}")
+
+    def children(self, location: str) -> list[str]:
+        path = self._path(location)
+        fs = self._fs(path)
+        if not fs.exists(path):
+            return []
+        return [str(status.getPath().toString()) for status in fs.listStatus(path)]
+
+
+def _normalized(uri: str) -> tuple[str, str, str]:
+    parts = urlsplit(uri)
+    return parts.scheme.lower(), parts.netloc, posixpath.normpath(parts.path)
+
+
+def _relative_under(root: str, candidate: str) -> str | None:
+    """`candidate`'s path relative to `root`, or None unless it lies strictly inside `root`."""
+    r_scheme, r_net, r_path = _normalized(root)
+    c_scheme, c_net, c_path = _normalized(candidate)
+    if (r_scheme, r_net) != (c_scheme, c_net) or ".." in candidate.split("/"):
+        return None
+    prefix = r_path.rstrip("/") + "/"
+    return c_path[len(prefix):] if c_path.startswith(prefix) and len(c_path) > len(prefix) else None
+
+
+# ---- expiry ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExpiryResult:
+    """What an expiry did (or, in a dry run, would do). File counts and bytes are measured, not
+    taken from the procedure: predicted from metadata before the call and, after a real run,
+    counted only for files that are really gone."""
+
+    table: str
+    dry_run: bool
+    keep_files: bool
+    older_than: datetime
+    retain_last: int
+    snapshots_before: int
+    snapshots_after: int
+    expired_snapshot_ids: tuple[int, ...]
+    data_files_deleted: int = 0
+    delete_files_deleted: int = 0
+    manifests_deleted: int = 0
+    manifest_lists_deleted: int = 0
+    bytes_reclaimed: int = 0
+    files_left_unreferenced: int = 0
+    bytes_left_unreferenced: int = 0
+    procedure_counts: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _ReleasedFile:
+    path: str
+    kind: str  # data | delete | manifest | manifest_list
+    size: int
+
+
+def _files_released(spark, catalog: str, table: TableName, snapshots: list[SnapshotInfo],
+                    expiring: set[int]) -> list[_ReleasedFile]:
+    """Files that only the expiring snapshots reference: what Iceberg deletes when they expire."""
+    if not expiring:
+        return []
+    retained = sorted(s.snapshot_id for s in snapshots if s.snapshot_id not in expiring)
+    files_sql = _metadata_table(catalog, table, "files")
+    # One query per retained snapshot: Spark resolves several `VERSION AS OF` reads of the same
+    # metadata table inside one query to a single version (a UNION of them silently lost files).
+    live_in_retained: set[str] = set()
+    for sid in retained:
+        live_in_retained.update(r["file_path"] for r in spark.sql(
+            f"SELECT file_path FROM {files_sql} VERSION AS OF {int(sid)}").collect())
+    released = [
+        _ReleasedFile(r["file_path"], "data" if r["content"] == 0 else "delete", int(r["file_size_in_bytes"]))
+        for r in spark.sql("SELECT DISTINCT content, file_path, file_size_in_bytes "
+                           f"FROM {_metadata_table(catalog, table, 'all_files')}").collect()
+        if r["file_path"] not in live_in_retained
+    ]
+    manifests: dict[str, tuple[int, set[int]]] = {}
+    for r in spark.sql(f"SELECT path, length, reference_snapshot_id FROM "
+                       f"{_metadata_table(catalog, table, 'all_manifests')}").collect():
+        entry = manifests.setdefault(r["path"], (int(r["length"]), set()))
+        entry[1].add(int(r["reference_snapshot_id"]))
+    released += [_ReleasedFile(path, "manifest", length)
+                 for path, (length, refs) in sorted(manifests.items()) if refs <= expiring]
+    files = _Files(spark)
+    for snap in snapshots:
+        if snap.snapshot_id in expiring and snap.manifest_list:
+            released.append(_ReleasedFile(snap.manifest_list, "manifest_list", files.size(snap.manifest_list) or 0))
+    return released
+
+
+def _check_plan_current(plan: ExpiryPlan, snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef],
+                        table: TableName) -> set[int]:
+    now_ms = _ms(datetime.now(timezone.utc))
+    retained = procedure_retains(snapshots, refs, _ms(plan.older_than), plan.retain_last, now_ms)
+    expiring = {s.snapshot_id for s in snapshots} - retained
+    if expiring != set(plan.expiring_snapshot_ids):
+        raise StaleExpiryPlan(
+            f"the expiry plan for {table.key} is stale: with its arguments Iceberg would now expire "
+            f"{sorted(expiring)} instead of the planned {sorted(plan.expiring_snapshot_ids)}; plan again")
+    return expiring
+
+
+def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPlan, *,
+                     dry_run: bool = False) -> ExpiryResult:
+    """Expires the planned snapshots with Iceberg's `expire_snapshots`.
+
+    The table is read again first; if Iceberg would now expire anything other than the planned
+    snapshots (the table moved on), nothing runs and `RetentionError` says so. With
+    `plan.keep_files` the snapshots are expired through the Java API with
+    `cleanExpiredFiles(false)` (the procedure has no such argument): files stay on disk and are
+    left to orphan-file removal.
+
+    Args:
+        spark: The SparkSession with the Iceberg catalog.
+        catalog: Spark catalog name.
+        table: The table.
+        plan: From `plan_expiry`.
+        dry_run: Compute the same numbers and change nothing.
+
+    Returns:
+        ExpiryResult with snapshot counts, files deleted per kind and bytes reclaimed.
+    """
+    table = _table(table)
+    catalog_sql = _catalog(catalog)
+    _retain_last(plan.retain_last, "plan.retain_last")
+    _aware(plan.older_than, "plan.older_than")
+    _check_gc_enabled(spark, catalog, table)
+    snapshots, refs = read_snapshots(spark, catalog, table)
+    expiring = _check_plan_current(plan, snapshots, refs, table)
+    released = _files_released(spark, catalog, table, snapshots, expiring)
+    base = dict(table=table.key, dry_run=dry_run, keep_files=plan.keep_files, older_than=plan.older_than,
+                retain_last=plan.retain_last, snapshots_before=len(snapshots))
+
+    if dry_run or (not expiring and not plan.dropped_refs):
+        # Nothing to expire: no call, so no new metadata version either.
+        gone = [] if plan.keep_files else released
+        left = released if plan.keep_files else []
+        return ExpiryResult(**base, snapshots_after=len(snapshots) - len(expiring),
+                            expired_snapshot_ids=tuple(sorted(expiring)), **_tally(gone, left))
+
+    counts: dict[str, int] = {}
+    if plan.keep_files:
+        (_java_table(spark, catalog, table).expireSnapshots()
+         .expireOlderThan(_ms(plan.older_than)).retainLast(plan.retain_last)
+         .cleanExpiredFiles(False).commit())
+    else:
+        row = spark.sql(
+            f"CALL {catalog_sql}.system.expire_snapshots(table => {table.procedure_arg()}, "
+            f"older_than => {_timestamp_literal(plan.older_than)}, retain_last => {int(plan.retain_last)}, "
+            "stream_results => true)").collect()[0]
+        counts = {k: int(v) for k, v in row.asDict().items()}
+    after, _ = read_snapshots(spark, catalog, table)
+    expired = {s.snapshot_id for s in snapshots} - {s.snapshot_id for s in after}
+    files = _Files(spark)
+    gone = [f for f in released if not files.exists(f.path)]
+    left = [f for f in released if files.exists(f.path)]
+    result = ExpiryResult(**base, snapshots_after=len(after), expired_snapshot_ids=tuple(sorted(expired)),
+                          procedure_counts=counts, **_tally(gone, left))
+    if expired != expiring:
+        raise ConcurrentExpiry(
+            f"expire_snapshots on {table.key} expired {sorted(expired)} but the plan said "
+            f"{sorted(expiring)}: a concurrent commit changed the table; result: {result}")
+    return result
+
+
+def _tally(gone: list[_ReleasedFile], left: list[_ReleasedFile]) -> dict[str, int]:
+    def count(kind: str) -> int:
+        return sum(1 for f in gone if f.kind == kind)
+    return dict(data_files_deleted=count("data"), delete_files_deleted=count("delete"),
+                manifests_deleted=count("manifest"), manifest_lists_deleted=count("manifest_list"),
+                bytes_reclaimed=sum(f.size for f in gone),
+                files_left_unreferenced=len(left), bytes_left_unreferenced=sum(f.size for f in left))
+
+
+# ---- orphans --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OrphanResult:
+    """Orphan files found under the table location and what happened to them."""
+
+    table: str
+    dry_run: bool
+    forced: bool
+    older_than: datetime
+    table_location: str
+    candidates: tuple[str, ...]
+    bytes: int
+    deleted: tuple[str, ...] = ()
+    quarantined_to: str | None = None
+    moved: tuple[tuple[str, str], ...] = ()
+
+
+def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_than: datetime, now: datetime,
+                        force: bool = False, dry_run: bool = False,
+                        quarantine_dir: str | None = None) -> OrphanResult:
+    """Deletes (or quarantines) files under the table location that no retained snapshot or metadata
+    file references and that are older than `older_than`.
+
+    Candidates are listed by Iceberg without deleting anything (the procedure's dry run; for a
+    forced cutoff under 24 h, which the procedure refuses, the Java `deleteOrphanFiles` action with
+    a collecting, non-deleting delete function). Every candidate is then checked to lie inside the
+    table location; if one does not, nothing is touched. Files are deleted, or moved to
+    `quarantine_dir/<table>/<UTC stamp>/<path relative to the table location>`.
+
+    Raises:
+        RetentionError: a cutoff in the future, a cutoff under 24 h without `force`, a candidate
+            outside the table location, or gc.enabled=false on the table.
+    """
+    table = _table(table)
+    catalog_sql = _catalog(catalog)
+    now = _aware(now, "now")
+    older_than = _aware(older_than, "older_than")
+    if older_than > now:
+        raise RetentionError(f"older_than={older_than.isoformat()} is after now={now.isoformat()}: "
+                             "files still being written would look orphaned")
+    if now - older_than < ORPHAN_MIN_AGE and not force:
+        raise RetentionError(
+            f"older_than={older_than.isoformat()} is less than 24 h before now: files of commits still in "
+            "flight would look orphaned and be deleted; use a cutoff of 24 h or more, or force=True "
+            "when no writer can be active")
+    _check_gc_enabled(spark, catalog, table)
+    jtable = _java_table(spark, catalog, table)
+    files = _Files(spark)
+    location = files.qualify(str(jtable.location()))
+    if quarantine_dir is not None and (_relative_under(location, files.qualify(quarantine_dir)) is not None
+                                       or _normalized(files.qualify(quarantine_dir)) == _normalized(location)):
+        raise RetentionError(f"quarantine_dir {quarantine_dir} is inside the table location {location}: "
+                             "quarantined files would be orphans of the table again")
+
+    if force and now - older_than < ORPHAN_MIN_AGE:
+        jvm = spark._jvm
+        # Stream.builder() is a Consumer<String> that only collects: the action deletes nothing.
+        action_result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+                         .deleteOrphanFiles(jtable).olderThan(_ms(older_than))
+                         .deleteWith(jvm.java.util.stream.Stream.builder()).execute())
+        listed = [str(p) for p in action_result.orphanFileLocations()]
+    else:
+        listed = [r["orphan_file_location"] for r in spark.sql(
+            f"CALL {catalog_sql}.system.remove_orphan_files(table => {table.procedure_arg()}, "
+            f"older_than => {_timestamp_literal(older_than)}, dry_run => true)").collect()]
+
+    candidates = sorted(files.qualify(p) for p in listed)
+    relative = {}
+    for path in candidates:
+        rel = _relative_under(location, path)
+        if rel is None:
+            raise RetentionError(f"orphan candidate {path} is not under the table location {location}; "
+                                 "nothing was deleted")
+        relative[path] = rel
+    sizes = {path: files.size(path) or 0 for path in candidates}
+    base = dict(table=table.key, dry_run=dry_run, forced=force, older_than=older_than, table_location=location,
+                candidates=tuple(candidates), bytes=sum(sizes.values()))
+    if dry_run or not candidates:
+        return OrphanResult(**base)
+    if quarantine_dir is not None:
+        target_root = f"{quarantine_dir.rstrip('/')}/{table.key}/{now.strftime(_QUARANTINE_STAMP)}"
+        moved = []
+        for path in candidates:
+            target = f"{target_root}/{relative[path]}"
+            files.move(path, target)
+            moved.append((path, target))
+        return OrphanResult(**base, quarantined_to=target_root, moved=tuple(moved))
+    deleted = tuple(path for path in candidates if files.delete(path))
+    return OrphanResult(**base, deleted=deleted)
+
+
+def quarantine_batches(spark, quarantine_dir: str, older_than: datetime) -> dict[str, list[str]]:
+    """Quarantine batches (`<dir>/<table>/<stamp>`) quarantined before `older_than`, by table directory name.
+
+    Only directories named with the quarantine stamp count; anything else is left alone.
+    """
+    older_than = _aware(older_than, "older_than")
+    files = _Files(spark)
+    found: dict[str, list[str]] = {}
+    for table_dir in files.children(quarantine_dir):
+        table = table_dir.rstrip("/").rsplit("/", 1)[-1]
+        for batch in files.children(table_dir):
+            name = batch.rstrip("/").rsplit("/", 1)[-1]
+            try:
+                stamp = datetime.strptime(name, _QUARANTINE_STAMP).replace(tzinfo=timezone.utc)
+            except ValueError:
+                continue
+            if stamp < older_than:
+                found.setdefault(table, []).append(batch)
+    return {table: sorted(batches) for table, batches in sorted(found.items())}
+
+
+def delete_batches(spark, batches: Iterable[str]) -> list[str]:
+    """Deletes quarantine batch directories (from `quarantine_batches`); returns those deleted."""
+    files = _Files(spark)
+    return [batch for batch in batches if files.delete_tree(batch)]
+
+
+# ---- manifests ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ManifestResult:
+    table: str
+    dry_run: bool
+    manifests_before: int
+    bytes_before: int
+    manifests_after: int  # in a dry run, an estimate at Iceberg's default 8 MiB target size
+    bytes_after: int | None  # unknown in a dry run
+    rewritten_manifests: int = 0
+    added_manifests: int = 0
+
+
+def _manifest_stats(spark, catalog: str, table: TableName) -> list:
+    return spark.sql(f"SELECT content, partition_spec_id, length FROM "
+                     f"{_metadata_table(catalog, table, 'manifests')}").collect()
+
+
+def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: bool = False) -> ManifestResult:
+    """Rewrites the current snapshot's data manifests into fewer, larger ones (`rewrite_manifests`).
+
+    A dry run reports the current manifests and an estimate of the count afterwards (data
+    manifests merged per partition spec up to 8 MiB each; delete manifests are not rewritten).
+    """
+    table = _table(table)
+    catalog_sql = _catalog(catalog)
+    before = _manifest_stats(spark, catalog, table)
+    base = dict(table=table.key, dry_run=dry_run, manifests_before=len(before),
+                bytes_before=sum(int(r["length"]) for r in before))
+    if dry_run or not before:
+        by_spec: dict[int, int] = {}
+        for r in before:
+            if r["content"] == 0:
+                by_spec[r["partition_spec_id"]] = by_spec.get(r["partition_spec_id"], 0) + int(r["length"])
+        estimate = sum(1 for r in before if r["content"] != 0) + sum(
+            max(1, math.ceil(total / _MANIFEST_TARGET_BYTES)) for total in by_spec.values())
+        return ManifestResult(**base, manifests_after=estimate if before else 0,
+                              bytes_after=None if before else 0)
+    row = spark.sql(f"CALL {catalog_sql}.system.rewrite_manifests(table => {table.procedure_arg()})").collect()[0]
+    after = _manifest_stats(spark, catalog, table)
+    return ManifestResult(**base, manifests_after=len(after), bytes_after=sum(int(r["length"]) for r in after),
+                          rewritten_manifests=int(row["rewritten_manifests_count"]),
+                          added_manifests=int(row["added_manifests_count"]))

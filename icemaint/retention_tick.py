@@ -1,0 +1,231 @@
+"""The retention tick, pure: per table, expiry when due, orphan removal once an expiry finished, and
+manifest rewrites; the cursor that makes an unchanged table cost one metadata-location read.
+
+Every read is a callable the caller passes (the sensor and `icemaint tick` pass Dagster- and
+pyiceberg-backed ones; tests pass an in-memory estate), as `icemaint.tick.plan_compaction_tick` does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Mapping, Optional
+
+from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Operation, ReasonKind, Verdict, refusal_for
+from icemaint.policy import TablePolicy
+from icemaint.retention import expiry_due, manifests_due
+
+EXPIRE, ORPHANS, MANIFESTS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS
+# The run that carries each operation: a run of that name in flight on a table holds the operation.
+RETENTION_JOBS = {EXPIRE: "expiry_job", ORPHANS: "orphans_job", MANIFESTS: "manifests_job"}
+
+
+@dataclass(frozen=True)
+class RetentionSignals:
+    """What the tick reads of one table (pyiceberg, no Spark)."""
+
+    table: str
+    metadata_location: str
+    snapshots: int
+    oldest_snapshot_at: Optional[float]  # epoch seconds, of the oldest snapshot no branch or tag points at
+    manifests: int
+    small_manifests: int
+
+
+@dataclass(frozen=True)
+class RetentionDecision:
+    table: str
+    operation: str
+    verdict: Verdict
+    reason: str
+    run_key: Optional[str] = None
+    kind: ReasonKind = ReasonKind.DUE
+
+
+@dataclass
+class RetentionCursor:
+    """Per table: the metadata location and policy last evaluated, and when to look again."""
+
+    metadata_location: str
+    policy: str
+    recheck_at: Optional[float] = None   # epoch seconds: expiry becomes due by age alone
+    pending: bool = False                # a deferral: evaluate again next tick even if unchanged
+    requested: dict = field(default_factory=dict)  # operation -> run key last requested
+    recorded: Optional[str] = None       # digest of the refusals/defers last written to the audit
+
+
+@dataclass
+class RetentionTickPlan:
+    runs: list = field(default_factory=list)        # RetentionDecisions with verdict run
+    decisions: list = field(default_factory=list)
+    cursor: dict = field(default_factory=dict)
+    evaluated: list = field(default_factory=list)
+    unchanged: list = field(default_factory=list)
+    errors: dict = field(default_factory=dict)
+    to_record: list = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = (f"retention: {len(self.evaluated)} tables evaluated, {len(self.unchanged)} unchanged; "
+                f"{len(self.runs)} runs requested")
+        reasons = [f"{d.table} {d.operation}: {d.verdict}: {d.reason}" for d in self.decisions]
+        reasons += [f"{t}: ERROR {e}" for t, e in self.errors.items()]
+        return text + ("\n" + "\n".join(reasons[:50]) if reasons else "")
+
+
+def encode_cursor(cursor: dict) -> str:
+    return json.dumps({t: asdict(c) for t, c in sorted(cursor.items())})
+
+
+def decode_cursor(text: Optional[str]) -> dict:
+    if not text:
+        return {}
+    return {t: RetentionCursor(**v) for t, v in json.loads(text).items()}
+
+
+def digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def expiry_due_at(signals: RetentionSignals, policy: TablePolicy) -> Optional[float]:
+    """When expiry becomes due by age alone on an unchanged table (epoch seconds), or None if never."""
+    if signals.oldest_snapshot_at is None or signals.snapshots <= policy.snapshot_retain_last:
+        return None
+    threshold = (policy.snapshot_min_age_seconds if signals.snapshots > policy.snapshot_max_count
+                 else max(policy.snapshot_older_than_seconds, policy.snapshot_min_age_seconds))
+    return signals.oldest_snapshot_at + threshold + 1.0
+
+
+def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: str, now: dt.datetime, *,
+                     claim_holder: Optional[str], in_flight_jobs: set, expiry_mark: Optional[int],
+                     orphans_mark: Optional[int], requested: Optional[dict] = None,
+                     jobs: Mapping[str, str] = RETENTION_JOBS) -> list[RetentionDecision]:
+    """Expiry, orphan and manifest decisions for one table.
+
+    Args:
+        signals: The table's metadata, as the tick read it.
+        policy: The table's policy.
+        identity: Who maintenance runs as.
+        now: The tick's time (timezone-aware).
+        claim_holder: Who holds the table's claim, or None.
+        in_flight_jobs: Names of runs queued or running on this table.
+        expiry_mark: Event id of the table's latest expired_snapshots materialization (None: never).
+        orphans_mark: Event id of its latest orphan_files materialization (None: never).
+        requested: Operation -> run key already requested; the same key again is not a new run.
+        jobs: The run name that carries each operation.
+    """
+    table = signals.table
+    location_key = digest(signals.metadata_location)
+    age = max(now.timestamp() - signals.oldest_snapshot_at, 0.0) if signals.oldest_snapshot_at else 0.0
+
+    def gated(operation: str, why: str, run_key: str, busy_jobs: set) -> RetentionDecision:
+        refused = refusal_for(policy, operation, identity)
+        if refused:
+            return RetentionDecision(table, operation, REFUSE, refused, kind=ReasonKind.POLICY)
+        if busy_jobs:
+            return RetentionDecision(table, operation, DEFER,
+                                     f"{why}; waiting for runs in flight on the table: {', '.join(sorted(busy_jobs))}",
+                                     kind=ReasonKind.RUNS_IN_FLIGHT)
+        if claim_holder:
+            return RetentionDecision(table, operation, DEFER, f"claim busy: held by {claim_holder}",
+                                     kind=ReasonKind.CLAIM_BUSY)
+        if (requested or {}).get(operation) == run_key:
+            # Dagster skips a repeated run key anyway; saying so keeps the tick honest.
+            return RetentionDecision(table, operation, NOOP, f"already requested ({run_key}): {why}",
+                                     kind=ReasonKind.ALREADY_REQUESTED)
+        return RetentionDecision(table, operation, RUN, why, run_key)
+
+    if expiry_mark is None:
+        orphans = RetentionDecision(table, ORPHANS, NOOP, "no snapshot expiry yet: orphan removal follows an expiry",
+                                    kind=ReasonKind.ORDERING)
+    elif orphans_mark is not None and orphans_mark > expiry_mark:
+        orphans = RetentionDecision(table, ORPHANS, NOOP, "orphan files were removed after the latest expiry",
+                                    kind=ReasonKind.BELOW_THRESHOLDS)
+    else:
+        # Never while anything runs on the table: its files in flight would look orphaned.
+        orphans = gated(ORPHANS, "an expiry finished after the last orphan removal",
+                        f"orphans:{table}:{expiry_mark}", set(in_flight_jobs))
+
+    due, why = expiry_due(signals.snapshots, age, policy)
+    if not due:
+        expire = RetentionDecision(table, EXPIRE, NOOP, why, kind=ReasonKind.BELOW_THRESHOLDS)
+    elif orphans.verdict in (RUN, DEFER):
+        # The finished expiry's orphans go first: on a busy table expiry is due again at every
+        # change, and orphan removal must not starve behind it (nor run at the same time).
+        expire = RetentionDecision(table, EXPIRE, DEFER, f"{why}; orphan removal after the previous expiry goes first",
+                                   kind=ReasonKind.ORDERING)
+    else:
+        expire = gated(EXPIRE, why, f"expire:{table}:{location_key}", set(in_flight_jobs) & {jobs[EXPIRE]})
+
+    due, why = manifests_due(signals.manifests, signals.small_manifests, policy)
+    manifests = (gated(MANIFESTS, why, f"manifests:{table}:{location_key}", set(in_flight_jobs) & {jobs[MANIFESTS]})
+                 if due else RetentionDecision(table, MANIFESTS, NOOP, why, kind=ReasonKind.BELOW_THRESHOLDS))
+    return [expire, orphans, manifests]
+
+
+def plan_retention_tick(
+    tables: Iterable[str],
+    *,
+    policy_of: Callable[[str], TablePolicy],
+    policy_fingerprint: Callable[[TablePolicy], str],
+    identity: str,
+    metadata_location: Callable[[str], str],
+    read_signals: Callable[[str, TablePolicy], RetentionSignals],
+    claim_holder: Callable[[str], Optional[str]],
+    in_flight_jobs: Callable[[], Mapping[str, set]],
+    latest_mark: Callable[[str, str], Optional[int]],
+    cursor: dict,
+    now: dt.datetime,
+) -> RetentionTickPlan:
+    """The tick's retention plan over `tables`; unchanged tables cost one `metadata_location` call.
+
+    One unreadable table never stops the estate's tick: its error is in `plan.errors`, and it gets no
+    cursor entry so the next tick reads it again. Refusals and busy claims go to `plan.to_record`
+    once per change (the caller writes them to the audit).
+    """
+    plan = RetentionTickPlan()
+    in_flight = None
+    for table in tables:
+        try:
+            location = metadata_location(table)
+        except Exception as exc:  # reported in the plan, never swallowed
+            plan.errors[table] = f"{type(exc).__name__}: {exc}"
+            continue
+        policy = policy_of(table)
+        fingerprint = policy_fingerprint(policy)
+        previous = cursor.get(table)
+        if (previous and previous.metadata_location == location and previous.policy == fingerprint
+                and not previous.pending and (previous.recheck_at is None or now.timestamp() < previous.recheck_at)):
+            plan.cursor[table] = previous
+            plan.unchanged.append(table)
+            continue
+        try:
+            signals = read_signals(table, policy)
+        except Exception as exc:  # as above
+            plan.errors[table] = f"{type(exc).__name__}: {exc}"
+            continue
+        if in_flight is None:
+            in_flight = in_flight_jobs()
+        decisions = decide_retention(
+            signals, policy, identity, now, claim_holder=claim_holder(table),
+            in_flight_jobs=set(in_flight.get(table, set())),
+            expiry_mark=latest_mark(EXPIRE, table), orphans_mark=latest_mark(ORPHANS, table),
+            requested=previous.requested if previous else None)
+        requested = dict(previous.requested) if previous else {}
+        for d in decisions:
+            if d.verdict == RUN:
+                requested[str(d.operation)] = d.run_key
+                plan.runs.append(d)
+        plan.evaluated.append(table)
+        plan.decisions.extend(decisions)
+        notable = [d for d in decisions if d.verdict == REFUSE
+                   or (d.verdict == DEFER and d.kind == ReasonKind.CLAIM_BUSY)]
+        recorded = digest("\n".join(f"{d.operation}|{d.verdict}|{d.kind}" for d in notable)) if notable else None
+        if recorded is not None and (previous is None or previous.recorded != recorded):
+            plan.to_record.extend(notable)
+        due_at = expiry_due_at(signals, policy)
+        plan.cursor[table] = RetentionCursor(
+            location, fingerprint, recheck_at=due_at if due_at is not None and due_at > now.timestamp() else None,
+            pending=any(d.verdict == DEFER for d in decisions), requested=requested, recorded=recorded)
+    return plan
