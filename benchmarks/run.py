@@ -178,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_sensor:
         with Stopwatch() as sw, CpuShare() as cpu:
             sensor = measure_sensor_scale(spark, config, mode.sensor_tables, mode.reps, run_dir,
-                                          lambda root: config_doc(root, args.master), log, profile=args.quick)
+                                          lambda root: config_doc(root, args.master), log, profile=args.quick,
+                                          history_config=parse_config(config_doc(lake, args.master, "state_new"),
+                                                                      lake, source="benchmarks"))
         sensor["cpu_share"] = cpu.result
         timing["sensor"] = sw.seconds
     timing["total"] = time.perf_counter() - log.started

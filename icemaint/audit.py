@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from icemaint.config import ConfigError
+from icemaint.postgres import PostgresConnector
 
 if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
@@ -248,39 +249,31 @@ _AUDIT_TRIGGERS = {
 _DDL_LOCK_KEY = 0x1CE3A1_A0D1
 
 
+def _create_schema(cur) -> None:
+    for statement in _AUDIT_DDL:
+        cur.execute(statement)
+    cur.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = 'icemaint_audit'::regclass")
+    present = {name for (name,) in cur.fetchall()}
+    for name, statement in _AUDIT_TRIGGERS.items():
+        if name not in present:
+            cur.execute(statement)
+
+
 class PostgresAuditLog(AuditLog):
     """Rows of `icemaint_audit`; triggers in the database refuse UPDATE, DELETE and TRUNCATE,
     so the log stays append-only whoever connects."""
 
     def __init__(self, dsn: str, connect_timeout_s: int = 10):
-        self._dsn = dsn
-        self._connect_timeout_s = connect_timeout_s
-        self._schema_ready = False
+        self._db = PostgresConnector(dsn, connect_timeout_s)
 
     def _connect(self):
-        import psycopg2
-
-        conn = psycopg2.connect(self._dsn, connect_timeout=self._connect_timeout_s,
-                                application_name="icemaint audit")
+        conn = self._db.connect("icemaint audit")
         try:
-            if not self._schema_ready:
-                self._ensure_schema(conn)
+            self._db.ensure_schema(conn, _DDL_LOCK_KEY, _create_schema)
         except BaseException:
             conn.close()
             raise
         return conn
-
-    def _ensure_schema(self, conn) -> None:
-        with conn, conn.cursor() as cur:  # one transaction
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
-            for statement in _AUDIT_DDL:
-                cur.execute(statement)
-            cur.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = 'icemaint_audit'::regclass")
-            present = {name for (name,) in cur.fetchall()}
-            for name, statement in _AUDIT_TRIGGERS.items():
-                if name not in present:
-                    cur.execute(statement)
-        self._schema_ready = True
 
     def append(self, record: AuditRecord) -> None:
         from psycopg2.extras import Json

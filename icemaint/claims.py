@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from icemaint.config import ConfigError
 from icemaint.names import TableName
+from icemaint.postgres import PostgresConnector
 
 if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
@@ -342,37 +343,15 @@ class PostgresClaims(TableClaims):
     """
 
     def __init__(self, dsn: str, connect_timeout_s: int = 10):
-        self._dsn = dsn
-        self._connect_timeout_s = connect_timeout_s
-        self._schema_ready = False
+        self._db = PostgresConnector(dsn, connect_timeout_s)
 
     def _connect(self, application_name: str = "icemaint"):
-        import psycopg2
-
-        conn = psycopg2.connect(
-            self._dsn, connect_timeout=self._connect_timeout_s, application_name=application_name[:63],
-            # A claim's session may idle for the length of a maintenance run; keepalives let
-            # both ends notice a dead peer instead of holding the lock forever.
-            keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3,
-        )
-        conn.autocommit = True
-        return conn
+        # A claim's session may idle for the length of a maintenance run; keepalives let both ends
+        # notice a dead peer instead of holding the lock forever.
+        return self._db.connect(application_name, keepalives=True, autocommit=True)
 
     def _ensure_schema(self, conn) -> None:
-        if self._schema_ready:
-            return
-        conn.autocommit = False
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
-                cur.execute(_CLAIMS_DDL)
-            conn.commit()
-        except Exception:
-            conn.rollback()
-            raise
-        finally:
-            conn.autocommit = True
-        self._schema_ready = True
+        self._db.ensure_schema(conn, _DDL_LOCK_KEY, lambda cur: cur.execute(_CLAIMS_DDL))
 
     def acquire(self, table: str, holder: str) -> Claim:
         key = _table_key(table)

@@ -17,10 +17,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from icemaint.claims import ClaimBusy
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, decide_compaction, \
-    measured_throughput, refusal_for
+from icemaint.contract import ContractRun, OperatingContract
+from icemaint.decisions import DEFER, NOOP, NOT_PUBLISHED, RUN, Decision, Gates, Operation, decide_compaction, \
+    measured_throughput
 from icemaint.health import TableHealth
 from icemaint.metadata import CatalogReader
 from icemaint.names import TableName
@@ -101,6 +101,7 @@ class Compactor:
         self.claims = claims
         self.audit = audit
         self.after_stage = after_stage
+        self.contract = OperatingContract(config, reader, claims)
         self.sleep = sleep
         self.progress = progress or (lambda msg: log.info(msg))
 
@@ -113,36 +114,15 @@ class Compactor:
             StagingError, PublishStateUnknown: staging or publishing could not finish; `main` holds
                 only what was published (with its proof) before the error, never an unproven rewrite.
         """
-        started = time.perf_counter()
-        name = TableName.parse(request.table)
+        TableName.parse(request.table)
         date = parse_date(request.date, self.config.dates_start,
                           dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)).isoformat()
-        self.reader.metadata_location(name.key)  # TableNotFound before anything else
-        policy = self.config.policy(name.key)
-        identity = self.config.identity()
-        outcome = CompactionOutcome(table=name.key, date=date, decision=NOOP, reason="", dry_run=request.dry_run)
-        refused = refusal_for(policy, "compact", identity)
-        if refused:  # policy first: a read-only table refuses whether or not a writer holds its claim
-            outcome.decision, outcome.reason = REFUSE, refused
-            self._record(request, outcome, identity, started)
-            return outcome
-        try:
-            claim = self.claims.acquire(name.key, holder=f"icemaint:compact:{request.run_id or 'cli'}")
-        except ClaimBusy as exc:
-            outcome.decision, outcome.reason = DEFER, f"claim busy: {exc}"
-            self._record(request, outcome, identity, started, writer_check={"claim_holder": getattr(exc, "holder", None)})
-            return outcome
-        try:
-            self._run_claimed(request, name, date, policy, identity, outcome)
-        except Exception as exc:
-            outcome.decision = "failed"
-            outcome.reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500] if str(exc) else ''}"
-            self._record(request, outcome, identity, started)
-            raise
-        finally:
-            claim.release()
-        self._record(request, outcome, identity, started)
-        return outcome
+        return self.contract.run(
+            Operation.COMPACT, request.table, request.run_id,
+            new_outcome=lambda run: CompactionOutcome(table=run.name.key, date=date, decision=NOOP, reason="",
+                                                      dry_run=request.dry_run),
+            act=lambda run, outcome: self._run_claimed(request, run.name, date, run.policy, run.identity, outcome),
+            record=lambda run, outcome: self._record(request, outcome, run))
 
     # -- steps ------------------------------------------------------------------------------
     def _decide(self, name: TableName, date: str, policy, identity: str, approved: bool) -> tuple[TableHealth, Decision]:
@@ -353,14 +333,14 @@ class Compactor:
             run_id=request.run_id, trigger=request.trigger, cost_estimate=decision.cost_estimate,
             reason=f"run over the cost ceiling approved at launch by {identity}"))
 
-    def _record(self, request: CompactionRequest, outcome: CompactionOutcome, identity: str, started: float,
-                writer_check: dict | None = None) -> None:
+    def _record(self, request: CompactionRequest, outcome: CompactionOutcome, run: ContractRun) -> CompactionOutcome:
         from icemaint.audit import AuditRecord
 
-        outcome.durations["total_seconds"] = round(time.perf_counter() - started, 3)
+        identity, writer_check = run.identity, {"claim_holder": run.claim_holder} if run.claim_holder else None
+        outcome.durations["total_seconds"] = round(time.perf_counter() - run.started, 3)
         detail = outcome.decision_detail or {}
         self.audit.append(AuditRecord(
-            table=outcome.table, operation="compact", decision=outcome.decision, reason=outcome.reason,
+            table=outcome.table, operation=Operation.COMPACT, decision=outcome.decision, reason=outcome.reason,
             date=outcome.date, trigger=request.trigger, identity=identity, run_id=request.run_id,
             before_snapshot_id=outcome.before_snapshot_id, after_snapshot_id=outcome.after_snapshot_id,
             writer_check=writer_check or detail.get("writer_check", {}),
@@ -375,6 +355,7 @@ class Compactor:
                      "cleaned_staging": outcome.cleaned_staging,
                      "replanned": outcome.replanned, "attempts": outcome.attempts},
         ))
+        return outcome
 
 
 def failure_summary(proof: dict) -> str:

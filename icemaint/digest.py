@@ -208,7 +208,7 @@ def rows_digest(rows, snapshot_id: int, *, sample_fraction: float, seed: int) ->
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    fp1, fp2 = _free_name(rows.schema, "__icemaint_fp1"), _free_name(rows.schema, "__icemaint_fp2")
+    fp1 = _free_name(rows.schema, "__icemaint_fp1")
     first, second = fingerprint_exprs(rows.schema, seed)
     aggregates = aggregates_for(rows.schema, ident(fp1))
     exprs = ["count(1)"] + [e for a in aggregates for e in a.exprs]

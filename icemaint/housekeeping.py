@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from icemaint.claims import ClaimBusy
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Operation, refusal_for
+from icemaint.contract import ContractRun, OperatingContract
+from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Operation
 from icemaint.metadata import CatalogReader
 from icemaint.names import TableName
 from icemaint.retention import (
@@ -29,7 +29,6 @@ from icemaint.units import format_duration
 log = logging.getLogger(__name__)
 
 EXPIRE, ORPHANS, MANIFESTS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS
-FAILED = "failed"
 # Audit records keep at most this many paths; the counts are always complete.
 MAX_LISTED_PATHS = 100
 QUARANTINE_DIR = "quarantine"
@@ -163,6 +162,7 @@ class Housekeeper:
         self.claims = claims
         self.audit = audit
         self.clock = clock
+        self.contract = OperatingContract(config, reader, claims)
         self.progress = progress or (lambda msg: log.info(msg))
 
     @property
@@ -201,45 +201,27 @@ class Housekeeper:
 
     # -- the contract -----------------------------------------------------------------------
     def _run(self, operation: str, request, settings: dict, act) -> RetentionOutcome:
-        started = time.perf_counter()
-        name = TableName.parse(request.table)
-        location = self.reader.metadata_location(name.key)  # TableNotFound before anything else
-        policy = self.config.policy(name.key)
-        identity = self.config.identity()
-        outcome = RetentionOutcome(table=name.key, operation=operation, decision=NOOP, reason="",
-                                   dry_run=request.dry_run, settings=settings, metadata_location_before=location)
-        refused = refusal_for(policy, operation, identity)
-        if refused:
-            outcome.decision, outcome.reason = REFUSE, refused
-            return self._finish(request, outcome, identity, started)
-        try:
-            claim = self.claims.acquire(name.key, holder=f"icemaint:{operation}:{request.run_id or 'cli'}")
-        except ClaimBusy as exc:
-            outcome.decision, outcome.reason = DEFER, f"claim busy: {exc}"
-            outcome.claim_holder = exc.holder
-            return self._finish(request, outcome, identity, started)
-        try:
-            act(name, policy, request, outcome)
-        except Exception as exc:
-            outcome.decision, outcome.reason = FAILED, f"{type(exc).__name__}: {exc}"
-            self._finish(request, outcome, identity, started)
-            raise
-        finally:
-            claim.release()
-        return self._finish(request, outcome, identity, started)
+        return self.contract.run(
+            operation, request.table, request.run_id,
+            new_outcome=lambda run: RetentionOutcome(
+                table=run.name.key, operation=operation, decision=NOOP, reason="", dry_run=request.dry_run,
+                settings=settings, metadata_location_before=run.metadata_location),
+            act=lambda run, outcome: act(run.name, run.policy, request, outcome),
+            record=lambda run, outcome: self._finish(request, outcome, run))
 
-    def _finish(self, request, outcome: RetentionOutcome, identity: str, started: float) -> RetentionOutcome:
+    def _finish(self, request, outcome: RetentionOutcome, run: ContractRun) -> RetentionOutcome:
         from icemaint.audit import AuditRecord
 
+        outcome.claim_holder = outcome.claim_holder or run.claim_holder
         try:
             outcome.metadata_location_after = self.reader.metadata_location(outcome.table)
         except Exception as exc:  # the record must still be written; say why the location is missing
             outcome.evidence["metadata_location_error"] = f"{type(exc).__name__}: {exc}"
-        outcome.durations["duration_seconds"] = round(time.perf_counter() - started, 3)
+        outcome.durations["duration_seconds"] = round(time.perf_counter() - run.started, 3)
         self.progress(f"{outcome.table} {outcome.operation}: {outcome.decision}: {outcome.reason}")
         self.audit.append(AuditRecord(
             table=outcome.table, operation=outcome.operation, decision=outcome.decision, reason=outcome.reason,
-            trigger=request.trigger, identity=identity, run_id=request.run_id,
+            trigger=request.trigger, identity=run.identity, run_id=request.run_id,
             before_snapshot_id=outcome.before_snapshot_id, after_snapshot_id=outcome.after_snapshot_id,
             writer_check={"claim_holder": outcome.claim_holder} if outcome.claim_holder else {},
             durations=outcome.durations,

@@ -1,0 +1,90 @@
+"""The operating contract's shell, written once: check policy -> claim -> act -> record -> release.
+
+Every mutating operation runs through `OperatingContract.run`; compaction and housekeeping supply
+only their own act and record steps (as pyiceberg's update classes supply only their changes to one
+`commit`). The shell guarantees, whatever the act does:
+- a table the policy refuses is refused before the claim is even asked for;
+- a busy claim defers, naming its holder;
+- an act that raises is recorded as failed, then the error propagates;
+- the claim is always released, and exactly one audit record is written per call.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+from icemaint.claims import ClaimBusy
+from icemaint.decisions import DEFER, FAILED, REFUSE, refusal_for
+from icemaint.names import TableName
+from icemaint.policy import TablePolicy
+
+Outcome = TypeVar("Outcome")
+
+
+@dataclass(frozen=True)
+class ContractRun:
+    """What the shell knows of one call, handed to the act and record steps."""
+
+    operation: str
+    name: TableName
+    policy: TablePolicy
+    identity: str
+    metadata_location: str
+    started: float
+    claim_holder: str | None = None  # set when the claim was busy
+
+
+class OperatingContract(Generic[Outcome]):
+    """Runs one operation on one table under the contract.
+
+    Args:
+        new_outcome: Builds the operation's outcome object (it has `decision` and `reason`).
+        act: Does the work under the claim; sets the outcome's decision and reason.
+        record: Writes the one audit record for the call and returns the outcome.
+    """
+
+    def __init__(self, config, reader, claims):
+        self.config = config
+        self.reader = reader
+        self.claims = claims
+
+    def run(self, operation: str, table: str, run_id: str | None, *,
+            new_outcome: Callable[[ContractRun], Outcome],
+            act: Callable[[ContractRun, Outcome], None],
+            record: Callable[[ContractRun, Outcome], Outcome]) -> Outcome:
+        """Raises:
+            InvalidTableName, TableNotFound: bad input, before anything is touched.
+            Whatever `act` raised, after the failure was recorded and the claim released.
+        """
+        started = time.perf_counter()
+        name = TableName.parse(table)
+        location = self.reader.metadata_location(name.key)  # TableNotFound before anything else
+        run = ContractRun(str(operation), name, self.config.policy(name.key), self.config.identity(), location,
+                          started)
+        outcome = new_outcome(run)
+        refused = refusal_for(run.policy, run.operation, run.identity)
+        if refused:  # policy first: a read-only table refuses whether or not a writer holds its claim
+            outcome.decision, outcome.reason = REFUSE, refused
+            return record(run, outcome)
+        try:
+            claim = self.claims.acquire(name.key, holder=f"icemaint:{run.operation}:{run_id or 'cli'}")
+        except ClaimBusy as exc:
+            outcome.decision, outcome.reason = DEFER, f"claim busy: {exc}"
+            return record(ContractRun(**{**run.__dict__, "claim_holder": exc.holder}), outcome)
+        try:
+            act(run, outcome)
+        except Exception as exc:
+            outcome.decision = FAILED
+            outcome.reason = f"{type(exc).__name__}: {first_line(exc)}"
+            record(run, outcome)
+            raise
+        finally:
+            claim.release()
+        return record(run, outcome)
+
+
+def first_line(exc: BaseException, limit: int = 500) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:limit] if text else ""
