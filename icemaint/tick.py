@@ -11,12 +11,12 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
-from icemaint.config import MaintenanceConfig
 from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, decide_table_compactions, \
     measured_throughput, rank_within_budget
 from icemaint.health import TableHealth
+from icemaint.policy import TablePolicy
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,16 @@ def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, pol
     return None
 
 
+class PolicySource(Protocol):
+    """Where the tick gets each table's policy and the identity runs act as (the config does both)."""
+
+    def policy(self, table: str) -> TablePolicy: ...
+
+    def identity(self) -> str: ...
+
+
 def plan_compaction_tick(
-    config: MaintenanceConfig,
+    config: PolicySource,
     tables: Iterable[str],
     *,
     metadata_location: Callable[[str], str],
