@@ -105,10 +105,14 @@ def _call_medians(runs: list[dict]) -> dict:
 
 def _summary(runs: list[dict]) -> dict:
     walls = [r["wall_seconds"] for r in runs]
-    out = {"wall_seconds": median(walls), "min_seconds": min(walls), "max_seconds": max(walls), "n": len(walls)}
+    out = {"wall_seconds": median(walls), "min_seconds": min(walls), "max_seconds": max(walls), "n": len(walls),
+           "cpu_seconds": median(r["cpu_seconds"] for r in runs)}
     if runs and "durations" in runs[0]:
         for key in ("plan_seconds", "rewrite_seconds", "validation_seconds", "publish_seconds", "total_seconds"):
             out[key] = median(r["durations"].get(key) or 0.0 for r in runs)
+        # everything but stage/rewrite, proof and publish, per run (medians of parts do not add up)
+        out["rest_seconds"] = median(r["wall_seconds"] - sum(r["durations"].get(k) or 0.0 for k in (
+            "rewrite_seconds", "validation_seconds", "publish_seconds")) for r in runs)
         out["phases"] = _phase_medians(runs)
         out["calls"] = _call_medians(runs)
         out["proof_reads_seconds"] = median(r["proof_reads_seconds"] for r in runs)
@@ -222,6 +226,10 @@ def _run_case(spark, config: MaintenanceConfig, case: CompactionCase, reps: int,
             "with_proof_new_over_old": ratio(s["new_proof"]["wall_seconds"], s["old_proof"]["wall_seconds"]),
             "proof_new_over_old": ratio(s["new_proof"]["validation_seconds"], s["old_proof"]["validation_seconds"]),
             "rewrite_new_over_old": ratio(s["new_proof"]["rewrite_seconds"], s["old_proof"]["rewrite_seconds"]),
+            # the same on CPU seconds of the worker (Python + JVM): robust to other processes' load
+            "cpu_bare_new_over_old": ratio(s["bare_new"]["cpu_seconds"], s["bare_old"]["cpu_seconds"]),
+            "cpu_compaction_only_new_over_old": ratio(s["new_noproof"]["cpu_seconds"], s["old_noproof"]["cpu_seconds"]),
+            "cpu_with_proof_new_over_old": ratio(s["new_proof"]["cpu_seconds"], s["old_proof"]["cpu_seconds"]),
         },
         "buys": {
             "files_before": built["bare"]["date_files"], "files_after": files_after["date_files"],

@@ -32,14 +32,20 @@ from pathlib import Path
 
 REPLY = "@@icemaint-bench-worker@@ "
 HERE = Path(__file__).resolve().parent
+_MACHINE = None  # benchmarks/machine.py, loaded by path in main()
 
 
-def _load_measure():
-    """benchmarks/measure.py by path (no `benchmarks` package import: PYTHONPATH may hold another one)."""
-    spec = importlib.util.spec_from_file_location("_bench_measure", HERE / "measure.py")
+def _load(name: str):
+    """benchmarks/<name>.py by path (no `benchmarks` package import: PYTHONPATH may hold another one)."""
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", HERE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _cpu_seconds() -> float | None:
+    """CPU seconds used so far by this worker and its JVM (user + system; far less sensitive to other load)."""
+    return _MACHINE._tree_cpu_seconds(os.getpid())
 
 
 class _SkippedProof:
@@ -100,11 +106,14 @@ class Worker:
                 "spark_session_seconds": time.perf_counter() - started, "spark": self.spark.version}
 
     def bare(self, req: dict) -> dict:
+        cpu = _cpu_seconds()
         started = time.perf_counter()
         row = self.spark.sql(req["sql"]).collect()[0].asDict()
         wall = time.perf_counter() - started
+        cpu = _cpu_seconds() - cpu
         after = self.spark.sql(f"SELECT snapshot_id FROM {req['table_sql']}.refs WHERE name = 'main'").first()
-        return {"wall_seconds": wall, "result": {k: int(v) if v is not None else None for k, v in row.items()},
+        return {"wall_seconds": wall, "cpu_seconds": cpu,
+                "result": {k: int(v) if v is not None else None for k, v in row.items()},
                 "after_snapshot_id": int(after["snapshot_id"]), "load_1m": os.getloadavg()[0]}
 
     def compact(self, req: dict) -> dict:
@@ -139,11 +148,15 @@ class Worker:
             skipped = stack.enter_context(patched(validation, skip))
             stack.enter_context(self._timed_internals(times))
             load = os.getloadavg()[0]
+            cpu = _cpu_seconds()
             started = time.perf_counter()
             outcome = compactor.run(CompactionRequest(table=req["table"], date=req["date"], trigger="benchmark",
                                                       run_id=req["run_id"]))
             ended = time.perf_counter()
-        return self._describe(outcome, started, ended, marks, times, recorded, skipped, load)
+            cpu = _cpu_seconds() - cpu
+        out = self._describe(outcome, started, ended, marks, times, recorded, skipped, load)
+        out["cpu_seconds"] = cpu
+        return out
 
     # -- helpers ----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -215,7 +228,9 @@ def main() -> int:
     sys.stdout = sys.stderr
     if sys.path and Path(sys.path[0]).resolve() == HERE:
         sys.path.pop(0)  # this directory's modules are not packages to import from
-    worker = Worker(_load_measure())
+    global _MACHINE
+    _MACHINE = _load("machine")
+    worker = Worker(_load("measure"))
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -82,7 +82,9 @@ def verdicts(results: dict) -> list[Verdict]:
         ("scan_scan_probe", "probe scan >= 2x faster after (scan probe)", buys["scan_speedup"], 2, True, where),
         ("floor", "Spark rewrite within 3x of the pyarrow floor", floor["spark_over_floor"], 3, False, where),
     ]
-    out = [Verdict(k, t, _x(v), _meets(v, limit, hib), w) for k, t, v, limit, hib, w in rows]
+    out = [Verdict(k, t, _x(v) + (_cpu_note(cost, k.replace("no_dearer_", "") + "_new_over_old")
+                                  if k.startswith("no_dearer") else ""), _meets(v, limit, hib), w)
+           for k, t, v, limit, hib, w in rows]
     checked = [c for case in results["cases"] for c in case["verification"]["checked"]]
     same = sum(1 for c in checked if c["identical"])
     out.append(Verdict("rows_identical", "every run's result holds exactly the written rows (independent reader)",
@@ -115,7 +117,14 @@ def verdicts(results: dict) -> list[Verdict]:
 
 def _rest(v: dict) -> float:
     """A compaction variant's time outside rewrite/stage, proof and publish (plan, claim, metadata, audit)."""
+    if "rest_seconds" in v:  # the median of each run's rest
+        return v["rest_seconds"]
     return v["wall_seconds"] - v["rewrite_seconds"] - v["validation_seconds"] - v["publish_seconds"]
+
+
+def _cpu_note(cost: dict, key: str) -> str:
+    value = cost.get(f"cpu_{key}")
+    return "" if value is None else f" (CPU {_x(value)})"
 
 
 def _why_validation(case: dict) -> list[str]:
@@ -154,9 +163,21 @@ def _why_dearer(case: dict, proof: bool) -> list[str]:
     if proof:
         parts.insert(1, ("GX proof", old["validation_seconds"], new["validation_seconds"]))
     diffs = "; ".join(f"{name} {_s(o)} -> {_s(n)} ({n - o:+.2f} s)" for name, o, n in parts)
-    return [f"After {_s(new['wall_seconds'])} vs before {_s(old['wall_seconds'])} "
-            f"({new['wall_seconds'] - old['wall_seconds']:+.2f} s). Medians by part: {diffs}. The same CALL in the "
-            f"two workers' JVMs differed by {_x(case['cost']['bare_jvm_ratio'])} (noise between processes)."]
+    lines = [f"After {_s(new['wall_seconds'])} vs before {_s(old['wall_seconds'])} "
+             f"({new['wall_seconds'] - old['wall_seconds']:+.2f} s). Medians by part: {diffs}. The same CALL in the "
+             f"two workers' JVMs differed by {_x(case['cost']['bare_jvm_ratio'])} (noise between processes)."]
+    if "cpu_seconds" in new and "cpu_seconds" in old:
+        lines.append(f"CPU seconds of the worker (Python + JVM), less sensitive to other processes: after "
+                     f"{_s(new['cpu_seconds'])} vs before {_s(old['cpu_seconds'])} "
+                     f"({_x(ratio(new['cpu_seconds'], old['cpu_seconds']))}).")
+    pn, po, calls = new.get("phases") or {}, old.get("phases") or {}, new.get("calls") or {}
+    if pn and po:
+        lines.append(f"Before the stage write the after-version spends {_s(pn['before_rewrite'])} (before the CALL: "
+                     f"{_s(po['before_rewrite'])}), of which `StagingArea.plan_date_files` (listing the date's "
+                     f"{case['layout']['files']} files and their deletes through Py4J) "
+                     f"{_s(calls.get('staging.plan_date_files'))}; its publish commit adds "
+                     f"{_s(new['publish_seconds'])} that the CALL does inside its own time.")
+    return lines
 
 
 def _why_floor(case: dict) -> list[str]:
@@ -341,10 +362,13 @@ def _cost_rows(c: dict) -> list[list]:
         bare = cost["bare_old_seconds"] if key.endswith("old") or key.startswith("old") else cost["bare_new_seconds"]
         before = {"bare_new": "bare_old", "new_noproof": "old_noproof", "new_proof": "old_proof"}.get(key)
         compaction = "rewrite_seconds" in x
+        bare_cpu = v["bare_old" if bare == cost["bare_old_seconds"] else "bare_new"].get("cpu_seconds")
         rows.append([c["label"], VARIANT_TITLES[key], _s(x["wall_seconds"]),
                      f"{x['min_seconds']:.2f}-{x['max_seconds']:.2f}",
                      _x(ratio(x["wall_seconds"], bare)),
                      _x(ratio(x["wall_seconds"], v[before]["wall_seconds"])) if before else "",
+                     _s(x.get("cpu_seconds"), 1), _x(ratio(x.get("cpu_seconds"), bare_cpu)),
+                     _x(ratio(x.get("cpu_seconds"), v[before].get("cpu_seconds"))) if before else "",
                      _s(x["rewrite_seconds"]) if compaction else _s(x["wall_seconds"]),
                      _s(x["validation_seconds"]) if compaction else "",
                      _s(x["publish_seconds"]) if compaction and key.startswith("new") else "",
@@ -370,17 +394,24 @@ def _section_cost(cases: list[dict]) -> list[str]:
              "before: the `rewrite_data_files` CALL, which also commits), *proof* its `validation_seconds`, "
              "*publish* its `publish_seconds` (after only: the `replace` commit on `main`), *rest* the remainder of "
              "the wall time (health read and decision, claim, planning the date's files, branch removal, the "
-             "second health read, audit).", ""]
+             "second health read, audit; the median of each run's rest). *CPU s* is the CPU time (user + system) "
+             "the worker's Python process and its JVM used during the run, read from /proc: unlike the wall time "
+             "it hardly moves when other processes share the cores, so it is the steadier after/before "
+             "comparison on a shared machine (it counts all the JVM's threads, including its JIT compiler and "
+             "garbage collector).", ""]
     rows = [r for c in cases for r in _cost_rows(c)]
     lines += _table(["size", "variant", "wall (median)", "min-max", "/ bare (same JVM)", "after / before",
+                     "CPU s (worker)", "CPU / bare", "CPU after / before",
                      "stage / rewrite", "proof", "publish", "rest"], rows)
     lines += _table(
         ["size", "files (date)", "rows", "MB", "bare: after-JVM / before-JVM", "compaction-only after / before",
          "with proof after / before", "stage write / old CALL", "proof after / before",
          "compaction-only by subtraction (with-proof wall - proof): before / after"],
         [[c["label"], c["tables"]["bare"]["date_files"], f"{c['tables']['bare']['date_rows']:,}",
-          f"{c['tables']['bare']['date_bytes'] / MB:.1f}", _x(c["cost"]["bare_jvm_ratio"]),
-          _x(c["cost"]["compaction_only_new_over_old"]), _x(c["cost"]["with_proof_new_over_old"]),
+          f"{c['tables']['bare']['date_bytes'] / MB:.1f}",
+          _x(c["cost"]["bare_jvm_ratio"]) + _cpu_note(c["cost"], "bare_new_over_old"),
+          _x(c["cost"]["compaction_only_new_over_old"]) + _cpu_note(c["cost"], "compaction_only_new_over_old"),
+          _x(c["cost"]["with_proof_new_over_old"]) + _cpu_note(c["cost"], "with_proof_new_over_old"),
           _x(c["cost"]["rewrite_new_over_old"]), _x(c["cost"]["proof_new_over_old"]),
           f"{_s(c['variants']['old_proof']['wall_minus_proof_seconds'])} / "
           f"{_s(c['variants']['new_proof']['wall_minus_proof_seconds'])}"] for c in cases])

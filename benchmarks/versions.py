@@ -40,7 +40,9 @@ def describe_source(path: Path) -> dict:
                              text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
-    return {"path": str(path), "commit": commit, "subject": subject[:120],
+    if len(subject) > 120:
+        subject = subject[:120].rsplit(" ", 1)[0].rstrip(";,:") + " ..."
+    return {"path": str(path), "commit": commit, "subject": subject,
             "uncommitted_changes": sorted(line[3:] for line in dirty.splitlines())}
 
 

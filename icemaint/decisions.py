@@ -125,7 +125,9 @@ def writer_check(health: TableHealth, policy: TablePolicy) -> dict:
         "last_writer_commit_at": health.last_writer_commit_at,
         "seconds_since_writer_commit": idle_for,
         "writer_idle_seconds": policy.writer_idle_seconds,
-        "idle": idle_for is None or idle_for >= policy.writer_idle_seconds,
+        # A commit newer than `now` (it landed while health was read, or the writer's clock runs
+        # ahead) has been idle for 0 s, not for a negative time.
+        "idle": idle_for is None or max(idle_for, 0.0) >= policy.writer_idle_seconds,
     }
 
 

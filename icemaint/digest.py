@@ -95,7 +95,12 @@ def comparable(field) -> str:
 
     Spark can neither group, join nor hash map values, so map-bearing columns compare as JSON.
     """
+    from pyspark.sql.types import DoubleType, FloatType
+
     col = ident(field.name)
+    if isinstance(field.dataType, (DoubleType, FloatType)):
+        # Spark's hashes read -0.0 as 0.0; pow(-0.0, -1) is -Infinity, so the flag keeps the sign.
+        return f"{col}, (pow({col}, -1) < 0)"
     return f"to_json({col})" if _contains_map(field.dataType) else col
 
 
@@ -143,7 +148,8 @@ def _fixed_width(dtype) -> bool:
 
 def _signless_zero(col: str, dtype) -> str:
     """Floats with -0.0 read as 0.0: min/max return whichever zero they meet first, so two layouts
-    of the same rows would report different zeros. The hash sums still tell the zeros apart."""
+    of the same rows would report different zeros. The hash sums still tell the zeros apart
+    (`comparable` adds the sign of every float)."""
     from pyspark.sql.types import DoubleType, FloatType
 
     if isinstance(dtype, (DoubleType, FloatType)):

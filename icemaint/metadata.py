@@ -164,9 +164,10 @@ class CatalogReader:
     # -- health ----------------------------------------------------------------------------
     def health(self, table: str, now: dt.datetime | None = None, loaded=None) -> TableHealth:
         """Health numbers of the table's current snapshot (see `icemaint.health`)."""
-        now = now or dt.datetime.now(dt.timezone.utc)
         policy = self.config.policy(table)
         tbl = loaded if loaded is not None else self.load(table)
+        # After the load: a commit that landed while the table was read is not in the future.
+        now = now or dt.datetime.now(dt.timezone.utc)
         timing = time_partitioning(tbl, policy.time_column)
         snapshot = tbl.current_snapshot()
         files = list(read_file_entries(tbl, timing)) if snapshot else []
@@ -220,29 +221,57 @@ def read_retention_signals(tbl, table: str, policy):
         manifests=len(lengths), small_manifests=sum(1 for n in lengths if n < policy.manifest_small_bytes))
 
 
+def _spec_time_fields(tbl, column: str | None) -> dict[int, tuple[str, str]]:
+    """Per partition spec the table has had: (partition field name, transform) of its time field.
+
+    Files keep the spec they were written with: after `REPLACE PARTITION FIELD days(ts) WITH
+    hours(ts)` a date's files carry `ts_day` or `ts_hour` depending on when they were written.
+    """
+    out: dict[int, tuple[str, str]] = {}
+    if column is None:
+        return out
+    schema = tbl.schema()
+    for spec_id, spec in tbl.metadata.specs().items():
+        for pf in spec.fields:
+            try:
+                source = schema.find_field(pf.source_id)
+            except ValueError:  # the source column was dropped since
+                continue
+            transform = str(pf.transform)
+            if source.name != column:
+                continue
+            if transform in TIME_TRANSFORMS:
+                out[spec_id] = (pf.name, transform)
+                break
+            if transform == "identity" and str(source.field_type) == "date":
+                out[spec_id] = (pf.name, "day")
+                break
+    return out
+
+
 def read_file_entries(tbl, timing: TimePartitioning):
-    """The current snapshot's data and delete files, each dated by the table's time column."""
+    """The current snapshot's data and delete files, each dated by the table's time column.
+
+    A file is dated by its own spec's time field (every spec the table has had); a file whose spec
+    has none (an older, unpartitioned spec, or a policy `time_column`) by the column's lower bound.
+    """
     files = tbl.inspect.files()
     contents = files.column("content").to_pylist()
     sizes = files.column("file_size_in_bytes").to_pylist()
     records = files.column("record_count").to_pylist()
-    dates: list[dt.date | None]
-    if timing.transform in (*TIME_TRANSFORMS, "identity"):
-        field_name = next(pf.name for pf in tbl.spec().fields
-                          if tbl.schema().find_field(pf.source_id).name == timing.column
-                          and str(pf.transform) in (*TIME_TRANSFORMS, "identity"))
-        transform = "day" if timing.transform == "identity" else timing.transform
-        dates = [partition_date((p or {}).get(field_name), transform)
-                 for p in files.column("partition").to_pylist()]
-    elif timing.transform == "bounds":
-        metrics = files.column("readable_metrics").to_pylist()
-        dates = []
-        for m in metrics:
-            lower = ((m or {}).get(timing.column) or {}).get("lower_bound")
-            dates.append(partition_date(lower, "day") if lower is not None else None)
-    else:
-        dates = [None] * len(contents)
-    for content, size, count, date in zip(contents, sizes, records, dates):
+    fields = _spec_time_fields(tbl, timing.column)
+    spec_ids = files.column("spec_id").to_pylist() if "spec_id" in files.column_names else [None] * len(contents)
+    partitions = files.column("partition").to_pylist() if "partition" in files.column_names else [None] * len(contents)
+    metrics = files.column("readable_metrics").to_pylist() if timing.column else [None] * len(contents)
+    for content, size, count, spec_id, partition, metric in zip(contents, sizes, records, spec_ids, partitions,
+                                                                 metrics):
+        date = None
+        if spec_id in fields:
+            name, transform = fields[spec_id]
+            date = partition_date((partition or {}).get(name), transform)
+        elif timing.column:
+            lower = ((metric or {}).get(timing.column) or {}).get("lower_bound")
+            date = partition_date(lower, "day") if lower is not None else None
         yield FileEntry(content=content, size_bytes=size, record_count=count, date=date)
 
 

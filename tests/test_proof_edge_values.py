@@ -181,15 +181,18 @@ def test_one_changed_value_fails(spark, config, table_name, case):
     column, expr = CHANGED_VALUE[case]
     result, *_ = _differs(spark, config, table_name, lambda src: replace_column(src, column, expr))
     assert not result.passed
+    assert result.check("row_count_parity").passed
     failed = failed_checks(result)
     assert SAMPLE_COMPARISON in failed and COLUMN_AGGREGATES in failed, failed
-    assert failed[SAMPLE_COMPARISON]["missing_in_after"] == 1 and failed[SAMPLE_COMPARISON]["unexpected_in_after"] == 1
+    assert failed[SAMPLE_COMPARISON]["missing_in_after"] == 1
+    assert failed[SAMPLE_COMPARISON]["unexpected_in_after"] == 1
 
 
 def test_two_values_swapped_between_rows_fails(spark, config, table_name):
-    # rows 6 and 7 differ only in the last decimal digit of `dec`... and in everything else; swapping
-    # their decimals keeps every per-column aggregate equal: only whole rows tell.
-    swap = "CASE WHEN id = 6 THEN (SELECT dec FROM src WHERE id = 7) WHEN id = 7 THEN (SELECT dec FROM src WHERE id = 6) ELSE dec END"
+    # rows 6 and 7 hold decimals differing in the last of their 38 digits; swapping the two values
+    # between the rows keeps every per-column aggregate equal: only whole rows tell.
+    swap = ("CASE WHEN id = 6 THEN (SELECT dec FROM src WHERE id = 7) "
+            "WHEN id = 7 THEN (SELECT dec FROM src WHERE id = 6) ELSE dec END")
 
     def make_after(src):
         return f"WITH src AS {src} " + replace_column("src", "dec", swap)
@@ -198,8 +201,10 @@ def test_two_values_swapped_between_rows_fails(spark, config, table_name):
     assert not result.passed
     failed = failed_checks(result)
     assert SAMPLE_COMPARISON in failed, failed
-    assert failed[SAMPLE_COMPARISON]["missing_in_after"] == 2 and failed[SAMPLE_COMPARISON]["unexpected_in_after"] == 2
-    differing = {(a["column_name"], a["aggregate"]) for a in failed.get(COLUMN_AGGREGATES, {}).get("differing_aggregates", [])}
+    assert failed[SAMPLE_COMPARISON]["missing_in_after"] == 2
+    assert failed[SAMPLE_COMPARISON]["unexpected_in_after"] == 2
+    differing = {(a["column_name"], a["aggregate"])
+                 for a in failed.get(COLUMN_AGGREGATES, {}).get("differing_aggregates", [])}
     assert ("*", "hash_sum") in differing, failed
     assert not {c for c, _ in differing} - {"*"}, f"per-column aggregates should be unchanged by a swap: {differing}"
 
@@ -213,16 +218,13 @@ def test_one_row_duplicated_and_another_dropped_fails(spark, config, table_name)
     assert result.check("row_count_parity").passed  # same row count: only content tells
     failed = failed_checks(result)
     assert SAMPLE_COMPARISON in failed and COLUMN_AGGREGATES in failed, failed
-    assert failed[SAMPLE_COMPARISON]["missing_in_after"] == 1 and failed[SAMPLE_COMPARISON]["unexpected_in_after"] == 1
+    assert failed[SAMPLE_COMPARISON]["missing_in_after"] == 1
+    assert failed[SAMPLE_COMPARISON]["unexpected_in_after"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product bug: Spark's xxhash64 hashes -0.0 and 0.0 alike, so the whole-row and per-column hash sums "
-    "cannot tell the zeros apart (icemaint/digest.py `_signless_zero` says they can) and min/max are "
-    "sign-normalised: a rewrite that flips the sign of a zero passes the proof"))
 def test_negative_zero_turned_positive_fails(spark, config, table_name):
-    """-0.0 and 0.0 are different stored values (CAST AS STRING, 1/x in Java tell them apart): a rewrite flipping the sign
-    of a zero changed the data."""
+    """-0.0 and 0.0 are different stored values (CAST AS STRING and 1/x in Java tell them apart): a
+    rewrite flipping the sign of a zero changed the data."""
     result, *_ = _differs(spark, config, table_name,
                           lambda src: replace_column(src, "dz", "CASE WHEN id = 1 THEN abs(dz) ELSE dz END"))
     assert not result.passed, "a zero whose sign flipped passed the proof"
@@ -242,12 +244,11 @@ def test_compaction_of_a_timestamp_ntz_day_partition_keeps_edge_rows(spark, conf
         values = []
         for j in range(8):
             i = batch * 100 + j
-            day = "2026-01-02" if j % 4 else "2026-01-03"
-            ts = f"TIMESTAMP_NTZ '{day} {j:02d}:{batch:02d}:00.{i:06d}'" if j != 3 else f"TIMESTAMP_NTZ '{day} 23:59:59.999999'"
-            if j == 1:
-                ts = f"TIMESTAMP_NTZ '{day} 00:00:00'"
-            values.append(f"({i}, {ts}, {D_VALUES[i % len(D_VALUES)]}, {F_VALUES[i % len(F_VALUES)]}, "
-                          f"{DZ_VALUES[i % len(DZ_VALUES)]}, {DEC_VALUES[i % len(DEC_VALUES)]}, {S_VALUES[i % len(S_VALUES)]})")
+            day = "2026-01-02" if j % 4 else "2026-01-03"  # batch 0's 2026-01-03 row sits at its midnight
+            clock = {1: "00:00:00", 3: "23:59:59.999999"}.get(j, f"{j:02d}:{batch:02d}:00.{i:06d}")
+            values.append(f"({i}, TIMESTAMP_NTZ '{day} {clock}', {D_VALUES[i % len(D_VALUES)]}, "
+                          f"{F_VALUES[i % len(F_VALUES)]}, {DZ_VALUES[i % len(DZ_VALUES)]}, "
+                          f"{DEC_VALUES[i % len(DEC_VALUES)]}, {S_VALUES[i % len(S_VALUES)]})")
         spark.sql(f"INSERT INTO {sql} VALUES {', '.join(values)}")
     spark.sql(f"DELETE FROM {sql} WHERE id = 202")  # a position delete on the date, applied by the rewrite
     before = current_snapshot(spark, sql)
@@ -264,7 +265,7 @@ def test_compaction_of_a_timestamp_ntz_day_partition_keeps_edge_rows(spark, conf
     assert outcome.published and outcome.validation["passed"] is True
     after = current_snapshot(spark, sql)
     assert after == outcome.after_snapshot_id != before
-    assert outcome.rewritten_files == 6 and outcome.files_after == 1
+    assert outcome.rewritten_files == 6 and outcome.files_after == 1 and outcome.removed_delete_files == 1
     assert full_row_hash(spark, sql, after) == before_hash
     assert full_row_hash(spark, sql, after, scope) == before_scoped and before_scoped[0] == 6 * 6 - 1
     # the other day's files were not touched
