@@ -25,7 +25,7 @@ from icemaint.health import TableHealth
 from icemaint.metadata import CatalogReader
 from icemaint.names import TableName
 from icemaint.rewrite_plan import parse_sort_order, plan_groups
-from icemaint.scope import DateScope, parse_date
+from icemaint.scope import DateScope, parse_date, period_start, span_of
 from icemaint.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class CompactionOutcome:
     staged: list = field(default_factory=list)  # one entry per staged group: branch, S, staged snapshot, verdict
     cleaned_staging: list = field(default_factory=list)  # staging refs of dead runs removed by this run
     replanned: str | None = None
+    period_key: str | None = None  # set when `date` lies in a month/year partition: the period's key
     attempts: int = 0
     read_before: dict = field(default_factory=dict)
     read_after: dict = field(default_factory=dict)
@@ -121,12 +122,22 @@ class Compactor:
             Operation.COMPACT, request.table, request.run_id,
             new_outcome=lambda run: CompactionOutcome(table=run.name.key, date=date, decision=NOOP, reason="",
                                                       dry_run=request.dry_run),
-            act=lambda run, outcome: self._run_claimed(request, run.name, date, run.policy, run.identity, outcome),
+            act=lambda run, outcome: self._act(request, run, date, outcome),
             record=lambda run, outcome: self._record(request, outcome, run))
+
+    def _act(self, request: CompactionRequest, run: ContractRun, date: str, outcome: CompactionOutcome) -> None:
+        try:
+            self._run_claimed(request, run.name, date, run.policy, run.identity, outcome)
+        finally:
+            if outcome.period_key:
+                outcome.reason = (f"{outcome.reason} [{date} lies in a month or year partition: the whole period "
+                                  f"is maintained, keyed by its first day {outcome.period_key}]")
 
     # -- steps ------------------------------------------------------------------------------
     def _decide(self, name: TableName, date: str, policy, identity: str, approved: bool) -> tuple[TableHealth, Decision]:
+        """Health now, and the decision for the period holding `date` (`decision.date` is its key)."""
         health = self.reader.health(name.key)
+        date = period_start(dt.date.fromisoformat(date), span_of(health.time_transform)).isoformat()
         past = [r.details for r in self.audit.records(table=name.key, operation="compact")
                 if r.decision == RUN and r.details.get("rewrite_seconds")]
         gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=identity, approved=approved,
@@ -139,6 +150,10 @@ class Compactor:
         t0 = time.perf_counter()
         health, decision = self._decide(name, date, policy, identity, request.approved)
         outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
+        if decision.date != date:
+            # A month (year) partition is maintained whole, keyed by its first day.
+            outcome.period_key = decision.date
+            date = decision.date
         if request.planned_snapshot_id is not None and request.planned_snapshot_id != health.snapshot_id:
             outcome.replanned = (f"stale plan: planned on snapshot {request.planned_snapshot_id}, table is now at "
                                  f"{health.snapshot_id}; re-planned on the current snapshot")
@@ -156,7 +171,8 @@ class Compactor:
             outcome.reason = f"dry-run: would rewrite ({decision.reason}); nothing changed"
             return
 
-        scope = DateScope(health.time_column, health.time_column_type, dt.date.fromisoformat(date))
+        scope = DateScope(health.time_column, health.time_column_type, dt.date.fromisoformat(date),
+                          span_of(health.time_transform))
         outcome.validation = {"passed": None, "scope": scope.predicate(), "commits": []}
         try:
             self._stage_prove_publish(staging, request, name, date, policy, identity, scope, health, decision,
@@ -175,7 +191,8 @@ class Compactor:
             attempts += 1
             outcome.attempts = attempts
             base = health.snapshot_id
-            candidates, tasks = staging.plan_date_files(base, health.time_column, health.time_column_type, scope.date)
+            candidates, tasks = staging.plan_date_files(base, health.time_column, health.time_column_type,
+                                                        scope.start, scope.end)
             groups = plan_groups(candidates, small_file_size_bytes=policy.small_file_size_bytes,
                                  delete_file_threshold=policy.delete_file_threshold,
                                  partial_progress=policy.partial_progress,

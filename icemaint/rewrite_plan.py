@@ -39,6 +39,11 @@ class FileGroup:
     def records(self) -> int:
         return sum(f.record_count for f in self.files)
 
+    @property
+    def spec_id(self) -> int:
+        """The partition spec the group is written in (every file of a group shares it)."""
+        return self.files[0].spec_id
+
 
 def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delete_file_threshold: int,
                 partial_progress: bool, max_group_bytes: int) -> list[FileGroup]:
@@ -62,17 +67,24 @@ def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delet
             chosen.extend(sorted(members, key=lambda f: f.path))
     if not chosen:
         return []
-    if not partial_progress:
-        return [FileGroup(tuple(chosen))]
-    groups, current, size = [], [], 0
+    # One group per partition spec: a group is written in its files' own spec (after partition
+    # evolution, old-spec files merge into old-spec files instead of fanning out into the new spec).
+    by_spec: dict[int, list[CandidateFile]] = {}
     for f in chosen:
-        if current and size + f.size_bytes > max_group_bytes:
+        by_spec.setdefault(f.spec_id, []).append(f)
+    if not partial_progress:
+        return [FileGroup(tuple(by_spec[s])) for s in sorted(by_spec)]
+    groups = []
+    for spec_id in sorted(by_spec):
+        current, size = [], 0
+        for f in by_spec[spec_id]:
+            if current and size + f.size_bytes > max_group_bytes:
+                groups.append(FileGroup(tuple(current)))
+                current, size = [], 0
+            current.append(f)
+            size += f.size_bytes
+        if current:
             groups.append(FileGroup(tuple(current)))
-            current, size = [], 0
-        current.append(f)
-        size += f.size_bytes
-    if current:
-        groups.append(FileGroup(tuple(current)))
     # A lone small file without deletes is not worth a commit of its own.
     return [g for g in groups if len(g.files) >= 2 or any(f.delete_files for f in g.files)]
 

@@ -35,19 +35,54 @@ def parse_date(text: str, start: dt.date | None = None, end: dt.date | None = No
     return date
 
 
+SPANS = ("day", "month", "year")
+
+
+def span_of(transform: str | None) -> str:
+    """The period one date key covers: a month (year) partition is maintained as a whole, keyed by its
+    first day; every other time transform (and a policy time column) works day by day."""
+    return transform if transform in ("month", "year") else "day"
+
+
+def period_start(date: dt.date, span: str) -> dt.date:
+    """The key of the period holding `date`: the date itself, or its month's or year's first day."""
+    if span == "month":
+        return date.replace(day=1)
+    if span == "year":
+        return date.replace(month=1, day=1)
+    return date
+
+
 @dataclass(frozen=True)
 class DateScope:
     column: str
     column_type: str  # the Iceberg type name: date, timestamp, timestamptz, ...
-    date: dt.date
+    date: dt.date     # the period's first day (see `period_start`)
+    span: str = "day"
+
+    @property
+    def start(self) -> dt.date:
+        return period_start(self.date, self.span)
+
+    @property
+    def end(self) -> dt.date:
+        """The first day after the period."""
+        start = self.start
+        if self.span == "month":
+            return (start.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+        if self.span == "year":
+            return start.replace(year=start.year + 1)
+        return start + dt.timedelta(days=1)
 
     def predicate(self) -> str:
         col = quote_column(self.column)
         if self.column_type == "date":
-            return f"{col} = DATE '{self.date.isoformat()}'"
+            if self.span == "day":
+                return f"{col} = DATE '{self.start.isoformat()}'"
+            return f"{col} >= DATE '{self.start.isoformat()}' AND {col} < DATE '{self.end.isoformat()}'"
         if self.column_type in _TIMESTAMP_TYPES:
-            start = f"{self.date.isoformat()} 00:00:00"
-            end = f"{(self.date + dt.timedelta(days=1)).isoformat()} 00:00:00"
+            start = f"{self.start.isoformat()} 00:00:00"
+            end = f"{self.end.isoformat()} 00:00:00"
             # The literal's type must be the column's: Spark casts a zone-less column to TIMESTAMP
             # against a TIMESTAMP literal, and Iceberg cannot push that cast down.
             kind = "TIMESTAMP" if self.column_type.startswith("timestamptz") else "TIMESTAMP_NTZ"
@@ -56,4 +91,4 @@ class DateScope:
 
     @property
     def ends_at(self) -> dt.datetime:
-        return dt.datetime.combine(self.date + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
+        return dt.datetime.combine(self.end, dt.time(), dt.timezone.utc)

@@ -181,9 +181,9 @@ class StagingArea:
         return None if snap is None else int(snap.snapshotId())
 
     # -- planning --------------------------------------------------------------------------
-    def plan_date_files(self, snapshot_id: int, column: str, column_type: str, date: dt.date
+    def plan_date_files(self, snapshot_id: int, column: str, column_type: str, start: dt.date, end: dt.date
                         ) -> tuple[list[CandidateFile], dict]:
-        """The data files holding rows of `date` as of `snapshot_id`, across every partition spec.
+        """The data files holding rows in [start, end) as of `snapshot_id`, across every partition spec.
 
         Returns:
             (candidates, tasks by path): the pure description for planning, and the Java scan tasks
@@ -191,8 +191,8 @@ class StagingArea:
         """
         tbl = self.table()
         expressions = self.jvm.org.apache.iceberg.expressions.Expressions
-        lower = expressions.greaterThanOrEqual(column, _bound(date, column_type))
-        upper = expressions.lessThan(column, _bound(date + dt.timedelta(days=1), column_type))
+        lower = expressions.greaterThanOrEqual(column, _bound(start, column_type))
+        upper = expressions.lessThan(column, _bound(end, column_type))
         scan = tbl.newScan().useSnapshot(int(snapshot_id)).filter(getattr(expressions, "and")(lower, upper))
         candidates, tasks = [], {}
         specs = tbl.specs()
@@ -239,6 +239,7 @@ class StagingArea:
         weighed = sum(int(t.sizeBytes()) for t in tasks)
         rows = self._read_tasks(tasks, split_size=weighed // expected + 1)
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
+                   "output-spec-id": str(group.spec_id),
                    f"snapshot-property.{MAINTENANCE_KEY}": "true",
                    f"snapshot-property.{STAGE_KEY}": branch}
         if strategy == "binpack":

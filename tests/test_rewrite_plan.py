@@ -74,3 +74,9 @@ def test_zorder_interleaves_bits_of_every_column():
     expr = zorder_sql((SortKey("a"), SortKey("b")), {"a": "number", "b": "time"}, {"a": (0, 10), "b": (5, 5)})
     assert "shiftleft(shiftright(" in expr and ", 0)" in expr and ", 1)" in expr
     assert "CAST(0 AS BIGINT)" in expr  # a column without a range contributes no bits
+
+
+def test_each_spec_is_written_as_its_own_group():
+    files = [f("o1", 1, "d=1", spec=0), f("o2", 1, "d=1", spec=0), f("n1", 1, "h=1", spec=1), f("n2", 1, "h=1", spec=1)]
+    groups = plan(files)
+    assert paths(groups) == [["o1", "o2"], ["n1", "n2"]] and [g.spec_id for g in groups] == [0, 1]
