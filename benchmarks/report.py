@@ -138,8 +138,9 @@ def _why_validation(case: dict) -> list[str]:
             f"{_s(after)}; GX's expectations, the sample comparison and the report take the remaining "
             f"{_s(proof - before - after)}. A proof over every row cannot avoid reading both sides: pyarrow alone "
             f"needs {_s(fl['read_seconds'])} to read the small files, and the 1.35x target leaves {_s(max(room, 0))} "
-            f"for the whole proof at this size, so a proof that reads every row of both sides cannot meet it on "
-            f"this machine. Section 4 shows how it grows with rows."]
+            f"for the whole proof at this size (after compaction-only's {_x(case['cost']['new_compaction_only_ratio'])}), "
+            f"so a proof that reads every row of both sides cannot meet it on this machine. Section 4 shows how it "
+            f"grows with rows."]
 
 
 def _why_overhead(case: dict) -> list[str]:
@@ -148,10 +149,11 @@ def _why_overhead(case: dict) -> list[str]:
     calls = v["calls"]
     return [f"At {case['layout']['files']} files the bare rewrite took {_s(bare)} and compaction-only "
             f"{_s(v['wall_seconds'])}: the stage write {_s(v['rewrite_seconds'])}, the publish commit "
-            f"{_s(v['publish_seconds'])}, and {_s(_rest(v))} around them (plan {_s(v['plan_seconds'])}, "
-            f"`plan_date_files` {_s(calls.get('staging.plan_date_files'), 3)}, health reads "
-            f"{_s(calls.get('reader.health'), 3)}, branch removal {_s(calls.get('staging.discard'), 3)}, audit "
-            f"{_s(calls.get('audit.append'), 3)})."]
+            f"{_s(v['publish_seconds'])}, and {_s(_rest(v))} around them: health read and decision "
+            f"{_s(v['plan_seconds'])}, listing the date's files (`StagingArea.plan_date_files`) "
+            f"{_s(calls.get('staging.plan_date_files'), 3)}, the second health read (both reads together "
+            f"{_s(calls.get('reader.health'), 3)}), branch removal {_s(calls.get('staging.discard'), 3)}, audit "
+            f"{_s(calls.get('audit.append'), 3)}."]
 
 
 def _why_dearer(case: dict, proof: bool) -> list[str]:
