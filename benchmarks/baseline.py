@@ -1,13 +1,13 @@
 """The bare procedure the compaction figures are measured against: Iceberg's `rewrite_data_files` CALL.
 
 A private copy of what the Compactor called before stage-prove-publish (commit 4b85ad6,
-`icemaint.compaction.rewrite_sql` and `Compactor._options`): it is the baseline, not product code.
+`icemaint.operations.compaction.rewrite_sql` and `Compactor._options`): it is the baseline, not product code.
 The previous version's own recorded call is checked against it in every run (see compaction_cost).
 """
 
 from __future__ import annotations
 
-from icemaint.names import TableName
+from icemaint.domain.names import TableName
 
 
 def rewrite_options(policy) -> dict[str, str]:

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Callable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import RUN
-from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
-from icemaint.scope import DateScope
+from icemaint.domain.decisions import RUN
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.names import TableName
+from icemaint.domain.scope import DateScope
 
 from benchmarks.baseline import rewrite_options, rewrite_sql
 from benchmarks.floor import rewrite_with_pyarrow

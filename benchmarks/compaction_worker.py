@@ -12,7 +12,7 @@
 Replies are single JSON lines on the original stdout, prefixed with REPLY; everything else the
 process or its JVM prints goes to stderr (fd 1 is pointed at fd 2 before Spark starts).
 
-"Proof skipped" replaces the version's proof function in `icemaint.validation` (`prove_rows` after
+"Proof skipped" replaces the version's proof function in `icemaint.engine.validation` (`prove_rows` after
 the change, `validate_rewrite` before it) with one that returns a passing result at once, marked
 `skipped_by_benchmark`, for the duration of that one run: everything else (claim, plan, stage or
 rewrite, publish, evidence, audit) is the version's own code. This exists only in the benchmark.
@@ -47,6 +47,20 @@ def _cpu_seconds() -> float | None:
     """CPU seconds used so far by this worker and its JVM (user + system; far less sensitive to other load)."""
     return _MACHINE._tree_cpu_seconds(os.getpid())
 
+
+
+def ours(module: str):
+    """A module of the version under test: the layered path (after the 2026-11 re-cut), else the flat one.
+
+    The "before" worker runs a commit from before the re-cut, where `icemaint.operations.compaction`
+    was `icemaint.compaction`; benchmarks compare versions, so they speak both.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError:
+        return importlib.import_module("icemaint." + module.rsplit(".", 1)[-1].replace("catalog", "metadata"))
 
 class _SkippedProof:
     """What the version's proof function returns when the benchmark skips the proof: a pass, marked."""
@@ -91,9 +105,10 @@ class Worker:
     # -- requests ---------------------------------------------------------------------------
     def init(self, req: dict) -> dict:
         import icemaint
-        from icemaint.compaction import Compactor
         from icemaint.config import parse_config
-        from icemaint.spark_session import get_spark
+
+        Compactor = ours("icemaint.operations.compaction").Compactor
+        get_spark = ours("icemaint.engine.spark_session").get_spark
 
         self.label = req["label"]
         self.config = parse_config(req["config"], Path(req["root"]), source=f"benchmarks-{self.label}")
@@ -117,12 +132,12 @@ class Worker:
                 "after_snapshot_id": int(after["snapshot_id"]), "load_1m": os.getloadavg()[0]}
 
     def compact(self, req: dict) -> dict:
-        import icemaint.compaction as compaction
-        import icemaint.validation as validation
-        from icemaint.audit import open_audit
-        from icemaint.claims import open_claims
-        from icemaint.compaction import CompactionRequest, Compactor
-        from icemaint.metadata import CatalogReader
+        compaction = ours("icemaint.operations.compaction")
+        validation = ours("icemaint.engine.validation")
+        open_audit = ours("icemaint.safety.audit").open_audit
+        open_claims = ours("icemaint.safety.claims").open_claims
+        CompactionRequest, Compactor = compaction.CompactionRequest, compaction.Compactor
+        CatalogReader = ours("icemaint.observe.catalog").CatalogReader
 
         m = self.measure
         times = m.CallTimes()
@@ -162,11 +177,11 @@ class Worker:
     @contextlib.contextmanager
     def _timed_internals(self, times):
         """Times the version's own table operations (read-only wrappers, removed after the run)."""
-        import icemaint.compaction as compaction
+        compaction = ours("icemaint.operations.compaction")
 
         with contextlib.ExitStack() as stack:
             if self.staged:
-                import icemaint.staging as staging
+                staging = ours("icemaint.engine.staging")
 
                 area = staging.StagingArea
                 names = ("stale_branches", "plan_date_files", "stage", "publish", "discard", "release_reads")

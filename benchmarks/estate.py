@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from icemaint.names import TableName
+from icemaint.domain.names import TableName
 
 from benchmarks.lake import create_table, day_rows
 

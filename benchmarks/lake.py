@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from icemaint.names import TableName
-from icemaint.simulator import COLUMNS, PARTITIONING, TABLE_PROPERTIES
+from icemaint.domain.names import TableName
+from icemaint.app.simulator import COLUMNS, PARTITIONING, TABLE_PROPERTIES
 
 from benchmarks.measure import Stopwatch
 

@@ -244,7 +244,7 @@ def _why_history(sensor: dict) -> list[str]:
             f"which JSON-round-trips each dict field) before filtering: one read of a {ar['records']:,}-record log "
             f"({ar['record_bytes']:,} bytes per record, the size of this run's real compaction record with its GX "
             f"evidence) took {_s(ar['seconds_per_read'], 3)}, so a full tick costs tables x log size. The fix belongs "
-            f"in `icemaint/audit.py` / `sensors/compaction.py` (outside benchmarks/): filter on the raw line or keep a "
+            f"in `icemaint/safety/audit.py` / `sensors/compaction.py` (outside benchmarks/): filter on the raw line or keep a "
             f"per-table index or summary of past throughput, or read the log once per tick; the PostgreSQL sink "
             f"filters in SQL."]
 
@@ -566,7 +566,7 @@ def render_report(results: dict) -> str:
               "probes and the sensor section) and two compaction workers (`benchmarks/compaction_worker.py`), one "
               "per version, each started with PYTHONPATH at that version's source (the before-version from a "
               "temporary `git worktree add --detach`, removed at the end) and keeping one Spark session "
-              "(`icemaint.spark_session.get_spark`) for the run; one JVM computes at a time. Catalog `lake` = "
+              "(`icemaint.engine.spark_session.get_spark`) for the run; one JVM computes at a time. Catalog `lake` = "
               "Hadoop catalog on `benchmarks/.work/run/lake/warehouse` shared by all three, `spark.driver.memory=2g`, "
               "catalog cache off as in production; claims and audit log per version. A warm-up table gets every "
               "variant, the floor and the probes first, so that JVM warm-up and the GX import are in no figure.",

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     load_start = load_average()
     timing: dict[str, float] = {}
 
-    from icemaint.spark_session import get_spark
+    from icemaint.engine.spark_session import get_spark
 
     with Stopwatch() as sw:
         spark = get_spark(config)

@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 
 import yaml
 
-from icemaint.audit import AuditRecord, FileAuditLog, open_audit
+from icemaint.safety.audit import AuditRecord, FileAuditLog, open_audit
 from icemaint.config import MaintenanceConfig
 
 from benchmarks.compaction_cost import BenchmarkInvalid
@@ -35,15 +35,15 @@ AUDIT_HISTORY_RECORDS = 1000
 # (label, path fragment, function name): where a tick's time goes, for the profile in RESULTS.md.
 PROFILED = (
     ("dynamic partitions (Dagster instance)", "dagster", "get_dynamic_partitions"),
-    ("metadata location (version-hint read)", "icemaint/metadata.py", "metadata_location"),
-    ("health (all of it)", "icemaint/metadata.py", "health"),
-    ("  load: StaticTable.from_metadata", "icemaint/metadata.py", "load"),
+    ("metadata location (version-hint read)", "icemaint/observe/catalog.py", "metadata_location"),
+    ("health (all of it)", "icemaint/observe/catalog.py", "health"),
+    ("  load: StaticTable.from_metadata", "icemaint/observe/catalog.py", "load"),
     ("  inspect.files (manifest entries)", "pyiceberg/table/inspect.py", "files"),
     ("  inspect.manifests", "pyiceberg/table/inspect.py", "manifests"),
-    ("  compute_health", "icemaint/health.py", "compute_health"),
-    ("claims: holder_of", "icemaint/claims.py", "holder_of"),
-    ("audit: records (past runs)", "icemaint/audit.py", "records"),
-    ("decisions", "icemaint/decisions.py", "decide_table_compactions"),
+    ("  compute_health", "icemaint/domain/health.py", "compute_health"),
+    ("claims: holder_of", "icemaint/safety/claims.py", "holder_of"),
+    ("audit: records (past runs)", "icemaint/safety/audit.py", "records"),
+    ("decisions", "icemaint/domain/decisions.py", "decide_table_compactions"),
 )
 
 
@@ -69,7 +69,7 @@ class SensorEstate:
 
     def tick(self, cursor: str | None) -> dict:
         """One tick from `cursor` (None: a fresh sensor); returns its time, counts and new cursor."""
-        from icemaint.tick import encode_cursor
+        from icemaint.domain.tick import encode_cursor
         from maint_assets.partitions import date_partitions
         from sensors.compaction import compaction_run_request, evaluate_compaction
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from icemaint.names import TableName
+from icemaint.domain.names import TableName
 
 _U = np.uint64
 _GOLDEN = _U(0x9E3779B97F4A7C15)

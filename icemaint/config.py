@@ -16,9 +16,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from icemaint.names import InvalidTableName, TableName
-from icemaint.policy import PolicyBook, PolicyError, TablePolicy, apply_overrides
-from icemaint.scope import parse_date
+from icemaint.domain.names import InvalidTableName, TableName
+from icemaint.domain.policy import PolicyBook, PolicyError, TablePolicy, apply_overrides
+from icemaint.domain.scope import parse_date
 
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "glue")
 CLAIM_BACKENDS = ("file", "postgres")

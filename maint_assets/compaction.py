@@ -7,8 +7,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from icemaint.compaction import CompactionOutcome, CompactionRequest, Compactor
-from icemaint.decisions import NOT_PUBLISHED, REFUSE, RUN
+from icemaint.operations.compaction import CompactionOutcome, CompactionRequest, Compactor
+from icemaint.domain.decisions import NOT_PUBLISHED, REFUSE, RUN
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, numeric, report_outcome
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, \

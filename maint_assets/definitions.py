@@ -3,7 +3,7 @@
 Built inside `@dg.definitions`, so the config file is read when the location loads, never at import;
 no Spark session or catalog call happens until a run or a sensor tick needs one. Loading writes no
 file and sets no environment variable: the instance home is prepared by the CLI, the runner and
-`make ui` (`icemaint.instance.ensure_dagster_home`).
+`make ui` (`icemaint.app.instance.ensure_dagster_home`).
 """
 
 

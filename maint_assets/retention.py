@@ -1,4 +1,4 @@
-"""`expired_snapshots`, `orphan_files` and `rewritten_manifests` (per table), run by `icemaint.housekeeping`.
+"""`expired_snapshots`, `orphan_files` and `rewritten_manifests` (per table), run by `icemaint.operations.housekeeping`.
 
 Each materializes only when it changed the table or its files; dry runs, defers and noops are
 observations, and a refusal is an observation followed by a Failure naming the policy.
@@ -9,15 +9,15 @@ from typing import Optional
 
 import dagster as dg
 
-from icemaint.decisions import REFUSE
-from icemaint.housekeeping import (
+from icemaint.domain.decisions import REFUSE
+from icemaint.operations.housekeeping import (
     ExpiryRequest,
     Housekeeper,
     ManifestRequest,
     OrphanRequest,
     RetentionOutcome,
 )
-from icemaint.units import parse_duration
+from icemaint.domain.units import parse_duration
 from maint_assets.compaction import table_dimension_mapping
 from maint_assets.partitions import PARTITION_TABLE_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG
 from maint_assets.health import table_health

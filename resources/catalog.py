@@ -6,8 +6,8 @@ import datetime as dt
 from dagster import ConfigurableResource
 from pydantic import PrivateAttr
 
-from icemaint.health import TableHealth
-from icemaint.metadata import CatalogReader
+from icemaint.domain.health import TableHealth
+from icemaint.observe.catalog import CatalogReader
 from resources.settings import MaintenanceSettings
 
 

@@ -16,7 +16,7 @@ class TableClaimResource(ConfigurableResource):
     @property
     def claims(self):
         if self._claims is None:
-            from icemaint.claims import open_claims
+            from icemaint.safety.claims import open_claims
 
             self._claims = open_claims(self.settings.config)
         return self._claims
@@ -37,7 +37,7 @@ class AuditResource(ConfigurableResource):
     @property
     def log(self):
         if self._log is None:
-            from icemaint.audit import open_audit
+            from icemaint.safety.audit import open_audit
 
             self._log = open_audit(self.settings.config)
         return self._log

@@ -3,7 +3,7 @@
 
 from dagster import ConfigurableResource
 
-from icemaint.spark_session import get_spark
+from icemaint.engine.spark_session import get_spark
 from resources.settings import MaintenanceSettings
 
 

@@ -5,10 +5,10 @@ import datetime as dt
 
 import dagster as dg
 
-from icemaint.approvals import is_approved
-from icemaint.audit import AuditRecord
-from icemaint.decisions import DEFER, REFUSE
-from icemaint.tick import decode_cursor, encode_cursor, plan_compaction_tick
+from icemaint.safety.approvals import is_approved
+from icemaint.safety.audit import AuditRecord
+from icemaint.domain.decisions import DEFER, REFUSE
+from icemaint.domain.tick import decode_cursor, encode_cursor, plan_compaction_tick
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG
 from maint_assets.partitions import table_date_key, table_partitions
 from resources.catalog import IcebergCatalogResource

@@ -1,4 +1,4 @@
-"""The retention sensor: adapts the pure retention tick (`icemaint.retention_tick`) to Dagster.
+"""The retention sensor: adapts the pure retention tick (`icemaint.domain.retention_tick`) to Dagster.
 
 It supplies the tick's reads (metadata locations and signals through pyiceberg, claims, runs in
 flight and the latest materializations from the instance) and turns its runs into RunRequests.
@@ -11,11 +11,11 @@ from typing import Optional
 
 import dagster as dg
 
-from icemaint.audit import AuditRecord
-from icemaint.metadata import read_retention_signals
-from icemaint.retention_tick import EXPIRE, MANIFESTS, ORPHANS, RETENTION_JOBS, RetentionDecision, \
+from icemaint.safety.audit import AuditRecord
+from icemaint.observe.catalog import read_retention_signals
+from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS, RETENTION_JOBS, RetentionDecision, \
     RetentionTickPlan, decode_cursor, encode_cursor, plan_retention_tick
-from icemaint.tick import policy_fingerprint
+from icemaint.domain.tick import policy_fingerprint
 from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, table_partitions
 from maint_assets.retention import run_table, runs_in_flight
 from resources.catalog import IcebergCatalogResource

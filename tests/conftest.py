@@ -89,7 +89,7 @@ def config_file(tmp_path, lake_root) -> Path:
 
 @pytest.fixture(scope="session")
 def spark(config):
-    from icemaint.spark_session import get_spark
+    from icemaint.engine.spark_session import get_spark
 
     session = get_spark(config)
     yield session

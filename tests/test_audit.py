@@ -15,7 +15,7 @@ import psycopg2
 import pytest
 
 from conftest import make_config
-from icemaint.audit import (
+from icemaint.safety.audit import (
     AuditLogCorrupt,
     AuditRecord,
     FileAuditLog,
@@ -173,7 +173,7 @@ def test_concurrent_appends_from_threads_stay_intact(cfg):
 
 _APPEND_MANY = """
 import sys
-from icemaint.audit import AuditRecord, FileAuditLog, PostgresAuditLog
+from icemaint.safety.audit import AuditRecord, FileAuditLog, PostgresAuditLog
 sink, where, writer, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 log = FileAuditLog(where) if sink == "file" else PostgresAuditLog(where)
 for seq in range(count):

@@ -24,9 +24,9 @@ from dagster._daemon.backfill import execute_backfill_iteration
 from dagster._daemon.daemon import get_default_daemon_logger
 
 from conftest import write_config
-from icemaint.audit import open_audit
+from icemaint.safety.audit import open_audit
 from icemaint.config import load_config
-from icemaint.simulator import StreamingWriter, WorkloadSpec
+from icemaint.app.simulator import StreamingWriter, WorkloadSpec
 
 REPO = Path(__file__).resolve().parent.parent
 DATES = ["2026-01-01", "2026-01-02", "2026-01-03"]

@@ -17,7 +17,7 @@ import psycopg2
 import pytest
 
 from conftest import make_config
-from icemaint.claims import (
+from icemaint.safety.claims import (
     ClaimBusy,
     FileClaims,
     PostgresClaims,
@@ -26,7 +26,7 @@ from icemaint.claims import (
     table_claim,
 )
 from icemaint.config import ConfigError
-from icemaint.names import InvalidTableName
+from icemaint.domain.names import InvalidTableName
 
 REPO = Path(__file__).resolve().parents[1]
 DSN_ENV = "ICEMAINT_TEST_CLAIMS_DSN"
@@ -114,7 +114,7 @@ def test_release_is_idempotent_and_never_frees_a_later_holder(claims, table_name
 
 _HOLD_AND_WAIT = """
 import sys, time
-from icemaint.claims import FileClaims, PostgresClaims
+from icemaint.safety.claims import FileClaims, PostgresClaims
 backend, where, table = sys.argv[1:4]
 claims = FileClaims(where) if backend == "file" else PostgresClaims(where)
 claim = claims.acquire(table, "doomed")

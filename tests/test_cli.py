@@ -12,12 +12,12 @@ import dagster as dg
 import pytest
 
 from conftest import write_config
-from icemaint.audit import open_audit
-from icemaint.cli import main
+from icemaint.safety.audit import open_audit
+from icemaint.app.cli import main
 from icemaint.config import load_config
-from icemaint.instance import get_instance
-from icemaint.metadata import CatalogReader
-from icemaint.simulator import StreamingWriter, WorkloadSpec
+from icemaint.app.instance import get_instance
+from icemaint.observe.catalog import CatalogReader
+from icemaint.app.simulator import StreamingWriter, WorkloadSpec
 
 # health numbers that depend on when they are read
 CLOCK_FIELDS = ("oldest_snapshot_age_seconds", "seconds_since_writer_commit")

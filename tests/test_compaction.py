@@ -6,14 +6,14 @@ import time
 
 import pytest
 
-from icemaint.audit import open_audit
-from icemaint.claims import ClaimBusy, open_claims, table_claim
-from icemaint.compaction import CompactionRequest, Compactor
-from icemaint.metadata import CatalogReader, TableNotFound
-from icemaint.names import InvalidTableName, TableName
-from icemaint.scope import InvalidDate
-from icemaint.simulator import StreamingWriter, WorkloadSpec
-from icemaint.validation import full_row_hash
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import ClaimBusy, open_claims, table_claim
+from icemaint.operations.compaction import CompactionRequest, Compactor
+from icemaint.observe.catalog import CatalogReader, TableNotFound
+from icemaint.domain.names import InvalidTableName, TableName
+from icemaint.domain.scope import InvalidDate
+from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+from icemaint.engine.validation import full_row_hash
 from staged_faults import corrupt_long, main_lineage, uncompressed
 
 DATE = "2026-01-02"
@@ -304,7 +304,7 @@ def test_sort_and_zorder_strategies_rewrite_with_proof(spark, lake_root, tmp_pat
 
 def test_a_proof_that_cannot_run_publishes_nothing(spark, config, table_name, monkeypatch):
     """Fault injection into our own validation step (e.g. GX crashing): an unproven rewrite never reaches main."""
-    import icemaint.validation
+    import icemaint.engine.validation
 
     writer = simulate(spark, config, table_name, batches=4)
     before = current(spark, config, table_name)
@@ -312,7 +312,7 @@ def test_a_proof_that_cannot_run_publishes_nothing(spark, config, table_name, mo
     def crashing_validation(*args, **kwargs):
         raise RuntimeError("injected: the validation engine crashed")
 
-    monkeypatch.setattr(icemaint.validation, "prove_rows", crashing_validation)
+    monkeypatch.setattr(icemaint.engine.validation, "prove_rows", crashing_validation)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert outcome.decision == "not_published" and outcome.validation["passed"] is False
     assert "injected" in outcome.validation["commits"][0]["error"] and "injected" in outcome.reason

@@ -10,7 +10,7 @@ import pytest
 
 from icemaint.config import (CONFIG_ENV, ConfigError, catalog_secret_properties, load_config, parse_config,
                              secret_env_name)
-from icemaint.policy import TablePolicy
+from icemaint.domain.policy import TablePolicy
 
 MiB = 2**20
 

@@ -21,7 +21,7 @@ import yaml
 
 from conftest import write_config
 from icemaint.config import load_config
-from icemaint.instance import ensure_dagster_home
+from icemaint.app.instance import ensure_dagster_home
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 120

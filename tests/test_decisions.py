@@ -6,11 +6,11 @@ import datetime as dt
 
 import pytest
 
-from icemaint.decisions import (DEFAULT_REWRITE_BYTES_PER_SECOND, DEFER, NOOP, REFUSE, RUN, Decision, Gates,
+from icemaint.domain.decisions import (DEFAULT_REWRITE_BYTES_PER_SECOND, DEFER, NOOP, REFUSE, RUN, Decision, Gates,
                                 decide_compaction, decide_table_compactions, measured_throughput,
                                 rank_within_budget)
-from icemaint.health import FileEntry, SnapshotEntry, compute_health, last_writer_commit
-from icemaint.policy import TablePolicy
+from icemaint.domain.health import FileEntry, SnapshotEntry, compute_health, last_writer_commit
+from icemaint.domain.policy import TablePolicy
 
 KiB, MiB = 2**10, 2**20
 NOW = dt.datetime(2024, 6, 10, 12, 0, tzinfo=dt.timezone.utc)
@@ -270,7 +270,7 @@ def test_writer_activity_counts_only_mains_lineage():
 
 @pytest.mark.parametrize("head, ids", [(2, [2, 1]), (3, [3, 1]), (None, []), (9, [])])
 def test_lineage(head, ids):
-    from icemaint.health import lineage
+    from icemaint.domain.health import lineage
 
     snapshots = (snap(1, None, 900), snap(2, 1, 600), snap(3, 1, 10))
     assert [s.snapshot_id for s in lineage(snapshots, head)] == ids

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from conftest import current_snapshot, two_versions
-from icemaint.digest import WHOLE_ROW, snapshot_digest
-from icemaint.names import TableName
-from icemaint.validation import COLUMN_AGGREGATES, ROW_COUNT_PARITY, SAMPLE_COMPARISON, validate_rewrite
+from icemaint.engine.digest import WHOLE_ROW, snapshot_digest
+from icemaint.domain.names import TableName
+from icemaint.engine.validation import COLUMN_AGGREGATES, ROW_COUNT_PARITY, SAMPLE_COMPARISON, validate_rewrite
 
 
 def test_integer_and_decimal_sums_are_exact_beyond_64_bits(spark, config, table_name):
@@ -100,8 +100,8 @@ def test_a_passing_proof_runs_one_spark_job_per_snapshot_plus_gx_row_count(spark
     assert result.passed
     jobs = sorted(tracker.getJobIdsForGroup(group))
     stages = [tracker.getStageInfo(st).name for j in jobs for st in tracker.getJobInfo(j).stageIds]
-    # one read per snapshot (icemaint/digest.py); everything else is GX counting the after
+    # one read per snapshot (icemaint/engine/digest.py); everything else is GX counting the after
     # snapshot for row_count_parity (a count: its shuffle and result stages)
-    assert sum("icemaint/digest.py" in name for name in stages) == 2, "\n".join(stages)
-    assert all("icemaint/digest.py" in name or "great_expectations" in name for name in stages), "\n".join(stages)
+    assert sum("icemaint/engine/digest.py" in name for name in stages) == 2, "\n".join(stages)
+    assert all("icemaint/engine/digest.py" in name or "great_expectations" in name for name in stages), "\n".join(stages)
     assert len(jobs) <= 4, "\n".join(stages)

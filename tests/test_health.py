@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import current_snapshot, write_config
-from icemaint.audit import open_audit
-from icemaint.claims import open_claims
-from icemaint.compaction import CompactionRequest, Compactor
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims
+from icemaint.operations.compaction import CompactionRequest, Compactor
 from icemaint.config import load_config
-from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
-from icemaint.simulator import StreamingWriter, WorkloadSpec
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.names import TableName
+from icemaint.app.simulator import StreamingWriter, WorkloadSpec
 
 DATE = "2026-01-02"
 

@@ -3,7 +3,7 @@
 import yaml
 
 from conftest import make_config
-from icemaint.instance import ensure_dagster_home
+from icemaint.app.instance import ensure_dagster_home
 
 
 def test_instance_limits_runs_per_table_and_in_total(tmp_path, lake_root, monkeypatch):

@@ -6,12 +6,12 @@ import os
 import pytest
 
 from conftest import make_config
-from icemaint.audit import PostgresAuditLog, open_audit
-from icemaint.claims import PostgresClaims, open_claims, table_claim
-from icemaint.compaction import CompactionRequest, Compactor
-from icemaint.metadata import CatalogReader
-from icemaint.simulator import StreamingWriter, WorkloadSpec
-from icemaint.spark_session import get_spark
+from icemaint.safety.audit import PostgresAuditLog, open_audit
+from icemaint.safety.claims import PostgresClaims, open_claims, table_claim
+from icemaint.operations.compaction import CompactionRequest, Compactor
+from icemaint.observe.catalog import CatalogReader
+from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+from icemaint.engine.spark_session import get_spark
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -16,12 +16,12 @@ from collections import Counter
 
 import pytest
 
-from icemaint.audit import open_audit
-from icemaint.claims import open_claims
-from icemaint.compaction import CompactionRequest, Compactor
-from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
-from icemaint.validation import COLUMN_AGGREGATES, SAMPLE_COMPARISON, full_row_hash, validate_rewrite
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims
+from icemaint.operations.compaction import CompactionRequest, Compactor
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.names import TableName
+from icemaint.engine.validation import COLUMN_AGGREGATES, SAMPLE_COMPARISON, full_row_hash, validate_rewrite
 
 from conftest import current_snapshot
 

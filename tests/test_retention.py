@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from icemaint.policy import TablePolicy
-from icemaint.retention import (
+from icemaint.domain.policy import TablePolicy
+from icemaint.domain.retention import (
     RetentionError,
     SnapshotInfo,
     SnapshotRef,
@@ -22,7 +22,7 @@ from icemaint.retention import (
     plan_expiry,
     procedure_retains,
 )
-from icemaint.retention_engine import (
+from icemaint.engine.retention import (
     delete_batches,
     expire_snapshots,
     quarantine_batches,

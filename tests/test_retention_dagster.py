@@ -13,19 +13,19 @@ import dagster as dg
 import pytest
 
 from conftest import write_config
-from icemaint.audit import open_audit
-from icemaint.cli import main
+from icemaint.safety.audit import open_audit
+from icemaint.app.cli import main
 from icemaint.config import load_config
-from icemaint.metadata import CatalogReader
-from icemaint.policy import TablePolicy
-from icemaint.retention_engine import read_snapshots
-from icemaint.runner import MaintenanceRunner
-from icemaint.simulator import StreamingWriter, WorkloadSpec
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.policy import TablePolicy
+from icemaint.engine.retention import read_snapshots
+from icemaint.app.runner import MaintenanceRunner
+from icemaint.app.simulator import StreamingWriter, WorkloadSpec
 from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TABLE_TAG
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.settings import MaintenanceSettings
-from icemaint.retention_tick import RetentionSignals, decide_retention, expiry_due_at
+from icemaint.domain.retention_tick import RetentionSignals, decide_retention, expiry_due_at
 
 NOW = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
 DAY = 86400.0
@@ -262,7 +262,7 @@ def test_sensor_requests_expiry_then_orphans_and_nothing_for_an_unchanged_table(
 
 @pytest.mark.slow
 def test_tick_runs_expiry_then_orphans_on_the_next_tick(spark, tmp_path, lake_root, table_name, capsys):
-    from icemaint.ticker import Ticker
+    from icemaint.app.ticker import Ticker
 
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         defaults={"snapshot_older_than": "0s"}, scope={"include": [table_name]})

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from conftest import make_config
-from icemaint.audit import open_audit
-from icemaint.claims import open_claims, table_claim
-from icemaint.housekeeping import ExpiryRequest, Housekeeper, ManifestRequest, OrphanRequest
-from icemaint.metadata import CatalogReader, TableNotFound
-from icemaint.names import InvalidTableName, TableName
-from icemaint.retention import RetentionError
-from icemaint.retention_engine import read_snapshots
-from icemaint.simulator import StreamingWriter, WorkloadSpec
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims, table_claim
+from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, ManifestRequest, OrphanRequest
+from icemaint.observe.catalog import CatalogReader, TableNotFound
+from icemaint.domain.names import InvalidTableName, TableName
+from icemaint.domain.retention import RetentionError
+from icemaint.engine.retention import read_snapshots
+from icemaint.app.simulator import StreamingWriter, WorkloadSpec
 
 
 def simulate(spark, config, table, batches=4):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from icemaint.rewrite_plan import CandidateFile, SortKey, SortOrderError, order_by_sql, parse_sort_order, plan_groups, \
+from icemaint.domain.rewrite_plan import CandidateFile, SortKey, SortOrderError, order_by_sql, parse_sort_order, plan_groups, \
     zorder_sql
 
 MiB = 2**20

@@ -10,13 +10,13 @@ import dagster as dg
 import pytest
 
 from conftest import write_config
-from icemaint.audit import open_audit
-from icemaint.claims import open_claims
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims
 from icemaint.config import load_config
-from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
-from icemaint.simulator import StreamingWriter, WorkloadSpec
-from icemaint.tick import decode_cursor
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.names import TableName
+from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+from icemaint.domain.tick import decode_cursor
 from maint_assets.partitions import PLANNED_SNAPSHOT_TAG
 from maint_assets.definitions import build_definitions
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from icemaint.names import InvalidTableName, TableName
-from icemaint.simulator import (ID_STRIDE, Ledger, LedgerBehindTable, SchemaMismatch, SimulatorError,
+from icemaint.domain.names import InvalidTableName, TableName
+from icemaint.app.simulator import (ID_STRIDE, Ledger, LedgerBehindTable, SchemaMismatch, SimulatorError,
                                 StreamingWriter, WorkloadSpec, batch_rows, choose_deletes, delete_sql,
                                 main)
 
@@ -161,7 +161,7 @@ def test_batches_commit_inside_the_claim_and_the_ledger_matches_the_table(spark,
     for r in results:
         append = snaps[r.append_snapshot_id]
         assert append["operation"] == "append" and append["summary"]["added-data-files"] == "3"
-        assert append["summary"]["icemaint.simulator.batch"] == str(r.batch)
+        assert append["summary"]["icemaint.app.simulator.batch"] == str(r.batch)
         if r.deleted_ids:
             delete = snaps[r.delete_snapshot_id]
             assert delete["operation"] == "delete"

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from icemaint.audit import open_audit
-from icemaint.claims import open_claims
-from icemaint.compaction import CompactionRequest, Compactor
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims
+from icemaint.operations.compaction import CompactionRequest, Compactor
 from icemaint.config import load_config
-from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
-from icemaint.simulator import StreamingWriter, WorkloadSpec
-from icemaint.staging import MAINTENANCE_KEY, STAGE_PREFIX
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.names import TableName
+from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+from icemaint.engine.staging import MAINTENANCE_KEY, STAGE_PREFIX
 
 from conftest import make_config, write_config
 from staged_faults import corrupt_long, main_lineage, uncompressed
@@ -362,12 +362,12 @@ DYING_RUN = textwrap.dedent("""
     import json, os, signal, sys, time
     from pathlib import Path
 
-    from icemaint.audit import open_audit
-    from icemaint.claims import open_claims
-    from icemaint.compaction import CompactionRequest, Compactor
+    from icemaint.safety.audit import open_audit
+    from icemaint.safety.claims import open_claims
+    from icemaint.operations.compaction import CompactionRequest, Compactor
     from icemaint.config import load_config
-    from icemaint.metadata import CatalogReader
-    from icemaint.spark_session import get_spark
+    from icemaint.observe.catalog import CatalogReader
+    from icemaint.engine.spark_session import get_spark
 
     config_path, table, date, report, go = sys.argv[1:6]
     config = load_config(config_path)

@@ -7,12 +7,12 @@ time types and edge values in test_proof_edge_values.py.)
 
 import pytest
 
-from icemaint.audit import open_audit
-from icemaint.claims import open_claims
-from icemaint.compaction import CompactionRequest, Compactor
-from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
-from icemaint.validation import full_row_hash
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims
+from icemaint.operations.compaction import CompactionRequest, Compactor
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.names import TableName
+from icemaint.engine.validation import full_row_hash
 from staged_faults import main_lineage
 
 

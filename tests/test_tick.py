@@ -11,9 +11,9 @@ from collections import Counter
 import pytest
 
 from icemaint.config import parse_config
-from icemaint.decisions import DEFER, NOOP, REFUSE, RUN
-from icemaint.health import FileEntry, SnapshotEntry, compute_health
-from icemaint.tick import (RECHECK_APPROVAL_SECONDS, RECHECK_CLAIM_BUSY_SECONDS, TableCursor, decode_cursor,
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN
+from icemaint.domain.health import FileEntry, SnapshotEntry, compute_health
+from icemaint.domain.tick import (RECHECK_APPROVAL_SECONDS, RECHECK_CLAIM_BUSY_SECONDS, TableCursor, decode_cursor,
                            encode_cursor, plan_compaction_tick)
 
 KiB, MiB = 2**10, 2**20

@@ -7,10 +7,10 @@ from dataclasses import fields
 
 import pytest
 
-from icemaint.names import InvalidTableName, TableName, check_column, quote_column
-from icemaint.policy import POLICY_KEYS, PolicyError, TablePolicy, apply_overrides
-from icemaint.scope import DateScope, InvalidDate, parse_date
-from icemaint.units import format_duration, parse_duration, parse_size
+from icemaint.domain.names import InvalidTableName, TableName, check_column, quote_column
+from icemaint.domain.policy import POLICY_KEYS, PolicyError, TablePolicy, apply_overrides
+from icemaint.domain.scope import DateScope, InvalidDate, parse_date
+from icemaint.domain.units import format_duration, parse_duration, parse_size
 
 
 @pytest.mark.parametrize("text, seconds", [

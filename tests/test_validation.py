@@ -8,8 +8,8 @@ import pytest
 
 from conftest import current_snapshot, two_versions
 
-from icemaint.names import TableName
-from icemaint.validation import (
+from icemaint.domain.names import TableName
+from icemaint.engine.validation import (
     COLUMN_AGGREGATES,
     ROW_COUNT_PARITY,
     SAMPLE_COMPARISON,

@@ -18,15 +18,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.contract import ContractRun, OperatingContract
-from icemaint.decisions import DEFER, NOOP, NOT_PUBLISHED, RUN, Decision, Gates, Operation, decide_compaction, \
+from icemaint.operations.contract import ContractRun, OperatingContract
+from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, RUN, Decision, Gates, Operation, decide_compaction, \
     measured_throughput
-from icemaint.health import TableHealth
-from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
-from icemaint.rewrite_plan import parse_sort_order, plan_groups
-from icemaint.scope import DateScope, parse_date, period_start, span_of
-from icemaint.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
+from icemaint.domain.health import TableHealth
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.names import TableName
+from icemaint.domain.rewrite_plan import parse_sort_order, plan_groups
+from icemaint.domain.scope import DateScope, parse_date, period_start, span_of
+from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ class Compactor:
     def _one_group(self, staging: StagingArea, request, name: TableName, date: str, policy, group, tasks, base: int,
                    sort_keys, index: int, outcome: CompactionOutcome) -> bool:
         """Stage, prove and publish one group; False when its proof failed (nothing published)."""
-        from icemaint.validation import RowSet, prove_rows
+        from icemaint.engine.validation import RowSet, prove_rows
 
         t0 = time.perf_counter()
         self.progress(f"staging {len(group.files)} files of {name.key} {date} from snapshot {base}")
@@ -298,7 +298,7 @@ class Compactor:
 
     def _clean_stale_staging(self, staging: StagingArea, request, identity: str, outcome: CompactionOutcome) -> None:
         """Under the claim no staging of ours is live: any staging branch left is a dead run's. Remove and audit it."""
-        from icemaint.audit import AuditRecord
+        from icemaint.safety.audit import AuditRecord
 
         for branch, snapshot_id in staging.stale_branches():
             staging.discard(branch)
@@ -343,7 +343,7 @@ class Compactor:
 
     def _record_approval(self, request, name: TableName, date: str, identity: str, decision: Decision) -> None:
         """A run launched as approved (CLI --approved, or `approved: true` in the UI launchpad) is the approval."""
-        from icemaint.audit import AuditRecord
+        from icemaint.safety.audit import AuditRecord
 
         self.audit.append(AuditRecord(
             table=name.key, operation="approve", decision="approved", date=date, identity=identity,
@@ -351,7 +351,7 @@ class Compactor:
             reason=f"run over the cost ceiling approved at launch by {identity}"))
 
     def _record(self, request: CompactionRequest, outcome: CompactionOutcome, run: ContractRun) -> CompactionOutcome:
-        from icemaint.audit import AuditRecord
+        from icemaint.safety.audit import AuditRecord
 
         identity, writer_check = run.identity, {"claim_holder": run.claim_holder} if run.claim_holder else None
         outcome.durations["total_seconds"] = round(time.perf_counter() - run.started, 3)

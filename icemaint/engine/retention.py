@@ -1,6 +1,6 @@
 """Retention on Spark: snapshot expiry, orphan-file removal (or quarantine) and manifest rewrites.
 
-Carries out the plans of `icemaint.retention` with Iceberg's procedures and Java API, each with a dry
+Carries out the plans of `icemaint.domain.retention` with Iceberg's procedures and Java API, each with a dry
 run that computes the same numbers and changes nothing. Every Spark, JVM and file-system call of
 retention lives here.
 """
@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from icemaint.names import TableName
-from icemaint.retention import (
+from icemaint.domain.names import TableName
+from icemaint.domain.retention import (
     ORPHAN_MIN_AGE, ConcurrentExpiry, ExpiryPlan, GcDisabled, QuarantineMoveFailed, RetentionError, SnapshotInfo,
     SnapshotRef, StaleExpiryPlan, _aware, _ms, _retain_last, procedure_retains,
 )

@@ -13,8 +13,8 @@ import json
 import sys
 
 from icemaint.config import MaintenanceConfig
-from icemaint.housekeeping import check_age, check_retain_last
-from icemaint.units import parse_duration
+from icemaint.operations.housekeeping import check_age, check_retain_last
+from icemaint.domain.units import parse_duration
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -57,7 +57,7 @@ def _report(args, operation: str, report) -> int:
 
 
 def _runner(config: MaintenanceConfig, args):
-    from icemaint.runner import MaintenanceRunner
+    from icemaint.app.runner import MaintenanceRunner
 
     runner = MaintenanceRunner(config, args.config)
     runner.check_table(args.table)  # TableNotFound / InvalidTableName before any run
@@ -85,9 +85,9 @@ def cmd_manifests(config: MaintenanceConfig, args) -> int:
 
 
 def cmd_purge_quarantine(config: MaintenanceConfig, args) -> int:
-    from icemaint.audit import open_audit
-    from icemaint.quarantine import purge
-    from icemaint.spark_session import get_spark
+    from icemaint.safety.audit import open_audit
+    from icemaint.operations.quarantine import purge
+    from icemaint.engine.spark_session import get_spark
 
     older_than = parse_duration(_duration(args.older_than, "--older-than"))
     outcomes = purge(config, get_spark(config), open_audit(config), older_than_seconds=older_than,

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
-from icemaint.names import TableName
+from icemaint.domain.names import TableName
 
 # event_id = batch * ID_STRIDE + row: ids follow from the batch index alone, so a resumed or
 # repeated run writes the same ids for the same batch and two batches never share one.
 ID_STRIDE = 1_000_000
 # Marks the writer's append snapshots, so a resumed writer can tell whether its ledger is behind.
-BATCH_PROPERTY = "icemaint.simulator.batch"
+BATCH_PROPERTY = "icemaint.app.simulator.batch"
 STATUSES = ("ok", "ok", "ok", "ok", "warn", "error")
 
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -435,7 +435,7 @@ def default_ledger_path(state_dir: str | os.PathLike, table: str) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m icemaint.simulator",
+    p = argparse.ArgumentParser(prog="python -m icemaint.app.simulator",
                                 description="Simulated streaming writer for an Iceberg table (resumable).")
     p.add_argument("--config", help="maintenance config file (default: $ICEMAINT_CONFIG or maintenance.yaml)")
     p.add_argument("--table", default=WorkloadSpec.table, help="namespace.table (default %(default)s)")
@@ -472,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from icemaint.spark_session import get_spark
+    from icemaint.engine.spark_session import get_spark
 
     writer = StreamingWriter(get_spark(config), config.catalog.name, spec, ledger=ledger,
                              on_commit=lambda batch, kind: ledger.save(ledger_path))

@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from icemaint.names import quote_column
+from icemaint.domain.names import quote_column
 
 _TIMESTAMP_TYPES = ("timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns")
 # Python 3.11+ fromisoformat also accepts week dates (2024-W01-1) and compact forms: check the shape first.

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Iterable, Sequence
 
-from icemaint.health import TableHealth
-from icemaint.policy import TablePolicy
+from icemaint.domain.health import TableHealth
+from icemaint.domain.policy import TablePolicy
 
 class Verdict(str, Enum):
     """What a decision (or a run's outcome) is. A str, so records and JSON keep the plain word."""

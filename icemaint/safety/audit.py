@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from icemaint.config import ConfigError
-from icemaint.postgres import PostgresConnector
+from icemaint.safety.postgres import PostgresConnector
 
 if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import REFUSE, RUN, Operation, refusal_for
-from icemaint.housekeeping import MAX_LISTED_PATHS, ORPHANS, QUARANTINE_DIR, check_age
-from icemaint.retention_engine import delete_batches, quarantine_batches
-from icemaint.units import format_duration
+from icemaint.domain.decisions import REFUSE, RUN, Operation, refusal_for
+from icemaint.operations.housekeeping import MAX_LISTED_PATHS, ORPHANS, QUARANTINE_DIR, check_age
+from icemaint.engine.retention import delete_batches, quarantine_batches
+from icemaint.domain.units import format_duration
 
 PURGE = Operation.PURGE_QUARANTINE
 
@@ -45,7 +45,7 @@ def purge(config: MaintenanceConfig, spark, audit, *, older_than_seconds: float,
     Raises:
         RetentionError: a negative or non-numeric age, before anything is touched.
     """
-    from icemaint.audit import AuditRecord
+    from icemaint.safety.audit import AuditRecord
 
     started = time.perf_counter()
     age = check_age(older_than_seconds, "older_than")

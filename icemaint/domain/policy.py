@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from icemaint.units import parse_duration, parse_size
+from icemaint.domain.units import parse_duration, parse_size
 
 OPERATIONS = ("compact", "expire", "orphans", "manifests", "rollback")
 SORT_STRATEGIES = ("binpack", "sort", "zorder")
@@ -125,7 +125,7 @@ def _identities(v: Any) -> frozenset[str]:
 
 
 def _column(v: Any) -> str:
-    from icemaint.names import check_column
+    from icemaint.domain.names import check_column
 
     return check_column(v)
 
@@ -201,7 +201,7 @@ def apply_overrides(base: TablePolicy, overrides: Mapping[str, Any], where: str)
     if policy.strategy in ("sort", "zorder") and not policy.sort_order:
         raise PolicyError(f"{where}.sort_order: strategy {policy.strategy!r} needs a sort_order")
     if policy.strategy in ("sort", "zorder"):
-        from icemaint.rewrite_plan import SortOrderError, parse_sort_order
+        from icemaint.domain.rewrite_plan import SortOrderError, parse_sort_order
 
         try:
             parse_sort_order(policy.sort_order, policy.strategy)

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from icemaint.config import ConfigError
-from icemaint.names import TableName
-from icemaint.postgres import PostgresConnector
+from icemaint.domain.names import TableName
+from icemaint.safety.postgres import PostgresConnector
 
 if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig

@@ -1,6 +1,6 @@
 """Retention planning, pure: which snapshots an expiry removes, and when expiry, orphan removal and a
 manifest rewrite are due (`plan_expiry`, `procedure_retains`, `expiry_due`, `manifests_due`,
-`orphan_cutoff`). `icemaint.retention_engine` carries the plans out on Spark.
+`orphan_cutoff`). `icemaint.engine.retention` carries the plans out on Spark.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping
 
-from icemaint.policy import TablePolicy
+from icemaint.domain.policy import TablePolicy
 
 MAIN_BRANCH = "main"
 # Iceberg's remove_orphan_files procedure refuses younger cutoffs: files of a commit still in

@@ -1,7 +1,7 @@
 """Snapshot expiry, orphan-file removal and manifest rewrites under the operating contract.
 
 Each run is policy-gated (read_only, allowed_operations, allowed_identities), claimed (a busy claim
-defers, naming the holder), decided (run / noop / refuse), carried out by `icemaint.retention_engine` on
+defers, naming the holder), decided (run / noop / refuse), carried out by `icemaint.engine.retention` on
 Spark, and recorded as exactly one audit record. Spark- and Dagster-agnostic, like `Compactor`.
 """
 
@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Callable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.contract import ContractRun, OperatingContract
-from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Operation
-from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
-from icemaint.retention import (
+from icemaint.operations.contract import ContractRun, OperatingContract
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.names import TableName
+from icemaint.domain.retention import (
     ORPHAN_MIN_AGE, ConcurrentExpiry, QuarantineMoveFailed, RetentionError, StaleExpiryPlan, manifests_due, plan_expiry,
 )
-from icemaint.retention_engine import expire_snapshots, read_snapshots, remove_orphan_files, rewrite_manifests
-from icemaint.units import format_duration
+from icemaint.engine.retention import expire_snapshots, read_snapshots, remove_orphan_files, rewrite_manifests
+from icemaint.domain.units import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class Housekeeper:
             record=lambda run, outcome: self._finish(request, outcome, run))
 
     def _finish(self, request, outcome: RetentionOutcome, run: ContractRun) -> RetentionOutcome:
-        from icemaint.audit import AuditRecord
+        from icemaint.safety.audit import AuditRecord
 
         outcome.claim_holder = outcome.claim_holder or run.claim_holder
         try:

@@ -11,10 +11,10 @@ import logging
 from dataclasses import dataclass, field
 
 from icemaint.config import MaintenanceConfig
-from icemaint.instance import get_instance
-from icemaint.metadata import CatalogReader
-from icemaint.names import TableName
-from icemaint.scope import parse_date
+from icemaint.app.instance import get_instance
+from icemaint.observe.catalog import CatalogReader
+from icemaint.domain.names import TableName
+from icemaint.domain.scope import parse_date
 from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
-from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, decide_table_compactions, \
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, decide_table_compactions, \
     measured_throughput, rank_within_budget
-from icemaint.health import TableHealth
-from icemaint.policy import TablePolicy
+from icemaint.domain.health import TableHealth
+from icemaint.domain.policy import TablePolicy
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ holds until a compaction of that date runs.
 
 from __future__ import annotations
 
-from icemaint.decisions import refusal_for
+from icemaint.domain.decisions import refusal_for
 
 
 class ApprovalRefused(PermissionError):
@@ -15,9 +15,9 @@ class ApprovalRefused(PermissionError):
 
 def approve(config, audit, table: str, date: str, note: str | None = None):
     """Record an approval by the current identity; refused when policy forbids that identity."""
-    from icemaint.audit import AuditRecord
-    from icemaint.names import TableName
-    from icemaint.scope import parse_date
+    from icemaint.safety.audit import AuditRecord
+    from icemaint.domain.names import TableName
+    from icemaint.domain.scope import parse_date
 
     key = TableName.parse(table).key
     date = parse_date(date, config.dates_start).isoformat()

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
-from icemaint.decisions import RUN
+from icemaint.domain.decisions import RUN
 
 
 class Ticker:
     def __init__(self, config: MaintenanceConfig, config_path: str | None = None):
-        from icemaint.runner import MaintenanceRunner
+        from icemaint.app.runner import MaintenanceRunner
         from resources.catalog import IcebergCatalogResource
         from resources.claims import AuditResource, TableClaimResource
         from resources.settings import MaintenanceSettings
@@ -82,7 +82,7 @@ class Ticker:
                              f"validation {'passed' if entry['validation'] else 'FAILED' if entry['validation'] is False else 'n/a'}")
                 lines.append(line)
         if not dry_run:
-            from icemaint.tick import encode_cursor
+            from icemaint.domain.tick import encode_cursor
 
             self._save_cursor("compaction", encode_cursor(plan.cursor))
         lines.append(f"tick: {len(plan.evaluated)} tables evaluated, {len(plan.unchanged)} unchanged, "
@@ -97,7 +97,7 @@ class Ticker:
 
     def _tick_retention(self, dry_run: bool) -> tuple[list[dict], list[str], bool, dict]:
         """Retention after compaction (which may just have superseded files): expiry, orphans, manifests."""
-        from icemaint.retention_tick import encode_cursor
+        from icemaint.domain.retention_tick import encode_cursor
         from sensors.retention import evaluate_retention
 
         plan = evaluate_retention(self.runner.instance, self.catalog, self.claims, self.audit,

@@ -1,7 +1,7 @@
 """Proof that a rewrite changed no data: Great Expectations checks comparing two snapshots of a table.
 
 Owns `validate_rewrite` and `full_row_hash`. Each snapshot's scoped rows are read once by Spark
-(`icemaint.digest.snapshot_digest`: row count, per-column aggregates, a whole-row hash sum and the
+(`icemaint.engine.digest.snapshot_digest`: row count, per-column aggregates, a whole-row hash sum and the
 fingerprints of a content-hashed sample); Great Expectations then proves equality with its own
 expectations:
 
@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from icemaint.digest import SnapshotDigest, row_hash_args, rows_digest, sampled_rows, snapshot_sql
+from icemaint.engine.digest import SnapshotDigest, row_hash_args, rows_digest, sampled_rows, snapshot_sql
 
 ROW_COUNT_PARITY = "row_count_parity"
 SAMPLE_COMPARISON = "sample_comparison"

@@ -2,7 +2,7 @@
 manifest rewrites; the cursor that makes an unchanged table cost one metadata-location read.
 
 Every read is a callable the caller passes (the sensor and `icemaint tick` pass Dagster- and
-pyiceberg-backed ones; tests pass an in-memory estate), as `icemaint.tick.plan_compaction_tick` does.
+pyiceberg-backed ones; tests pass an in-memory estate), as `icemaint.domain.tick.plan_compaction_tick` does.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping, Optional
 
-from icemaint.decisions import DEFER, NOOP, REFUSE, RUN, Operation, ReasonKind, Verdict, refusal_for
-from icemaint.policy import TablePolicy
-from icemaint.retention import expiry_due, manifests_due
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation, ReasonKind, Verdict, refusal_for
+from icemaint.domain.policy import TablePolicy
+from icemaint.domain.retention import expiry_due, manifests_due
 
 EXPIRE, ORPHANS, MANIFESTS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS
 # The run that carries each operation: a run of that name in flight on a table holds the operation.

@@ -14,8 +14,8 @@ from typing import Any
 from urllib.parse import quote
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
-from icemaint.health import FileEntry, SnapshotEntry, TableHealth, compute_health
-from icemaint.names import InvalidTableName, TableName
+from icemaint.domain.health import FileEntry, SnapshotEntry, TableHealth, compute_health
+from icemaint.domain.names import InvalidTableName, TableName
 
 log = logging.getLogger(__name__)
 EPOCH = dt.date(1970, 1, 1)
@@ -163,7 +163,7 @@ class CatalogReader:
 
     # -- health ----------------------------------------------------------------------------
     def health(self, table: str, now: dt.datetime | None = None, loaded=None) -> TableHealth:
-        """Health numbers of the table's current snapshot (see `icemaint.health`)."""
+        """Health numbers of the table's current snapshot (see `icemaint.domain.health`)."""
         policy = self.config.policy(table)
         tbl = loaded if loaded is not None else self.load(table)
         # After the load: a commit that landed while the table was read is not in the future.
@@ -208,7 +208,7 @@ def read_snapshots(tbl) -> list[SnapshotEntry]:
 
 def read_retention_signals(tbl, table: str, policy):
     """Snapshot count and age and manifest sizes from a pyiceberg table (reads the manifest list only)."""
-    from icemaint.retention_tick import RetentionSignals
+    from icemaint.domain.retention_tick import RetentionSignals
 
     snapshots = tbl.metadata.snapshots
     # Branch heads and tagged snapshots never expire: an old tag must not make expiry due forever.

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Sequence
 
-from icemaint import cli_retention
+from icemaint.app import cli_retention
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -37,7 +37,7 @@ def _dates(args, runner) -> list[str]:
 
 
 def cmd_health(config: MaintenanceConfig, args) -> int:
-    from icemaint.runner import MaintenanceRunner
+    from icemaint.app.runner import MaintenanceRunner
 
     runner = MaintenanceRunner(config, args.config)
     report = runner.health(args.table)
@@ -71,7 +71,7 @@ def _outcome_line(o: dict) -> str:
 
 
 def cmd_compact(config: MaintenanceConfig, args) -> int:
-    from icemaint.runner import MaintenanceRunner
+    from icemaint.app.runner import MaintenanceRunner
 
     runner = MaintenanceRunner(config, args.config)
     table = runner.check_table(args.table)
@@ -94,8 +94,8 @@ def cmd_compact(config: MaintenanceConfig, args) -> int:
 
 
 def cmd_approve(config: MaintenanceConfig, args) -> int:
-    from icemaint.approvals import approve
-    from icemaint.audit import open_audit
+    from icemaint.safety.approvals import approve
+    from icemaint.safety.audit import open_audit
 
     record = approve(config, open_audit(config), args.table, args.date, args.note)
     print(f"approved compaction of {record.table} {record.date} by {record.identity}")
@@ -103,7 +103,7 @@ def cmd_approve(config: MaintenanceConfig, args) -> int:
 
 
 def cmd_audit(config: MaintenanceConfig, args) -> int:
-    from icemaint.audit import open_audit
+    from icemaint.safety.audit import open_audit
 
     records = open_audit(config).records(table=args.table, operation=args.operation, limit=args.limit)
     if args.json:
@@ -116,7 +116,7 @@ def cmd_audit(config: MaintenanceConfig, args) -> int:
 
 
 def cmd_tick(config: MaintenanceConfig, args) -> int:
-    from icemaint.ticker import Ticker
+    from icemaint.app.ticker import Ticker
 
     report = Ticker(config, args.config).tick(dry_run=args.dry_run)
     if args.json:
@@ -133,7 +133,7 @@ def cmd_ui(config: MaintenanceConfig, args) -> int:
     import shutil
     from pathlib import Path
 
-    from icemaint.instance import ensure_dagster_home
+    from icemaint.app.instance import ensure_dagster_home
 
     home = ensure_dagster_home(config)
     workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
@@ -146,7 +146,7 @@ def cmd_ui(config: MaintenanceConfig, args) -> int:
 
 
 def cmd_demo(config: MaintenanceConfig, args) -> int:
-    from icemaint.demo import run_demo
+    from icemaint.app.demo import run_demo
 
     return run_demo(config, args.config, batches=args.batches)
 
@@ -201,9 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from icemaint.metadata import TableNotFound
-    from icemaint.names import InvalidTableName
-    from icemaint.scope import InvalidDate
+    from icemaint.observe.catalog import TableNotFound
+    from icemaint.domain.names import InvalidTableName
+    from icemaint.domain.scope import InvalidDate
 
     args = build_parser().parse_args(argv)
     try:

@@ -27,12 +27,12 @@ def _partition_rows(health) -> dict[str, tuple[int, float, int]]:
 
 
 def run_demo(config: MaintenanceConfig, config_path: str | None = None, batches: int = 12) -> int:
-    from icemaint.claims import table_claim
-    from icemaint.metadata import CatalogReader
-    from icemaint.names import TableName
-    from icemaint.simulator import Ledger, StreamingWriter, WorkloadSpec, default_ledger_path
-    from icemaint.spark_session import get_spark
-    from icemaint.ticker import Ticker
+    from icemaint.safety.claims import table_claim
+    from icemaint.observe.catalog import CatalogReader
+    from icemaint.domain.names import TableName
+    from icemaint.app.simulator import Ledger, StreamingWriter, WorkloadSpec, default_ledger_path
+    from icemaint.engine.spark_session import get_spark
+    from icemaint.app.ticker import Ticker
 
     started = time.perf_counter()
     _say(f"== icemaint demo: warehouse {config.catalog.warehouse}, state {config.state_dir}")
@@ -112,7 +112,7 @@ def run_demo(config: MaintenanceConfig, config_path: str | None = None, batches:
          f"{'identical' if intact else 'MISMATCH'}")
 
     _say("== 7. audit trail")
-    from icemaint.audit import open_audit
+    from icemaint.safety.audit import open_audit
 
     for r in open_audit(config).records(table=DEMO_TABLE, since=since):
         snaps = f" {r.before_snapshot_id} -> {r.after_snapshot_id}" if r.after_snapshot_id else ""

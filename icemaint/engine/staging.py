@@ -23,8 +23,8 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
-from icemaint.names import TableName
-from icemaint.rewrite_plan import CandidateFile, FileGroup, SortKey
+from icemaint.domain.names import TableName
+from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ class StagingArea:
         if strategy == "binpack":
             options["distribution-mode"] = "none"
         else:
-            from icemaint.rewrite_plan import order_by_sql, zorder_sql
+            from icemaint.domain.rewrite_plan import order_by_sql, zorder_sql
 
             options.update({"distribution-mode": "none", "fanout-enabled": "true"})
             if strategy == "sort":
@@ -280,7 +280,7 @@ class StagingArea:
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
         """min/max of each z-order column over the group's rows (one small aggregate pass)."""
-        from icemaint.rewrite_plan import zorder_input
+        from icemaint.domain.rewrite_plan import zorder_input
 
         exprs = []
         for key in keys:

@@ -1,6 +1,6 @@
 """Pure planning of a staged rewrite: which files of a date are rewritten, in which groups, in what order.
 
-No Spark here: `icemaint.staging` lists the date's files as `CandidateFile`s and executes the
+No Spark here: `icemaint.engine.staging` lists the date's files as `CandidateFile`s and executes the
 `FileGroup`s chosen by `plan_groups`. The rules follow Iceberg's bin-pack planner in spirit:
 a file is rewritten when it is small or carries enough deletes; a partition's files are rewritten
 together only when that merges two or more files or applies deletes; with partial progress a
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from icemaint.names import quote_column
+from icemaint.domain.names import quote_column
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from icemaint.claims import ClaimBusy
-from icemaint.decisions import DEFER, FAILED, REFUSE, refusal_for
-from icemaint.names import TableName
-from icemaint.policy import TablePolicy
+from icemaint.safety.claims import ClaimBusy
+from icemaint.domain.decisions import DEFER, FAILED, REFUSE, refusal_for
+from icemaint.domain.names import TableName
+from icemaint.domain.policy import TablePolicy
 
 Outcome = TypeVar("Outcome")
 
