@@ -70,6 +70,33 @@ def two_versions(spark, table_sql: str, columns: str, first: str, second: str) -
     return before, current_snapshot(spark, table_sql)
 
 
+# Fixtures that start Spark (a JVM); a test using any of them, directly or through another fixture,
+# is marked `java`, so `make test-fast` (-m "not java") runs the rest with no Java on PATH.
+JAVA_FIXTURES = {"spark"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if JAVA_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.java)
+
+
+def streaming_table(spark, catalog: str, table: str, *, batches: int, days: int = 3, rows_per_day: int = 15,
+                    delete_every: int = 3, **spec):
+    """A table written the way a streaming writer does (icemaint.app.simulator): `batches` micro-batches,
+    one small file per day partition each, merge-on-read deletes every `delete_every` batches.
+
+    The one factory for the Spark tests' streaming tables; the writer's ledger says which rows must be there.
+    """
+    from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+
+    writer = StreamingWriter(spark, catalog, WorkloadSpec(table=table, days=days, rows_per_day=rows_per_day,
+                                                          delete_every=delete_every, **spec))
+    writer.create_table()
+    writer.run(batches)
+    return writer
+
+
 @pytest.fixture(scope="session")
 def lake_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("lake")

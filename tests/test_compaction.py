@@ -12,7 +12,7 @@ from icemaint.operations.compaction import CompactionRequest, Compactor
 from icemaint.observe.catalog import CatalogReader, TableNotFound
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.scope import InvalidDate
-from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+from conftest import streaming_table
 from icemaint.engine.validation import full_row_hash
 from staged_faults import corrupt_long, main_lineage, uncompressed
 
@@ -20,11 +20,7 @@ DATE = "2026-01-02"
 
 
 def simulate(spark, config, table, batches=6, **spec):
-    writer = StreamingWriter(spark, config.catalog.name,
-                             WorkloadSpec(table=table, days=3, rows_per_day=15, delete_every=3, **spec))
-    writer.create_table()
-    writer.run(batches)
-    return writer
+    return streaming_table(spark, config.catalog.name, table, batches=batches, **spec)
 
 
 def compactor(config, spark, **kwargs):
@@ -121,36 +117,48 @@ def test_failed_proof_publishes_nothing_and_keeps_a_writer_append(spark, config,
 def test_writer_appending_during_compaction_loses_and_duplicates_nothing(spark, config, table_name):
     writer = simulate(spark, config, table_name, batches=5)
     writer.claim_factory = lambda: table_claim(config, table_name, holder="ingest", wait_seconds=120)
-    errors = []
+    sql = TableName.parse(table_name).sql(config.catalog.name)
+    errors, stop = [], threading.Event()
 
     def keep_writing():
-        try:
-            writer.run(4, interval_seconds=0.5)
+        try:  # until both compactions are done (bounded), so that they surely overlap the writer
+            writer.run(60, interval_seconds=0.3, stop=stop)
         except Exception as exc:  # reported by the assertion below
             errors.append(exc)
 
+    started_at = current(spark, config, table_name)
     thread = threading.Thread(target=keep_writing)
     thread.start()
     time.sleep(0.5)
     outcomes = []
-    for date in ("2026-01-01", DATE):
-        # as the sensor would on its next ticks: a busy claim defers, a later attempt runs
-        for _ in range(60):
-            outcome = compactor(config, spark).run(CompactionRequest(table_name, date))
-            outcomes.append(outcome)
-            if outcome.decision != "defer":
-                break
-            assert "claim busy" in outcome.reason and "ingest" in outcome.reason
-            time.sleep(0.05)
-    still_writing = thread.is_alive()
-    thread.join(timeout=300)
+    try:
+        for date in ("2026-01-01", DATE):
+            # as the sensor would on its next ticks: a busy claim defers, a later attempt runs
+            for _ in range(200):
+                outcome = compactor(config, spark).run(CompactionRequest(table_name, date))
+                outcomes.append(outcome)
+                if outcome.decision != "defer":
+                    break
+                assert "claim busy" in outcome.reason and "ingest" in outcome.reason
+                time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=300)
     assert not errors
     for outcome in outcomes:
         assert outcome.decision in ("run", "defer"), outcome.reason
         if outcome.decision == "run":
             assert outcome.validation["passed"] is True
-    assert sum(o.decision == "run" for o in outcomes) == 2
-    assert still_writing or writer.ledger.next_batch == 9, "compaction should overlap the writer"
+    published = [o.after_snapshot_id for o in outcomes if o.decision == "run"]
+    assert len(published) == 2
+    # overlap, from main's own history: the writer, running throughout, committed both after it
+    # started and before the first publish, and after the first publish
+    operations = [(s["snapshot_id"], s["operation"]) for s in reversed(main_lineage(spark, sql))]
+    order = [sid for sid, _ in operations]
+    before = operations[order.index(started_at) + 1:order.index(published[0])]
+    after = operations[order.index(published[0]) + 1:]
+    assert any(op == "append" for _, op in before) and any(op == "append" for _, op in after), \
+        f"the compactions did not overlap the writer: {operations}"
     rows = ids(spark, config, table_name)
     assert len(rows) == len(set(rows)), "duplicated rows"
     assert set(rows) == writer.ledger.expected_ids(), "lost or extra rows"

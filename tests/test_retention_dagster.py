@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from conftest import write_config
+from conftest import streaming_table, write_config
 from icemaint.safety.audit import open_audit
 from icemaint.app.cli import main
 from icemaint.config import load_config
@@ -20,7 +20,7 @@ from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.policy import TablePolicy
 from icemaint.engine.retention import read_snapshots
 from icemaint.app.runner import MaintenanceRunner
-from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+
 from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TABLE_TAG
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
@@ -32,10 +32,7 @@ DAY = 86400.0
 
 
 def simulate(spark, table, batches=3):
-    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=2, rows_per_day=10, delete_every=0))
-    writer.create_table()
-    writer.run(batches)
-    return writer
+    return streaming_table(spark, "lake", table, batches=batches, days=2, rows_per_day=10, delete_every=0)
 
 
 def latest(instance, asset: str, table: str):

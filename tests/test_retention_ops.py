@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_config
+from conftest import make_config, streaming_table
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims, table_claim
 from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, ManifestRequest, OrphanRequest
@@ -18,15 +18,12 @@ from icemaint.observe.catalog import CatalogReader, TableNotFound
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.retention import RetentionError
 from icemaint.engine.retention import read_snapshots
-from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+
 
 
 def simulate(spark, config, table, batches=4):
-    writer = StreamingWriter(spark, config.catalog.name,
-                             WorkloadSpec(table=table, days=2, rows_per_day=10, delete_every=0))
-    writer.create_table()
-    writer.run(batches)
-    return writer
+    return streaming_table(spark, config.catalog.name, table, batches=batches, days=2, rows_per_day=10,
+                           delete_every=0)
 
 
 def housekeeper(config, spark):

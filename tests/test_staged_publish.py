@@ -28,10 +28,10 @@ from icemaint.operations.compaction import CompactionRequest, Compactor
 from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
-from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+from icemaint.app.simulator import StreamingWriter
 from icemaint.engine.staging import MAINTENANCE_KEY, STAGE_PREFIX
 
-from conftest import make_config, write_config
+from conftest import make_config, streaming_table, write_config
 from staged_faults import corrupt_long, main_lineage, uncompressed
 
 DATE = "2026-01-02"
@@ -103,11 +103,7 @@ class ClaimIgnoringWriter:
 
 def simulate(spark, config, table: str, batches: int = 4) -> StreamingWriter:
     """The simulator's merge-on-read table, 3 days, one small file per day per batch, a few deletes."""
-    writer = StreamingWriter(spark, config.catalog.name,
-                             WorkloadSpec(table=table, days=3, rows_per_day=10, delete_every=3))
-    writer.create_table()
-    writer.run(batches)
-    return writer
+    return streaming_table(spark, config.catalog.name, table, batches=batches, rows_per_day=10)
 
 
 def compactor(config, spark, **kwargs) -> Compactor:

@@ -84,6 +84,12 @@ def _iterate(java_iterable):
         yield it.next()
 
 
+def _listed(jvm, java_iterable):
+    """A Java iterable as a Python list, materialised on the Java side (one call, then one per item)."""
+    items = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(java_iterable)
+    return [items.get(i) for i in range(items.size())]
+
+
 def _java_list(jvm, items):
     out = jvm.java.util.ArrayList()
     for item in items:
@@ -195,18 +201,19 @@ class StagingArea:
         upper = expressions.lessThan(column, _bound(end, column_type))
         scan = tbl.newScan().useSnapshot(int(snapshot_id)).filter(getattr(expressions, "and")(lower, upper))
         candidates, tasks = [], {}
-        specs = tbl.specs()
+        specs, java_specs = {}, tbl.specs()
         iterable = scan.planFiles()
         try:
-            for task in _iterate(iterable):
+            for task in _listed(self.jvm, iterable):
                 data = task.file()
                 path = str(data.location())
-                deletes = list(_iterate(task.deletes()))
-                spec = specs.get(data.specId())
+                spec_id = int(data.specId())
+                if spec_id not in specs:
+                    specs[spec_id] = java_specs.get(spec_id)
                 candidates.append(CandidateFile(
                     path=path, size_bytes=int(data.fileSizeInBytes()), record_count=int(data.recordCount()),
-                    spec_id=int(data.specId()), partition=str(spec.partitionToPath(data.partition())),
-                    delete_files=len(deletes)))
+                    spec_id=spec_id, partition=str(specs[spec_id].partitionToPath(data.partition())),
+                    delete_files=int(task.deletes().size())))
                 tasks[path] = task
         finally:
             iterable.close()
@@ -268,7 +275,8 @@ class StagingArea:
         tbl.refresh()
         staged = tbl.refs().get(branch).snapshotId()
         new_files = list(_iterate(tbl.snapshot(staged).addedDataFiles(tbl.io())))
-        dangling = self._dangling_deletes(tasks, {f.path for f in group.files})
+        dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],
+                                          {f.path for f in group.files})
         return StagedRewrite(
             table=self.name.key, branch=branch, base_snapshot_id=int(base_snapshot_id),
             base_sequence_number=self.sequence_number(base_snapshot_id), staged_snapshot_id=int(staged),
@@ -310,13 +318,14 @@ class StagingArea:
         return self._read_tasks(staged._old_tasks)
 
     def after_rows(self, staged: StagedRewrite):
-        """The staged files' rows, as the staging branch holds them."""
-        tbl = self.table()
+        """The staged files' rows, as the staging branch holds them (the files its append added to S)."""
+        tbl = self.table(refresh=False)
         wanted = set(staged.new_files)
-        scan = tbl.newScan().useSnapshot(int(staged.staged_snapshot_id))
+        scan = tbl.newIncrementalAppendScan().fromSnapshotExclusive(int(staged.base_snapshot_id)) \
+            .toSnapshot(int(staged.staged_snapshot_id))
         iterable = scan.planFiles()
         try:
-            tasks = [t for t in _iterate(iterable) if str(t.file().location()) in wanted]
+            tasks = [t for t in _listed(self.jvm, iterable) if str(t.file().location()) in wanted]
         finally:
             iterable.close()
         if len(tasks) != len(wanted):

@@ -286,8 +286,9 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
             f"{before.description or before.snapshot_id} and {after.description or after.snapshot_id} of {what} "
             f"have different columns: {before_columns} vs {[f.name for f in after_df.schema.fields]}")
 
+    # The same frames serve the digest and GX's count: each is read by its own action, none is cached.
     digests = [rows_digest(frame, side.snapshot_id, sample_fraction=sample_fraction, seed=seed)
-               for side, frame in ((before, before_df), (after, after.load()))]
+               for side, frame in ((before, before_df), (after, after_df))]
     samples = sample_multiplicities(*digests)
     aggregates = aggregate_pairs(*digests)
     results = _run_suite(after_df, digests[0].row_count, samples, aggregates)
