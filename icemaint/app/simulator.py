@@ -2,6 +2,9 @@
 
 It gives maintenance a realistic high-churn Iceberg table, and keeps a `Ledger` of every row it
 wrote and deleted so tests and soak runs can prove that maintenance lost nothing.
+
+Longer than most modules (~500 lines) on purpose: the writer, its ledger and its verification against
+the table are one instrument, and a change to one is a change to the others.
 """
 
 from __future__ import annotations

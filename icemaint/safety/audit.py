@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from icemaint.config import ConfigError
-from icemaint.safety.postgres import PostgresConnector
+from icemaint.safety.postgres import PostgresConnector, dsn_from_env
 
 if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
@@ -333,9 +333,5 @@ def open_audit(config: "MaintenanceConfig") -> AuditLog:
     if sink == "file":
         return FileAuditLog(config.state_dir)
     if sink == "postgres":
-        dsn = os.environ.get(config.audit.dsn_env)
-        if not dsn:
-            raise ConfigError(f"audit.dsn_env: environment variable {config.audit.dsn_env} is not set; "
-                              "it must hold the PostgreSQL DSN (postgresql://user:password@host:port/db)")
-        return PostgresAuditLog(dsn)
+        return PostgresAuditLog(dsn_from_env(config.audit.dsn_env, "audit.dsn_env"))
     raise ConfigError(f"audit.sink: {sink!r} is not a known audit sink")

@@ -1,6 +1,9 @@
 """Table claims: the per-table lock that maintenance and cooperating writers both take, so a
 maintenance commit never races a writer. Backends: `flock` files (embedded) and PostgreSQL
 advisory locks (production).
+
+Both backends live here (~460 lines): they implement one interface whose subtle part, who holds a
+claim and whether that holder is still alive, must read the same for both.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from icemaint.config import ConfigError
 from icemaint.domain.names import TableName
-from icemaint.safety.postgres import PostgresConnector
+from icemaint.safety.postgres import PostgresConnector, dsn_from_env
 
 if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
@@ -406,14 +409,6 @@ class PostgresClaims(TableClaims):
 # ------------------------------------------------------------------------------------ entry points
 
 
-def _dsn_from_env(var: str, setting: str) -> str:
-    dsn = os.environ.get(var)
-    if not dsn:
-        raise ConfigError(f"{setting}: environment variable {var} is not set; it must hold the "
-                          "PostgreSQL DSN (postgresql://user:password@host:port/db)")
-    return dsn
-
-
 def open_claims(config: "MaintenanceConfig") -> TableClaims:
     """The claims backend named by `config.claims.backend`.
 
@@ -424,7 +419,7 @@ def open_claims(config: "MaintenanceConfig") -> TableClaims:
     if backend == "file":
         return FileClaims(config.state_dir)
     if backend == "postgres":
-        return PostgresClaims(_dsn_from_env(config.claims.dsn_env, "claims.dsn_env"))
+        return PostgresClaims(dsn_from_env(config.claims.dsn_env, "claims.dsn_env"))
     raise ConfigError(f"claims.backend: {backend!r} is not a known claims backend")
 
 

@@ -7,7 +7,23 @@ process, serialised across processes by a transaction-scoped advisory lock.
 
 from __future__ import annotations
 
+import os
 from typing import Callable
+
+from icemaint.config import ConfigError
+
+
+def dsn_from_env(var: str, setting: str) -> str:
+    """The DSN in environment variable `var` (secrets never live in the config file).
+
+    Raises:
+        ConfigError: `var` is unset; the message names the config `setting` that chose it.
+    """
+    dsn = os.environ.get(var)
+    if not dsn:
+        raise ConfigError(f"{setting}: environment variable {var} is not set; it must hold the "
+                          "PostgreSQL DSN (postgresql://user:password@host:port/db)")
+    return dsn
 
 
 class PostgresConnector:
