@@ -57,10 +57,14 @@ def ours(module: str):
     """
     import importlib
 
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError:
-        return importlib.import_module("icemaint." + module.rsplit(".", 1)[-1].replace("catalog", "metadata"))
+    import icemaint
+
+    # Decide by the files of the `icemaint` this worker loaded (PYTHONPATH's version): trying the
+    # layered name first could reach the editable install's newer layout instead.
+    flat = module.rsplit(".", 1)[-1].replace("catalog", "metadata")
+    if (Path(icemaint.__file__).parent / f"{flat}.py").exists():
+        return importlib.import_module(f"icemaint.{flat}")
+    return importlib.import_module(module)
 
 class _SkippedProof:
     """What the version's proof function returns when the benchmark skips the proof: a pass, marked."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from icemaint.operations.compaction import CompactionOutcome, CompactionRequest, Compactor
-from icemaint.domain.decisions import NOT_PUBLISHED, REFUSE, RUN
+from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, launched_by_a_person
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, numeric, report_outcome
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, \
@@ -51,6 +51,13 @@ def check_result(name: str, outcome: dict) -> dg.AssetCheckResult:
     """One GX proof of a compaction outcome, as a blocking check result."""
     commits = outcome.get("validation", {}).get("commits", [])
     per_commit = [c for r in commits for c in r["checks"] if c["name"] == name]
+    if outcome.get("decision") == NOOP and not commits:
+        # Nothing was rewritten, so there is nothing to prove: the rows are the rows the table had.
+        return dg.AssetCheckResult(
+            check_name=name, passed=True, severity=dg.AssetCheckSeverity.ERROR,
+            description=f"nothing was rewritten ({outcome.get('reason')}): no proof needed",
+            metadata={"rewritten": dg.MetadataValue.bool(False),
+                      "snapshot_id": dg.MetadataValue.text(str(outcome.get("after_snapshot_id")))})
     return dg.AssetCheckResult(
         check_name=name,
         passed=bool(per_commit) and all(c["passed"] for c in per_commit),
@@ -123,10 +130,17 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
                               progress=context.log.info)
         outcome = compactor.run(request)
         context.log.info(f"{table} {date}: {outcome.decision}: {outcome.reason}")
+        person = launched_by_a_person(request.trigger)
+        # A run a person or a backfill asked for never ends green without doing its work: a deferral
+        # fails it with the reason (a busy claim names its holder); "nothing to do" is a materialization
+        # of the date as it is, so the partition's state is known.
+        failure = {REFUSE: f"refused: {outcome.reason}",
+                   DEFER: f"not done: {outcome.reason}" if person else None}.get(outcome.decision)
         yield from report_outcome(
             context, "compaction", outcome_metadata(outcome),
-            materialize=outcome.decision in (RUN, NOT_PUBLISHED) and not outcome.dry_run,
-            refusal=f"refused: {outcome.reason}" if outcome.decision == REFUSE else None)
+            materialize=not outcome.dry_run and (outcome.decision in (RUN, NOT_PUBLISHED)
+                                                 or (person and outcome.decision == NOOP)),
+            refusal=failure)
 
     @dg.asset(
         partitions_def=partitions_def,

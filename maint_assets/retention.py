@@ -9,7 +9,7 @@ from typing import Optional
 
 import dagster as dg
 
-from icemaint.domain.decisions import REFUSE
+from icemaint.domain.decisions import DEFER, REFUSE, launched_by_a_person
 from icemaint.operations.housekeeping import (
     ExpiryRequest,
     Housekeeper,
@@ -102,10 +102,12 @@ def _duration(value: Optional[str], setting: str) -> Optional[float]:
 def _report(context: dg.AssetExecutionContext, asset_key: str, outcome: RetentionOutcome, materialize: bool):
     """Yield the outcome as the asset's materialization, or observe it (and fail on a refusal)."""
     context.log.info(f"{outcome.table} {outcome.operation}: {outcome.decision}: {outcome.reason}")
-    yield from report_outcome(
-        context, asset_key, outcome_metadata(outcome), materialize=materialize,
-        refusal=f"refused {outcome.operation} on {outcome.table}: {outcome.reason}" if outcome.decision == REFUSE
-        else None)
+    person = launched_by_a_person(context.run.tags.get(TRIGGER_TAG, "manual"))
+    failure = {REFUSE: f"refused {outcome.operation} on {outcome.table}: {outcome.reason}",
+               DEFER: f"{outcome.operation} on {outcome.table} not done: {outcome.reason}" if person else None,
+               }.get(outcome.decision)
+    yield from report_outcome(context, asset_key, outcome_metadata(outcome), materialize=materialize,
+                              refusal=failure)
 
 
 def _housekeeper(context, spark: SparkResource, catalog: IcebergCatalogResource, claims: TableClaimResource,

@@ -26,7 +26,7 @@ def config_doc(root: Path, **overrides) -> dict:
         "state_dir": str(root / "state"),
         "defaults": {"writer_idle": "0s", "hot_partition_age": "0s", "small_file_size_bytes": "1MiB",
                      "target_file_size_bytes": "8MiB", "min_input_files": 3,
-                     "retry_backoff": "0s"},
+                     "retry_backoff": "0s", "claim_wait": "0s"},
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(doc.get(key), dict):

@@ -199,3 +199,19 @@ def test_tick_defers_while_the_writer_is_active_then_compacts_and_validates(caps
         sorted(writer.ledger.expected_ids())
     decisions = [r.decision for r in open_audit(config).records(table=writer.name.key, operation="compact")]
     assert decisions == ["defer", "run"]
+
+
+def test_a_compaction_run_that_finds_the_claim_busy_fails_naming_the_holder(capsys, spark, estate):
+    """A run a person launched never ends green without its work: the run fails, the holder is named."""
+    from icemaint.safety.claims import table_claim
+
+    location = metadata_location(estate)
+    with table_claim(estate.config, estate.table, holder="ingest-7"):
+        code, out, err = run_cli(capsys, "--config", estate.path, "compact", estate.table, "--date", "2026-01-03",
+                                 "--json")
+    assert code == 1, out
+    [outcome] = json.loads(out)
+    assert outcome["decision"] == "defer" and "held by ingest-7" in outcome["reason"]
+    runs = get_instance(estate.config).get_run_records(dg.RunsFilter(run_ids=[outcome["run_id"]]))
+    assert runs[0].dagster_run.status == dg.DagsterRunStatus.FAILURE
+    assert metadata_location(estate) == location

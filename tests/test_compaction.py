@@ -337,3 +337,46 @@ def test_read_only_refuses_even_while_a_writer_holds_the_claim(spark, lake_root,
     with table_claim(config, table_name, holder="ingest"):
         outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert outcome.decision == "refuse" and "read-only" in outcome.reason
+
+
+# -- who launched the run: a person waits for the claim, a sensor defers ------------------------------
+
+def test_a_run_a_person_launched_waits_for_the_claim_then_runs(spark, lake_root, tmp_path, table_name):
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"claim_wait": "30s"}})
+    writer = simulate(spark, config, table_name, batches=4)
+    held, messages = threading.Event(), []
+
+    def writer_holds_the_claim_for_a_while():
+        with table_claim(config, table_name, holder="ingest"):
+            held.set()
+            time.sleep(3)
+
+    thread = threading.Thread(target=writer_holds_the_claim_for_a_while)
+    thread.start()
+    held.wait(10)
+    outcome = compactor(config, spark, progress=messages.append).run(CompactionRequest(table_name, DATE, trigger="cli"))
+    thread.join()
+    assert outcome.decision == "run" and outcome.published, outcome.reason
+    assert any("claim held by ingest; waiting" in m for m in messages), messages
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+
+
+@pytest.mark.parametrize("trigger, wait, reason", [
+    ("sensor", "30s", "claim busy: held by nightly-ingest"),            # automatic: the next tick decides again
+    ("manual", "2s", "claim busy after waiting 2s (claim_wait): held by nightly-ingest"),
+])
+def test_a_claim_busy_beyond_the_wait_defers_naming_the_holder(spark, lake_root, tmp_path, table_name, trigger, wait,
+                                                                reason):
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"claim_wait": wait}})
+    simulate(spark, config, table_name, batches=4)
+    location = CatalogReader(config).metadata_location(table_name)
+    started = time.monotonic()
+    with table_claim(config, table_name, holder="nightly-ingest"):
+        outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE, trigger=trigger))
+    assert outcome.decision == "defer" and outcome.reason == reason
+    assert (time.monotonic() - started < 1.5) == (trigger == "sensor")
+    assert CatalogReader(config).metadata_location(table_name) == location

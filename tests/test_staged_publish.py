@@ -8,6 +8,7 @@ Every scenario is judged twice, independently of the code under test:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -469,3 +470,52 @@ def test_a_writer_commit_during_the_health_read_does_not_defer_a_zero_idle_windo
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert committed
     assert outcome.decision == "run", outcome.reason
+
+
+# -- a dead run's staging ref, and partial progress ------------------------------------------------
+
+def test_retention_never_removes_the_files_of_a_live_staging_ref(spark, config, table_name):
+    """A staging branch left by a dead run keeps its staged files through expiry and orphan removal;
+    only after the next compaction removed the branch are they unreferenced."""
+    from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, OrphanRequest
+    from icemaint.domain.rewrite_plan import plan_groups
+    from icemaint.engine.staging import StagingArea
+    from staged_faults import local_path
+
+    simulate(spark, config, table_name)
+    name = TableName.parse(table_name)
+    area = StagingArea(spark, config.catalog.name, name, "deadrun")
+    base = area.current_snapshot_id()
+    candidates, tasks = area.plan_date_files(base, "ts", "timestamptz", dt.date(2026, 1, 2), dt.date(2026, 1, 3))
+    [group] = plan_groups(candidates, small_file_size_bytes=2**20, delete_file_threshold=1, partial_progress=False,
+                          max_group_bytes=2**30)
+    staged = area.stage(group, tasks, base, target_file_size_bytes=8 * 2**20)  # ...and the run dies here
+    area.release_reads()
+    keeper = Housekeeper(config, spark, CatalogReader(config), open_claims(config), open_audit(config))
+    expired = keeper.expire(ExpiryRequest(table_name, older_than_seconds=0, retain_last=1))
+    assert expired.decision in ("run", "noop"), expired.reason
+    orphans = keeper.remove_orphans(OrphanRequest(table_name, older_than_seconds=0, force=True))
+    assert orphans.decision in ("run", "noop"), orphans.reason
+    assert all(os.path.exists(local_path(p)) for p in staged.new_files), "retention removed a live staging ref's files"
+    assert spark.sql(f"SELECT count(*) FROM {name.sql(config.catalog.name)}.refs "
+                     f"WHERE name = '{staged.branch}'").first()[0] == 1
+
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert [c["branch"] for c in outcome.cleaned_staging] == [staged.branch]
+    assert outcome.decision == "run" and outcome.published, outcome.reason
+
+
+def test_partial_progress_publishes_each_group_with_its_own_proof(spark, lake_root, tmp_path, table_name):
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"),
+                         tables={table_name: {"partial_progress": True, "max_file_group_size_bytes": "3KiB"}})
+    sim = simulate(spark, config, table_name, batches=6)
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.decision == "run" and outcome.published, outcome.reason
+    assert len(outcome.staged) >= 2 and len(outcome.committed_snapshot_ids) == len(outcome.staged)
+    assert len(outcome.validation["commits"]) == len(outcome.staged)
+    assert all(p["passed"] for p in outcome.validation["commits"])
+    lineage = main_lineage(spark, sql_of(config, table_name))
+    published = [s for s in lineage if s["snapshot_id"] in outcome.committed_snapshot_ids]
+    assert len(published) == len(outcome.staged) and all(s["operation"] == "replace" for s in published)
+    ids = reader_ids(config, table_name)
+    assert len(ids) == len(set(ids)) and set(ids) == sim.ledger.expected_ids()

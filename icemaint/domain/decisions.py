@@ -63,6 +63,16 @@ class Operation(str, Enum):
         return self.value
 
 
+# Who launched a run. Automatic triggers come back on their own (the next tick decides again), so
+# they defer at once; a person, a backfill or a script waits for a busy claim (policy `claim_wait`)
+# and a run of theirs that could not do its work fails, naming why.
+AUTOMATIC_TRIGGERS = frozenset({"sensor", "window", "tick"})
+
+
+def launched_by_a_person(trigger: str | None) -> bool:
+    return (trigger or "manual") not in AUTOMATIC_TRIGGERS
+
+
 RUN, DEFER, REFUSE, NOOP = Verdict.RUN, Verdict.DEFER, Verdict.REFUSE, Verdict.NOOP
 NOT_PUBLISHED, FAILED = Verdict.NOT_PUBLISHED, Verdict.FAILED
 # Used for a cost estimate when a table has no measured past runs: conservative for 2 cores.

@@ -41,6 +41,7 @@ class TablePolicy:
     max_commit_retries: int = 3
     retry_backoff_seconds: float = 2.0
     # gates
+    claim_wait_seconds: float = 180.0  # runs a person or a backfill launched wait this long for a busy claim
     writer_idle_seconds: float = 300.0
     hot_partition_age_seconds: float = 3600.0
     max_rewrite_bytes: int = 10 * 2**30
@@ -163,6 +164,7 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "max_commit_retries": ("max_commit_retries", _int(0)),
     "retry_backoff": ("retry_backoff_seconds", parse_duration),
     "writer_idle": ("writer_idle_seconds", parse_duration),
+    "claim_wait": ("claim_wait_seconds", parse_duration),
     "hot_partition_age": ("hot_partition_age_seconds", parse_duration),
     "max_rewrite_bytes": ("max_rewrite_bytes", parse_size),
     "allowed_operations": ("allowed_operations", _operations),

@@ -159,6 +159,9 @@ class StagedRewrite:
 class Published:
     snapshot_id: int
     sequence_number: int
+    # The catalog answered CommitStateUnknownException and a re-read found the commit: it landed, but
+    # the audit must say the outcome was first unknown.
+    state_was_unknown: bool = False
 
 
 class StagingArea:
@@ -367,7 +370,7 @@ class StagingArea:
                 if found is not None:
                     log.warning("publish of %s reported an unknown commit state; the commit landed (%s)",
                                 self.name.key, found.snapshot_id)
-                    return found
+                    return Published(found.snapshot_id, found.sequence_number, state_was_unknown=True)
                 raise PublishStateUnknown(
                     f"the catalog could not confirm the publish of {self.name.key} and the commit is not in "
                     f"the table after a re-read: {first}") from exc

@@ -20,7 +20,7 @@ from typing import Callable
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractRun, OperatingContract
 from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, RUN, Decision, Gates, Operation, decide_compaction, \
-    measured_throughput
+    launched_by_a_person, measured_throughput
 from icemaint.domain.health import TableHealth
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
@@ -123,7 +123,8 @@ class Compactor:
             new_outcome=lambda run: CompactionOutcome(table=run.name.key, date=date, decision=NOOP, reason="",
                                                       dry_run=request.dry_run),
             act=lambda run, outcome: self._act(request, run, date, outcome),
-            record=lambda run, outcome: self._record(request, outcome, run))
+            record=lambda run, outcome: self._record(request, outcome, run),
+            wait_for_claim=launched_by_a_person(request.trigger), progress=self.progress, sleep=self.sleep)
 
     def _act(self, request: CompactionRequest, run: ContractRun, date: str, outcome: CompactionOutcome) -> None:
         try:
@@ -283,6 +284,9 @@ class Compactor:
             outcome.durations["publish_seconds"] = round(outcome.durations.get("publish_seconds", 0.0)
                                                          + time.perf_counter() - t_pub, 3)
             entry["published_snapshot_id"], entry["verdict"] = published.snapshot_id, "published"
+            if published.state_was_unknown:
+                entry["note"] = ("the catalog reported an unknown commit state; a re-read of the table found "
+                                 "the publish on main, so it landed once and was not retried")
             outcome.published = True
             if outcome.before_snapshot_id is None or not outcome.committed_snapshot_ids:
                 outcome.before_snapshot_id = base

@@ -19,8 +19,10 @@ from icemaint.safety.claims import ClaimBusy
 from icemaint.domain.decisions import DEFER, FAILED, REFUSE, refusal_for
 from icemaint.domain.names import TableName
 from icemaint.domain.policy import TablePolicy
+from icemaint.domain.units import format_duration
 
 Outcome = TypeVar("Outcome")
+CLAIM_POLL_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,14 @@ class OperatingContract(Generic[Outcome]):
     def run(self, operation: str, table: str, run_id: str | None, *,
             new_outcome: Callable[[ContractRun], Outcome],
             act: Callable[[ContractRun, Outcome], None],
-            record: Callable[[ContractRun, Outcome], Outcome]) -> Outcome:
-        """Raises:
+            record: Callable[[ContractRun, Outcome], Outcome],
+            wait_for_claim: bool = False,
+            progress: Callable[[str], None] = lambda message: None,
+            sleep: Callable[[float], None] = time.sleep) -> Outcome:
+        """With `wait_for_claim`, a busy claim is awaited up to the policy's `claim_wait` (progress
+        reported every poll) before the run defers.
+
+        Raises:
             InvalidTableName, TableNotFound: bad input, before anything is touched.
             Whatever `act` raised, after the failure was recorded and the claim released.
         """
@@ -68,11 +76,24 @@ class OperatingContract(Generic[Outcome]):
         if refused:  # policy first: a read-only table refuses whether or not a writer holds its claim
             outcome.decision, outcome.reason = REFUSE, refused
             return record(run, outcome)
-        try:
-            claim = self.claims.acquire(name.key, holder=f"icemaint:{run.operation}:{run_id or 'cli'}")
-        except ClaimBusy as exc:
-            outcome.decision, outcome.reason = DEFER, f"claim busy: {exc}"
-            return record(ContractRun(**{**run.__dict__, "claim_holder": exc.holder}), outcome)
+        holder = f"icemaint:{run.operation}:{run_id or 'cli'}"
+        bound = run.policy.claim_wait_seconds if wait_for_claim else 0.0
+        waited = 0.0
+        while True:
+            try:
+                claim = self.claims.acquire(name.key, holder=holder)
+                break
+            except ClaimBusy as exc:
+                if waited >= bound:
+                    waiting = f" after waiting {format_duration(waited)} (claim_wait)" if bound else ""
+                    outcome.decision = DEFER
+                    outcome.reason = f"claim busy{waiting}: held by {exc.holder or 'an unknown holder'}"
+                    return record(ContractRun(**{**run.__dict__, "claim_holder": exc.holder}), outcome)
+                step = min(CLAIM_POLL_SECONDS, bound - waited)
+                progress(f"{name.key}: claim held by {exc.holder or 'an unknown holder'}; waiting "
+                         f"({format_duration(waited)} of {format_duration(bound)})")
+                sleep(step)
+                waited += step
         try:
             act(run, outcome)
         except Exception as exc:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractRun, OperatingContract
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation, launched_by_a_person
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import (
@@ -207,7 +207,8 @@ class Housekeeper:
                 table=run.name.key, operation=operation, decision=NOOP, reason="", dry_run=request.dry_run,
                 settings=settings, metadata_location_before=run.metadata_location),
             act=lambda run, outcome: act(run.name, run.policy, request, outcome),
-            record=lambda run, outcome: self._finish(request, outcome, run))
+            record=lambda run, outcome: self._finish(request, outcome, run),
+            wait_for_claim=launched_by_a_person(request.trigger), progress=self.progress)
 
     def _finish(self, request, outcome: RetentionOutcome, run: ContractRun) -> RetentionOutcome:
         from icemaint.safety.audit import AuditRecord
