@@ -46,6 +46,12 @@ class CatalogConfig:
 class SparkConfig:
     master: str = "local[*]"
     conf: Mapping[str, str] = field(default_factory=dict)
+    # auto: the bundled runtime jar unless spark.jars.packages / spark.jars name an Iceberg runtime;
+    # provided: the cluster's classpath has one (EMR, Dataproc, Databricks); bundled: always ours.
+    iceberg_runtime: str = "auto"
+
+
+ICEBERG_RUNTIMES = ("auto", "provided", "bundled")
 
 
 @dataclass(frozen=True)
@@ -176,12 +182,10 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
                             _string_map(cat.get("properties"), "catalog.properties"))
 
     sp = _mapping(doc.get("spark"), "spark")
-    _only(sp, ("master", "conf"), "spark")
+    _only(sp, ("master", "conf", "iceberg_runtime"), "spark")
     conf = _string_map(sp.get("conf"), "spark.conf")
-    if "spark.jars.packages" in conf:
-        raise ConfigError("spark.conf.spark.jars.packages: not allowed; Maven is unreachable and the "
-                          "Iceberg runtime jar comes from the snowpark-connect-deps-iceberg package")
-    spark = SparkConfig(_string(sp.get("master", "local[*]"), "spark.master"), conf)
+    runtime = _choice(sp.get("iceberg_runtime", "auto"), ICEBERG_RUNTIMES, "spark.iceberg_runtime")
+    spark = SparkConfig(_string(sp.get("master", "local[*]"), "spark.master"), conf, runtime)
 
     state_dir = _resolve(_string(doc.get("state_dir", ".icemaint"), "state_dir"), base_dir)
 

@@ -1,7 +1,13 @@
-"""Builds the one SparkSession a process uses, with Iceberg from the PyPI-shipped runtime jar.
+"""Builds the one SparkSession a process uses, with the Iceberg runtime the deployment brings.
 
-Maven is unreachable, so `spark.jars.packages` is never set: the runtime jar comes from the
-`snowpark-connect-deps-iceberg==1.0.2` wheel (1.0.3's jar is broken, see STACK.md).
+The runtime is the user's when `spark.jars.packages` or `spark.jars` name one, or when
+`spark.iceberg_runtime: provided` says the cluster's classpath has it; otherwise the jar bundled in
+the `snowpark-connect-deps-iceberg==1.0.2` wheel (1.0.3's jar is broken, see STACK.md). Two runtimes
+on one classpath break in odd ways, so the bundled jar is never added beside another.
+
+Secrets (catalog tokens, keys, passwords from `ICEMAINT_CATALOG_*`) never go through the session
+builder: every builder setting becomes a `--conf` on the JVM's command line, which any local user
+reads with `ps`. They are set on the running session before the catalog is first used.
 """
 
 from __future__ import annotations
@@ -18,8 +24,18 @@ POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 _lock = threading.Lock()
 
 
+# The Iceberg versions the engine's Java calls work with: `ContentFile.location()` and
+# `ContentFileUtil.referencedDataFileLocation` arrived in 1.7; tested with 1.10.2.
+SUPPORTED_ICEBERG = ((1, 7), (2, 0))
+TESTED_ICEBERG = "1.10.2"
+
+
 class JavaMissing(RuntimeError):
     pass
+
+
+class UnsupportedIceberg(RuntimeError):
+    """The Iceberg runtime on Spark's classpath is missing or of a version the engine cannot drive."""
 
 
 def iceberg_jar_path() -> str:
@@ -34,8 +50,9 @@ def require_java() -> None:
                           "(Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
 
 
-def catalog_spark_conf(config: MaintenanceConfig) -> dict[str, str]:
-    """The `spark.sql.catalog.<name>.*` settings for the configured catalog."""
+def catalog_spark_conf(config: MaintenanceConfig, *, secrets: bool = True) -> dict[str, str]:
+    """The `spark.sql.catalog.<name>.*` settings for the configured catalog (without the secrets
+    from the environment when `secrets` is false)."""
     cat = config.catalog
     prefix = f"spark.sql.catalog.{cat.name}"
     # Maintenance decides on, validates against and rolls back to snapshots that other processes
@@ -49,19 +66,35 @@ def catalog_spark_conf(config: MaintenanceConfig) -> dict[str, str]:
         conf[f"{prefix}.warehouse"] = cat.warehouse
     if cat.uri:
         conf[f"{prefix}.uri"] = cat.uri
-    for key, value in {**cat.properties, **catalog_secret_properties(cat)}.items():
+    for key, value in {**cat.properties, **(catalog_secret_properties(cat) if secrets else {})}.items():
         conf[f"{prefix}.{key}"] = value
     return conf
 
 
+def secret_spark_conf(config: MaintenanceConfig) -> dict[str, str]:
+    """The catalog's secret settings, for the running session only (never the command line)."""
+    prefix = f"spark.sql.catalog.{config.catalog.name}"
+    return {f"{prefix}.{k}": v for k, v in catalog_secret_properties(config.catalog).items()}
+
+
+def brings_own_iceberg(config: MaintenanceConfig) -> bool:
+    """Whether the deployment supplies the Iceberg runtime (so the bundled jar must not be added)."""
+    if config.spark.iceberg_runtime != "auto":
+        return config.spark.iceberg_runtime == "provided"
+    conf = config.spark.conf
+    named = ",".join((conf.get("spark.jars.packages", ""), conf.get("spark.jars", "")))
+    return "iceberg-spark-runtime" in named
+
+
 def session_conf(config: MaintenanceConfig) -> dict[str, str]:
-    jars = [iceberg_jar_path()]
+    """The builder's settings: everything but the secrets."""
+    jars = [] if brings_own_iceberg(config) else [iceberg_jar_path()]
     # Debian's JDBC driver (libpostgresql-jdbc-java), whenever installed: a JdbcCatalog on PostgreSQL
     # can then be used, also as a second catalog added to a running session.
     if os.path.exists(POSTGRES_JDBC_JAR):
         jars.append(POSTGRES_JDBC_JAR)
     conf = {
-        "spark.jars": ",".join(jars),
+        **({"spark.jars": ",".join(jars)} if jars else {}),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
@@ -70,13 +103,37 @@ def session_conf(config: MaintenanceConfig) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         # Rewrite proofs bring each snapshot's sampled row fingerprints to the driver (toPandas).
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        **catalog_spark_conf(config),
+        **catalog_spark_conf(config, secrets=False),
     }
     extra_jars = config.spark.conf.get("spark.jars")
     conf.update(config.spark.conf)
     if extra_jars:
         conf["spark.jars"] = ",".join(jars + [extra_jars])
     return conf
+
+
+def check_iceberg(spark) -> str:
+    """The Iceberg version the session loaded; one line naming it when the engine cannot drive it.
+
+    Raises:
+        UnsupportedIceberg: no Iceberg runtime on the classpath, or a version outside SUPPORTED_ICEBERG.
+    """
+    from py4j.protocol import Py4JError
+
+    try:
+        version = str(spark._jvm.org.apache.iceberg.IcebergBuild.version())
+    except (Py4JError, TypeError):  # a class Py4J cannot find comes back as an uncallable JavaPackage
+        raise UnsupportedIceberg(
+            "no Iceberg runtime on Spark's classpath: set spark.jars.packages (e.g. org.apache.iceberg:"
+            f"iceberg-spark-runtime-3.5_2.12:{TESTED_ICEBERG}) or spark.jars, or spark.iceberg_runtime: "
+            "bundled") from None
+    parts = tuple(int(p) for p in version.split("-")[0].split(".")[:2] if p.isdigit())
+    low, high = SUPPORTED_ICEBERG
+    if len(parts) < 2 or not low <= parts < high:
+        raise UnsupportedIceberg(
+            f"Iceberg {version} on Spark's classpath is not supported: icemaint needs "
+            f"{low[0]}.{low[1]} <= version < {high[0]}.{high[1]} (tested with {TESTED_ICEBERG})")
+    return version
 
 
 def get_spark(config: MaintenanceConfig):
@@ -103,4 +160,12 @@ def get_spark(config: MaintenanceConfig):
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
+        # Before the catalog is first used: it reads its settings then.
+        for key, value in secret_spark_conf(config).items():
+            spark.conf.set(key, value)
+        try:
+            check_iceberg(spark)
+        except UnsupportedIceberg:
+            spark.stop()
+            raise
         return spark
