@@ -58,11 +58,18 @@ def check_result(name: str, outcome: dict) -> dg.AssetCheckResult:
             description=f"nothing was rewritten ({outcome.get('reason')}): no proof needed",
             metadata={"rewritten": dg.MetadataValue.bool(False),
                       "snapshot_id": dg.MetadataValue.text(str(outcome.get("after_snapshot_id")))})
+    passed = bool(per_commit) and all(c["passed"] for c in per_commit)
+    # Dagster 1.13 does not attach a check evaluation to a partition: the description names it.
+    sides = ", ".join(f"{c.get('before_snapshot_id')} -> staged {c.get('after_snapshot_id')}" for c in commits)
     return dg.AssetCheckResult(
         check_name=name,
-        passed=bool(per_commit) and all(c["passed"] for c in per_commit),
+        passed=passed,
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"observed": as_json([c.get("observed") for c in per_commit]),
+        description=(f"{outcome.get('date')}|{outcome.get('table')}: {name} {'passed' if passed else 'FAILED'} "
+                     f"(replaced files as of snapshot {sides}); "
+                     f"{'published as ' + str(outcome.get('after_snapshot_id')) if outcome.get('published') else 'not published'}"),
+        metadata={"partition": dg.MetadataValue.text(f"{outcome.get('date')}|{outcome.get('table')}"),
+                  "observed": as_json([c.get("observed") for c in per_commit]),
                   "gx_result": as_json([c.get("gx_result") for c in per_commit]),
                   "before_snapshot_id": dg.MetadataValue.text(str(outcome.get("before_snapshot_id"))),
                   "after_snapshot_id": dg.MetadataValue.text(str(outcome.get("after_snapshot_id"))),

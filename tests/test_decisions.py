@@ -75,16 +75,16 @@ CASES = [
     ("refusal wins over every deferral", dict(files=SMALL3, snapshots=(snap(1, None, 5),)), dict(enabled=False),
      dict(claim_holder="x"), "2024-06-10", REFUSE, ["enabled: false"]),
     ("today is hot", dict(files=data(3, 100 * KiB, day="2024-06-10")), {}, {}, "2024-06-10", DEFER,
-     ["hot partition: 2024-06-10 has not ended yet (ends in 43200s), within hot_partition_age 3600s"]),
+     ["hot partition: 2024-06-10 has not ended yet (ends in 12h), within hot_partition_age 1h"]),
     ("yesterday within the hot age", dict(files=data(3, 100 * KiB, day="2024-06-09"),
                                          now=NOW.replace(hour=0, minute=30)),
      {}, dict(now=NOW.replace(hour=0, minute=30)), "2024-06-09", DEFER,
-     ["hot partition: 2024-06-09 ended 1800s ago, within hot_partition_age 3600s"]),
+     ["hot partition: 2024-06-09 ended 30m ago, within hot_partition_age 1h"]),
     ("yesterday past the hot age", dict(files=data(3, 100 * KiB, day="2024-06-09"),
                                        now=NOW.replace(hour=1, minute=30)),
      {}, dict(now=NOW.replace(hour=1, minute=30)), "2024-06-09", RUN, ["3 small files >= 3"]),
     ("writer active", dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 100))), {}, {}, DAY, DEFER,
-     ["writer active: last writer commit 100s ago, within the 300s idle window"]),
+     ["writer active: last writer commit 1.7m ago, within the 5m idle window"]),
     ("maintenance commit is not writer activity",
      dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 10, "replace"))), {}, {}, DAY, RUN,
      ["3 small files >= 3"]),
@@ -96,11 +96,11 @@ CASES = [
      {}, {}, DAY, RUN, ["3 small files >= 3"]),
     ("republish of a recent commit is writer activity",
      dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 100), snap(3, 1, 10, source_snapshot_id="2"))),
-     {}, {}, DAY, DEFER, ["writer active: last writer commit 100s ago"]),
+     {}, {}, DAY, DEFER, ["writer active: last writer commit 1.7m ago"]),
     ("claim busy", dict(files=SMALL3), {}, dict(claim_holder="run-42@host-a"), DAY, DEFER,
      ["claim busy: held by run-42@host-a"]),
     ("over the cost ceiling", dict(files=SMALL3), dict(max_rewrite_bytes=200 * KiB), {}, DAY, DEFER,
-     [f"awaiting approval: rewrite of {300 * KiB} bytes exceeds max_rewrite_bytes {200 * KiB}",
+     ["awaiting approval: rewrite of 300 KiB exceeds max_rewrite_bytes 200 KiB",
       f"approve with: icemaint approve {TABLE} --date {DAY}"]),
     ("over the cost ceiling but approved", dict(files=SMALL3), dict(max_rewrite_bytes=200 * KiB),
      dict(approved=True), DAY, RUN, ["3 small files >= 3"]),
@@ -192,7 +192,7 @@ def test_rank_byte_budget_keeps_at_least_one_and_does_not_spend_run_slots():
     ranked = rank_within_budget([run("t.a", 3, 80), run("t.b", 2, 50), run("t.c", 1, 10)],
                                 max_runs=2, max_bytes=100)
     assert [(d.table, d.verdict) for d in ranked] == [("t.a", RUN), ("t.c", RUN), ("t.b", DEFER)]
-    assert ranked[2].reason == "tick budget: 100 bytes per tick used; ranked lower"
+    assert ranked[2].reason == "tick budget: 100 B per tick used; ranked lower"
     only = rank_within_budget([run("t.huge", 1, 10**12)], max_bytes=100)
     assert [d.verdict for d in only] == [RUN]
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import write_config
 from icemaint.engine.spark_session import ICEBERG_JAR, TESTED_ICEBERG, iceberg_jar_path
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.java]  # each case starts its own JVM
 REPO = Path(__file__).resolve().parent.parent
 
 SCRIPT = textwrap.dedent("""

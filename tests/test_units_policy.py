@@ -185,3 +185,19 @@ def test_date_scope_refuses(column, column_type, message):
     with pytest.raises(ValueError) as info:
         DateScope(column, column_type, dt.date(2024, 6, 1)).predicate()
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0s"), (35.7492, "36s"), (60, "1m"), (100, "1.7m"), (5400, "1.5h"),
+                                           (604800, "7d"), (1_000_000, "11.6d"), (-30, "-30s")])
+def test_human_duration(seconds, text):
+    from icemaint.domain.units import human_duration
+
+    assert human_duration(seconds) == text
+
+
+@pytest.mark.parametrize("size, text", [(0, "0 B"), (512, "512 B"), (8388608, "8 MiB"), (1.5 * 2**30, "1.5 GiB"),
+                                        (300 * 1024, "300 KiB")])
+def test_human_size(size, text):
+    from icemaint.domain.units import human_size
+
+    assert human_size(size) == text

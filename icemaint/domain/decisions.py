@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 
 from icemaint.domain.health import TableHealth
 from icemaint.domain.policy import TablePolicy
+from icemaint.domain.units import human_duration, human_size
 
 class Verdict(str, Enum):
     """What a decision (or a run's outcome) is. A str, so records and JSON keep the plain word."""
@@ -186,20 +187,20 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     age = (gates.now - day_end).total_seconds()
     if age < policy.hot_partition_age_seconds:
         # A day still in progress (or in the future) has not "ended ... ago": say so plainly.
-        ended = f"ended {age:.0f}s ago" if age >= 0 else f"has not ended yet (ends in {-age:.0f}s)"
+        ended = f"ended {human_duration(age)} ago" if age >= 0 else f"has not ended yet (ends in {human_duration(-age)})"
         return replace(base, verdict=DEFER, kind=ReasonKind.HOT_PARTITION, reason=(
-            f"hot partition: {date} {ended}, within hot_partition_age {policy.hot_partition_age_seconds:.0f}s"))
+            f"hot partition: {date} {ended}, within hot_partition_age {human_duration(policy.hot_partition_age_seconds)}"))
     wc = base.writer_check
     if not wc["idle"]:
         return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE, reason=(
-            f"writer active: last writer commit {wc['seconds_since_writer_commit']:.0f}s ago, "
-            f"within the {policy.writer_idle_seconds:.0f}s idle window"))
+            f"writer active: last writer commit {human_duration(max(wc['seconds_since_writer_commit'], 0.0))} ago, "
+            f"within the {human_duration(policy.writer_idle_seconds)} idle window"))
     if gates.claim_holder:
         return replace(base, verdict=DEFER, kind=ReasonKind.CLAIM_BUSY, reason=f"claim busy: held by {gates.claim_holder}")
     if rewrite_bytes > policy.max_rewrite_bytes and not gates.approved:
         return replace(base, verdict=DEFER, needs_approval=True, kind=ReasonKind.AWAITING_APPROVAL, reason=(
-            f"awaiting approval: rewrite of {rewrite_bytes} bytes exceeds max_rewrite_bytes "
-            f"{policy.max_rewrite_bytes} (approve with: icemaint approve {health.table} --date {date})"))
+            f"awaiting approval: rewrite of {human_size(rewrite_bytes)} exceeds max_rewrite_bytes "
+            f"{human_size(policy.max_rewrite_bytes)} (approve with: icemaint approve {health.table} --date {date})"))
     return replace(base, verdict=RUN, reason=(
         f"{part.small_files} small files >= {policy.min_input_files}" if many_small
         else f"deleted-row ratio {part.deleted_row_ratio:.3f} > {policy.max_delete_ratio}"))
@@ -226,7 +227,7 @@ def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = Non
             continue
         if max_bytes is not None and used_bytes + cost > max_bytes and used_bytes > 0:
             out.append(replace(d, verdict=DEFER, kind=ReasonKind.TICK_BUDGET,
-                               reason=f"tick budget: {max_bytes} bytes per tick used; ranked lower"))
+                               reason=f"tick budget: {human_size(max_bytes)} per tick used; ranked lower"))
             continue
         used_bytes += cost
         kept += 1

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping
 
 from icemaint.domain.policy import TablePolicy
+from icemaint.domain.units import human_duration, human_size
 
 MAIN_BRANCH = "main"
 # Iceberg's remove_orphan_files procedure refuses younger cutoffs: files of a commit still in
@@ -270,8 +271,9 @@ def plan_expiry(snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef], 
         older = _seconds(older_than_seconds, "older_than")
         if older < min_age:
             raise RetentionError(
-                f"older_than={older:g}s is inside the owner's retention window snapshot_min_age={min_age:g}s: "
-                f"snapshots younger than that are never expired; ask for {min_age:g}s or more")
+                f"older_than={human_duration(older)} is inside the owner's retention window "
+                f"snapshot_min_age={human_duration(min_age)}: snapshots younger than that are never expired; ask for "
+                f"{human_duration(min_age)} or more")
     else:
         older = policy_older
 
@@ -287,7 +289,7 @@ def plan_expiry(snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef], 
             notes.append(f"{len(by_id)} snapshots exceed snapshot_max_count={max_count}: cutoff raised to keep the newest {max_count}")
     if cutoff > window_ms:
         cutoff = window_ms
-        notes.append(f"cutoff clamped to the owner's retention window snapshot_min_age={min_age:g}s")
+        notes.append(f"cutoff clamped to the owner's retention window snapshot_min_age={human_duration(min_age)}")
 
     kept_refs = _kept_refs(refs, by_id, now_ms)
     dropped = tuple(sorted(set(refs) - set(kept_refs)))
@@ -309,7 +311,7 @@ def plan_expiry(snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef], 
         require(int(sid), "an in-flight maintenance run is based on it")
     for s in by_id.values():
         if s.timestamp_ms > window_ms:
-            require(s.snapshot_id, f"younger than the owner's retention window ({min_age:g}s)")
+            require(s.snapshot_id, f"younger than the owner's retention window ({human_duration(min_age)})")
 
     first_cutoff = cutoff
     retained = procedure_retains(by_id.values(), kept_refs, cutoff, keep, now_ms)
@@ -369,15 +371,15 @@ def expiry_due(snapshot_count: int, oldest_snapshot_age_seconds: float, policy: 
     if snapshot_count <= policy.snapshot_retain_last:
         return False, f"{snapshot_count} snapshots, retain_last={policy.snapshot_retain_last} keeps them all"
     if age <= policy.snapshot_min_age_seconds:
-        return False, (f"the oldest snapshot is {age:g}s old, inside the owner's retention window "
-                       f"snapshot_min_age={policy.snapshot_min_age_seconds:g}s")
+        return False, (f"the oldest snapshot is {human_duration(age)} old, inside the owner's retention window "
+                       f"snapshot_min_age={human_duration(policy.snapshot_min_age_seconds)}")
     if snapshot_count > policy.snapshot_max_count:
         return True, f"{snapshot_count} snapshots exceed snapshot_max_count={policy.snapshot_max_count}"
     cutoff = max(policy.snapshot_older_than_seconds, policy.snapshot_min_age_seconds)
     if age > cutoff:
-        return True, f"the oldest snapshot is {age:g}s old, older than snapshot_older_than={cutoff:g}s"
-    return False, (f"{snapshot_count} snapshots (max {policy.snapshot_max_count}), the oldest {age:g}s old "
-                   f"(expiry after {cutoff:g}s)")
+        return True, f"the oldest snapshot is {human_duration(age)} old, older than snapshot_older_than={human_duration(cutoff)}"
+    return False, (f"{snapshot_count} snapshots (max {policy.snapshot_max_count}), the oldest {human_duration(age)} old "
+                   f"(expiry after {human_duration(cutoff)})")
 
 
 def manifests_due(manifest_count: int, small_manifest_count: int, policy: TablePolicy) -> tuple[bool, str]:
@@ -393,9 +395,9 @@ def manifests_due(manifest_count: int, small_manifest_count: int, policy: TableP
         return False, f"{manifest_count} manifests, below manifest_min_count={policy.manifest_min_count}"
     if small_manifest_count < 2:
         return False, (f"{manifest_count} manifests but {small_manifest_count} smaller than "
-                       f"manifest_small_bytes={policy.manifest_small_bytes}: nothing to merge")
+                       f"manifest_small_bytes={human_size(policy.manifest_small_bytes)}: nothing to merge")
     return True, (f"{manifest_count} manifests (manifest_min_count={policy.manifest_min_count}), "
-                  f"{small_manifest_count} smaller than {policy.manifest_small_bytes} bytes")
+                  f"{small_manifest_count} smaller than {human_size(policy.manifest_small_bytes)}")
 
 
 def orphan_cutoff(now: datetime, policy: TablePolicy) -> datetime:

@@ -62,3 +62,22 @@ def format_duration(seconds: float) -> str:
         if seconds >= length and seconds % length == 0:
             return f"{int(seconds // length)}{unit}"
     return f"{seconds:g}s"
+
+
+def human_duration(seconds: float) -> str:
+    """A measured duration as people read it: `36s`, `20m`, `1.5h`, `7d` (raw seconds go in JSON)."""
+    size = abs(seconds)
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if size >= length:
+            value = seconds / length
+            return f"{value:.0f}{unit}" if abs(value - round(value)) < 0.05 else f"{value:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def human_size(size: float) -> str:
+    """A byte count as people read it: `512 B`, `8 MiB`, `1.5 GiB` (raw bytes go in JSON)."""
+    for unit, length in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(size) >= length:
+            value = size / length
+            return f"{value:.0f} {unit}" if abs(value - round(value)) < 0.05 else f"{value:.1f} {unit}"
+    return f"{size:.0f} B"
