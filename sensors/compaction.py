@@ -76,6 +76,22 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
     return plan
 
 
+def decision_observation(decision) -> dg.AssetObservation:
+    """A defer or refusal as an observation on the `compaction` partition it concerns, so the
+    partition's own history tells why it was not compacted (with the numbers behind it)."""
+    rationale = {k: v for k, v in decision.rationale.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    writer = decision.writer_check or {}
+    numbers = {**rationale, **({"seconds_since_writer_commit": writer["seconds_since_writer_commit"]}
+                               if isinstance(writer.get("seconds_since_writer_commit"), (int, float)) else {})}
+    return dg.AssetObservation(
+        asset_key="compaction", partition=table_date_key(decision.table, decision.date),
+        metadata={"decision": dg.MetadataValue.text(str(decision.verdict)),
+                  "reason_kind": dg.MetadataValue.text(str(decision.kind)),
+                  "reason": dg.MetadataValue.text(decision.reason),
+                  "trigger": dg.MetadataValue.text("sensor"),
+                  **{k: dg.MetadataValue.float(float(v)) for k, v in numbers.items()}})
+
+
 def build_compaction_sensor(compaction_job, date_partitions_def) -> dg.SensorDefinition:
     @dg.sensor(name="compaction_sensor", job=compaction_job, minimum_interval_seconds=30,
                default_status=dg.DefaultSensorStatus.RUNNING,
@@ -90,7 +106,10 @@ def build_compaction_sensor(compaction_job, date_partitions_def) -> dg.SensorDef
         summary = plan.summary()
         context.log.info(summary)
         requests = [compaction_run_request(d, h) for d, h in plan.runs]
+        # The decisions the audit just recorded (each once per change) also land on their partitions.
+        observations = [decision_observation(d) for d in plan.to_record
+                        if d.verdict in (DEFER, REFUSE) and d.date in date_keys]
         return dg.SensorResult(run_requests=requests, cursor=encode_cursor(plan.cursor),
-                               skip_reason=None if requests else summary)
+                               asset_events=observations, skip_reason=None if requests else summary)
 
     return compaction_sensor

@@ -197,6 +197,13 @@ def test_tick_defers_while_the_writer_is_active_then_compacts_and_validates(caps
     assert (ran["files_before"], ran["files_after"]) == (3, 1)
     assert sorted(r[0] for r in spark.sql(f"SELECT event_id FROM {writer.table_sql}").collect()) == \
         sorted(writer.ledger.expected_ids())
+    # the partition's own history: the deferral (with its reason) before the compaction
+    instance, key = get_instance(config), f"2026-01-01|{writer.name.key}"
+    records = dg.AssetRecordsFilter(asset_key=dg.AssetKey("compaction"), asset_partitions=[key])
+    [observed] = instance.fetch_observations(records, limit=10).records
+    [materialized] = instance.fetch_materializations(records, limit=10).records
+    assert observed.asset_observation.metadata["reason"].value.startswith("writer active")
+    assert observed.storage_id < materialized.storage_id
     decisions = [r.decision for r in open_audit(config).records(table=writer.name.key, operation="compact")]
     assert decisions == ["defer", "run"]
 

@@ -189,6 +189,15 @@ def test_active_writer_defers_with_a_reason_and_an_audit_record(tmp_path, lake_r
     # a recheck is scheduled for when the idle window ends, not before
     recheck = decode_cursor(result.cursor)[table].recheck_at
     assert recheck is not None and time.time() + 3000 < recheck <= time.time() + 3600
+    # each deferral is also on its own compaction partition, with the numbers behind it
+    observed = {e.partition: e.metadata for e in result.asset_events}
+    assert sorted(observed) == sorted(f"{d}|{table}" for d in DATES)
+    for meta in observed.values():
+        assert meta["decision"].value == "defer" and meta["reason_kind"].value == "writer_active"
+        assert meta["reason"].value.startswith("writer active") and meta["seconds_since_writer_commit"].value >= 0
+    # ...once per change, like the audit: an unchanged deferral is not observed again
+    again = loc.tick("compaction_sensor", instance_with(table), cursor=result.cursor)
+    assert not again.asset_events
 
 
 def test_claim_held_by_a_writer_defers_naming_the_holder(tmp_path, lake_root, namespace, hot):

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import RUN
+from icemaint.domain.decisions import DEFER, REFUSE, RUN
 
 
 class Ticker:
@@ -83,8 +83,13 @@ class Ticker:
                 lines.append(line)
         if not dry_run:
             from icemaint.domain.tick import encode_cursor
+            from sensors.compaction import decision_observation
 
             self._save_cursor("compaction", encode_cursor(plan.cursor))
+            # as the sensor does: each recorded deferral or refusal also lands on its partition
+            for d in plan.to_record:
+                if d.verdict in (DEFER, REFUSE) and d.date in date_keys:
+                    instance.report_runless_asset_event(decision_observation(d))
         lines.append(f"tick: {len(plan.evaluated)} tables evaluated, {len(plan.unchanged)} unchanged, "
                      f"{sum(1 for d in decisions if d['decision'] == RUN)} runs"
                      + (f", errors: {plan.errors}" if plan.errors else ""))
