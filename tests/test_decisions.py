@@ -274,3 +274,28 @@ def test_lineage(head, ids):
 
     snapshots = (snap(1, None, 900), snap(2, 1, 600), snap(3, 1, 10))
     assert [s.snapshot_id for s in lineage(snapshots, head)] == ids
+
+
+@pytest.mark.parametrize("time_column, version, reason", [
+    ("event-time", 2, "time column 'event-time' is not a plain identifier"),
+    ("ts", 3, "format v3 table"),
+])
+def test_shapes_that_cannot_be_staged_are_refused_in_one_line(time_column, version, reason):
+    from dataclasses import replace as with_
+
+    h = with_(health(SMALL3, time_column=time_column), format_version=version)
+    decision = decide_compaction(h, DAY, POLICY, Gates(now=NOW, identity="m"))
+    assert decision.verdict == REFUSE and decision.reason.startswith(reason) and "\n" not in decision.reason
+
+
+def test_a_struct_field_is_a_column_path():
+    from icemaint.domain.names import is_column_path, quote_column
+
+    assert quote_column("st.ts") == "`st`.`ts`" and is_column_path("st.ts")
+    assert not is_column_path("event-time") and not is_column_path("a..b")
+
+
+def test_files_on_no_date_are_counted_as_undated():
+    h = health(data(2, 100 * KiB) + [FileEntry(content=0, size_bytes=10, record_count=3, date=None)])
+    assert h.data_files == 3 and sum(p.data_files for p in h.partitions) + h.undated_files == 3
+    assert h.undated_records == 3

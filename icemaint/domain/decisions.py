@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Iterable, Sequence
 
 from icemaint.domain.health import TableHealth
+from icemaint.domain.names import is_column_path
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.units import human_duration, human_size
 
@@ -45,6 +46,7 @@ class ReasonKind(str, Enum):
     TICK_BUDGET = "tick_budget"
     ALREADY_REQUESTED = "already_requested"
     ORDERING = "ordering"              # another operation of the table goes first
+    UNSUPPORTED = "unsupported"        # a table shape this version cannot maintain safely
 
     def __str__(self) -> str:
         return self.value
@@ -159,6 +161,14 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     if health.time_column is None:
         return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN,
                        reason="table has no time column (no day/hour/month/year partition): set time_column in its policy")
+    if not is_column_path(health.time_column):
+        return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN, reason=(
+            f"time column {health.time_column!r} is not a plain identifier (letters, digits, underscores), so no "
+            "date scope is built on it: set time_column in its policy to a plainly named date or timestamp column"))
+    if health.format_version >= 3:
+        return replace(base, verdict=REFUSE, kind=ReasonKind.UNSUPPORTED, reason=(
+            f"format v{health.format_version} table: its row lineage (_row_id) cannot be carried through a staged "
+            "rewrite with this Iceberg runtime yet, so it is not compacted"))
     part = health.partition(date)
     if part is None or part.data_files == 0:
         return replace(base, reason=f"no data files on {date}", kind=ReasonKind.NO_DATA)

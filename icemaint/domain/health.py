@@ -91,6 +91,11 @@ class TableHealth:
     small_file_size_bytes: int
     partitions: tuple[PartitionHealth, ...] = ()
     time_column_type: str | None = None  # Iceberg type of time_column ("timestamptz", "date", ...)
+    format_version: int = 2
+    # Data files on no date: their time value is NULL (the null partition), or they have no bound on it.
+    # Per-date sums plus these equal the table totals.
+    undated_files: int = 0
+    undated_records: int = 0
 
     def partition(self, date: str) -> PartitionHealth | None:
         return next((p for p in self.partitions if p.date == date), None)
@@ -151,6 +156,7 @@ def compute_health(
     time_transform: str | None,
     files: Iterable[FileEntry],
     time_column_type: str | None = None,
+    format_version: int = 2,
     manifest_lengths: Sequence[int],
     snapshots: Sequence[SnapshotEntry],
     metadata_files: int,
@@ -160,7 +166,7 @@ def compute_health(
 ) -> TableHealth:
     """Health of one table at its current snapshot."""
     data_sizes: list[int] = []
-    records = delete_files = delete_records = 0
+    records = delete_files = delete_records = undated_files = undated_records = 0
     per_date: dict[str, dict[str, int]] = {}
     for f in files:
         key = f.date.isoformat() if f.date else None
@@ -177,6 +183,9 @@ def compute_health(
                 part["records"] += f.record_count
                 part["small_files"] += small
                 part["small_bytes"] += f.size_bytes if small else 0
+            elif time_column is not None:
+                undated_files += 1
+                undated_records += f.record_count
         else:
             delete_files += 1
             delete_records += f.record_count
@@ -198,6 +207,9 @@ def compute_health(
         time_column=time_column,
         time_transform=time_transform,
         time_column_type=time_column_type,
+        format_version=format_version,
+        undated_files=undated_files,
+        undated_records=undated_records,
         data_files=len(data_sizes),
         small_files=sum(1 for s in data_sizes if s < small_file_size_bytes),
         total_bytes=total,

@@ -62,4 +62,10 @@ def check_column(name: str) -> str:
 
 
 def quote_column(name: str) -> str:
-    return f"`{check_column(name)}`"
+    """A column, or a field path in structs (`st.ts`), as a back-quoted Spark SQL reference."""
+    return ".".join(f"`{check_column(part)}`" for part in str(name).split("."))
+
+
+def is_column_path(name: str) -> bool:
+    """Whether `name` is a column or a struct field path made of plain identifiers."""
+    return isinstance(name, str) and all(_COLUMN.fullmatch(part) for part in name.split("."))

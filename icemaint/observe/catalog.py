@@ -67,9 +67,11 @@ def time_partitioning(table, time_column: str | None = None) -> TimePartitioning
         transform = str(pf.transform)
         source = schema.find_field(pf.source_id)
         if transform in TIME_TRANSFORMS:
-            return TimePartitioning(source.name, transform, "partition spec", str(source.field_type))
+            # the full path (`st.ts` for a field in a struct), not the leaf name another column may share
+            return TimePartitioning(schema.find_column_name(pf.source_id), transform, "partition spec",
+                                    str(source.field_type))
         if transform == "identity" and str(source.field_type) == "date":
-            return TimePartitioning(source.name, "identity", "partition spec", "date")
+            return TimePartitioning(schema.find_column_name(pf.source_id), "identity", "partition spec", "date")
     if time_column:
         try:
             field_type = str(schema.find_field(time_column).field_type)
@@ -181,6 +183,7 @@ class CatalogReader:
             time_column=timing.column,
             time_transform=timing.transform,
             time_column_type=timing.column_type,
+            format_version=int(tbl.metadata.format_version),
             files=files,
             manifest_lengths=manifests,
             snapshots=read_snapshots(tbl),
@@ -238,7 +241,7 @@ def _spec_time_fields(tbl, column: str | None) -> dict[int, tuple[str, str]]:
             except ValueError:  # the source column was dropped since
                 continue
             transform = str(pf.transform)
-            if source.name != column:
+            if schema.find_column_name(pf.source_id) != column:
                 continue
             if transform in TIME_TRANSFORMS:
                 out[spec_id] = (pf.name, transform)
