@@ -163,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("compact", help="compact dates of a table (claim, stage, GX proof, publish only if proven)")
     s.add_argument("table")
-    s.add_argument("--date", action="append", help="YYYY-MM-DD; repeatable")
+    s.add_argument("--date", action="append",
+                   help="YYYY-MM-DD; repeatable. On a month- or year-partitioned table a date compacts its whole "
+                        "month or year, keyed by the period's first day")
     s.add_argument("--from", dest="date_from", help="first date of a range (with --to)")
     s.add_argument("--to", dest="date_to", help="last date of a range (inclusive)")
     s.add_argument("--dry-run", action="store_true", help="report the plan, change nothing")
