@@ -39,13 +39,7 @@ class ContractRun:
 
 
 class OperatingContract(Generic[Outcome]):
-    """Runs one operation on one table under the contract.
-
-    Args:
-        new_outcome: Builds the operation's outcome object (it has `decision` and `reason`).
-        act: Does the work under the claim; sets the outcome's decision and reason.
-        record: Writes the one audit record for the call and returns the outcome.
-    """
+    """Runs one operation on one table under the contract (see `run`)."""
 
     def __init__(self, config, reader, claims):
         self.config = config
@@ -59,8 +53,14 @@ class OperatingContract(Generic[Outcome]):
             wait_for_claim: bool = False,
             progress: Callable[[str], None] = lambda message: None,
             sleep: Callable[[float], None] = time.sleep) -> Outcome:
-        """With `wait_for_claim`, a busy claim is awaited up to the policy's `claim_wait` (progress
-        reported every poll) before the run defers.
+        """Runs `act` under the table's claim, after the policy allowed it; `record` always runs once.
+
+        Args:
+            new_outcome: Builds the operation's outcome object (it has `decision` and `reason`).
+            act: Does the work under the claim; sets the outcome's decision and reason.
+            record: Writes the one audit record for the call and returns the outcome.
+            wait_for_claim: Await a busy claim up to the policy's `claim_wait` (progress reported every
+                poll) before deferring; runs a person launched do, automatic ones do not.
 
         Raises:
             InvalidTableName, TableNotFound: bad input, before anything is touched.
