@@ -21,7 +21,6 @@ from maint_assets.retention import run_table, runs_in_flight
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 
-JOBS = RETENTION_JOBS
 ASSETS = {EXPIRE: "expired_snapshots", ORPHANS: "orphan_files", MANIFESTS: "rewritten_manifests"}
 
 
@@ -66,7 +65,7 @@ def evaluate_retention(instance, catalog: IcebergCatalogResource, claims: TableC
 
 
 def retention_run_request(decision: RetentionDecision, trigger: str = "sensor") -> dg.RunRequest:
-    return dg.RunRequest(run_key=decision.run_key, job_name=JOBS[decision.operation], partition_key=decision.table,
+    return dg.RunRequest(run_key=decision.run_key, job_name=RETENTION_JOBS[decision.operation], partition_key=decision.table,
                          tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger})
 
 

@@ -30,7 +30,7 @@ from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.app.simulator import StreamingWriter
-from icemaint.engine.staging import MAINTENANCE_KEY, STAGE_PREFIX
+from icemaint.engine.staging import MAINTENANCE_TAG, STAGE_PREFIX
 
 from conftest import make_config, streaming_table, write_config
 from staged_faults import corrupt_long, main_lineage, uncompressed
@@ -166,7 +166,7 @@ def newer_than(lineage: list[dict], snapshot_id: int) -> list[dict]:
 def assert_not_ours(snapshots: list[dict]) -> None:
     """None of these snapshots was committed by maintenance (no replace, no maintenance marker)."""
     ours = [(s["snapshot_id"], s["operation"]) for s in snapshots
-            if s["operation"] == "replace" or MAINTENANCE_KEY in (s["summary"] or {})]
+            if s["operation"] == "replace" or MAINTENANCE_TAG in (s["summary"] or {})]
     assert not ours, f"maintenance committed to main: {ours}"
 
 
@@ -209,7 +209,7 @@ def test_passing_proof_publishes_one_replace_and_loses_or_duplicates_nothing(spa
     # main moved forward only: the writer's appends, our one replace on top of them, more appends
     lineage = main_lineage(spark, sql)
     newer = newer_than(lineage, base)
-    ours = [s for s in newer if MAINTENANCE_KEY in (s["summary"] or {})]
+    ours = [s for s in newer if MAINTENANCE_TAG in (s["summary"] or {})]
     assert [s["snapshot_id"] for s in ours] == outcome.committed_snapshot_ids
     assert ours[0]["operation"] == "replace"
     assert ours[0]["summary"].get("icemaint.staged-snapshot-id") == str(staged.staged_snapshot_id)
@@ -445,7 +445,7 @@ def test_kill_9_between_staging_and_publish_leaves_main_untouched_and_is_cleaned
     assert len(cleanup) == 1 and cleanup[0].details["branch"] == staged["branch"] and cleanup[0].decision == "run"
     assert not staging_refs(config, table_name)
     newer = newer_than(main_lineage(spark, sql), staged["base"])
-    assert [s["operation"] for s in newer if MAINTENANCE_KEY in (s["summary"] or {})] == ["replace"]
+    assert [s["operation"] for s in newer if MAINTENANCE_TAG in (s["summary"] or {})] == ["replace"]
     files = {r[0] for r in spark.sql(f"SELECT file_path FROM {sql}.files").collect()}
     assert not files & set(staged["new_files"]), "the dead run's staged files reached main"
     assert_rows(config, table_name, sim.ledger.expected_ids() | writer.ledger, writer)

@@ -15,8 +15,15 @@ from icemaint.domain.names import is_column_path
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.units import human_duration, human_size
 
-class Verdict(str, Enum):
-    """What a decision (or a run's outcome) is. A str, so records and JSON keep the plain word."""
+class Word(str, Enum):
+    """An enum whose members are their words: records, JSON and Dagster metadata keep the plain text."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Verdict(Word):
+    """What a decision (or a run's outcome) is."""
 
     RUN = "run"
     DEFER = "defer"
@@ -26,11 +33,8 @@ class Verdict(str, Enum):
     NOT_PUBLISHED = "not_published"
     FAILED = "failed"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ReasonKind(str, Enum):
+class ReasonKind(Word):
     """Why a decision came out as it did, so that rechecks and ranking never read the reason's text."""
 
     DUE = "due"
@@ -48,11 +52,8 @@ class ReasonKind(str, Enum):
     ORDERING = "ordering"              # another operation of the table goes first
     UNSUPPORTED = "unsupported"        # a table shape this version cannot maintain safely
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Operation(str, Enum):
+class Operation(Word):
     """The maintenance operations (policy `allowed_operations`, audit records, run reports)."""
 
     COMPACT = "compact"
@@ -61,9 +62,6 @@ class Operation(str, Enum):
     MANIFESTS = "manifests"
     PURGE_QUARANTINE = "purge_quarantine"
     CLEANUP = "cleanup"  # removing a staging branch a dead run left
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # Who launched a run. Automatic triggers come back on their own (the next tick decides again), so

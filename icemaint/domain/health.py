@@ -18,7 +18,6 @@ MAINTENANCE_OPERATIONS = frozenset({"replace"})
 REPUBLISHED_KEY = "source-snapshot-id"
 # Set by icemaint on every snapshot it writes: staged appends on a staging branch and publishes.
 MAINTENANCE_TAG = "icemaint.maintenance"
-PROOF_TAG = "icemaint.proof"
 
 
 @dataclass(frozen=True)

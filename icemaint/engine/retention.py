@@ -16,6 +16,7 @@ from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from icemaint.domain.names import TableName
+from icemaint.engine.spark_session import iceberg_table
 from icemaint.domain.retention import (
     ORPHAN_MIN_AGE, ConcurrentExpiry, ExpiryPlan, GcDisabled, QuarantineMoveFailed, RetentionError, SnapshotInfo,
     SnapshotRef, StaleExpiryPlan, _aware, _ms, _retain_last, procedure_retains,
@@ -45,12 +46,6 @@ def _timestamp_literal(value: datetime) -> str:
 
 def _metadata_table(catalog: str, table: TableName, name: str) -> str:
     return f"{table.sql(catalog)}.`{name}`"
-
-
-def _java_table(spark, catalog: str, table: TableName):
-    """The Iceberg Java `Table` behind the Spark catalog (same cache as Spark SQL)."""
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession, f"{catalog}.{table.key}")
 
 
 def _table_properties(spark, catalog: str, table: TableName) -> dict[str, str]:
@@ -274,7 +269,7 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
 
     counts: dict[str, int] = {}
     if plan.keep_files:
-        (_java_table(spark, catalog, table).expireSnapshots()
+        (iceberg_table(spark, catalog, table).expireSnapshots()
          .expireOlderThan(_ms(plan.older_than)).retainLast(plan.retain_last)
          .cleanExpiredFiles(False).commit())
     else:
@@ -353,7 +348,7 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
             "flight would look orphaned and be deleted; use a cutoff of 24 h or more, or force=True "
             "when no writer can be active")
     _check_gc_enabled(spark, catalog, table)
-    jtable = _java_table(spark, catalog, table)
+    jtable = iceberg_table(spark, catalog, table)
     files = _Files(spark)
     location = files.qualify(str(jtable.location()))
     if quarantine_dir is not None and (_relative_under(location, files.qualify(quarantine_dir)) is not None

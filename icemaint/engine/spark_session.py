@@ -136,6 +136,11 @@ def check_iceberg(spark) -> str:
     return version
 
 
+def iceberg_table(spark, catalog: str, name):
+    """The Iceberg Java `Table` behind the Spark catalog (the same cache Spark SQL uses)."""
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name.sql(catalog))
+
+
 def get_spark(config: MaintenanceConfig):
     """The process's SparkSession, created on first use with the config's catalog and settings.
 

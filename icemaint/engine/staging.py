@@ -23,14 +23,15 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
+from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
+from icemaint.engine.spark_session import iceberg_table
 from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey
 
 log = logging.getLogger(__name__)
 
 STAGE_PREFIX = "icemaint_stage_"
 # Snapshot summary keys: the evidence a published rewrite carries in the table itself.
-MAINTENANCE_KEY = "icemaint.maintenance"
 RUN_ID_KEY = "icemaint.run-id"
 PROOF_KEY = "icemaint.proof"
 PROOF_ID_KEY = "icemaint.proof-id"
@@ -71,11 +72,6 @@ def java_exception_class(exc: BaseException) -> str | None:
         java, seen = java.getCause(), seen + 1
     java = getattr(exc, "java_exception", None)
     return java.getClass().getName() if java is not None else None
-
-
-def sql_string(text: str) -> str:
-    """A Spark SQL string literal (backslash escapes are Spark's default)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _iterate(java_iterable):
@@ -149,7 +145,6 @@ class StagedRewrite:
     new_files: tuple[str, ...]
     dangling_deletes: tuple[str, ...]
     replaced_bytes: int
-    new_bytes: int
     _old_tasks: list = field(default_factory=list, repr=False)
     _new_data_files: list = field(default_factory=list, repr=False)
     _dangling_delete_files: list = field(default_factory=list, repr=False)
@@ -179,8 +174,7 @@ class StagingArea:
     # -- table -----------------------------------------------------------------------------
     def table(self, refresh: bool = True):
         if self._table is None:
-            self._table = self.jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-                self.spark._jsparkSession, self.name.sql(self.catalog))
+            self._table = iceberg_table(self.spark, self.catalog, self.name)
         elif refresh:
             self._table.refresh()
         return self._table
@@ -248,16 +242,15 @@ class StagingArea:
         # A task's size counts its delete files too: split by what the reader will weigh.
         weighed = sum(int(t.sizeBytes()) for t in tasks)
         rows = self._read_tasks(tasks, split_size=weighed // expected + 1)
+        # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
-                   "output-spec-id": str(group.spec_id),
-                   f"snapshot-property.{MAINTENANCE_KEY}": "true",
+                   "output-spec-id": str(group.spec_id), "distribution-mode": "none",
+                   f"snapshot-property.{MAINTENANCE_TAG}": "true",
                    f"snapshot-property.{STAGE_KEY}": branch}
-        if strategy == "binpack":
-            options["distribution-mode"] = "none"
-        else:
+        if strategy != "binpack":
             from icemaint.domain.rewrite_plan import order_by_sql, zorder_sql
 
-            options.update({"distribution-mode": "none", "fanout-enabled": "true"})
+            options["fanout-enabled"] = "true"  # else Iceberg adds a partition sort over our order
             if strategy == "sort":
                 order = order_by_sql(sort_keys)
             else:
@@ -286,7 +279,7 @@ class StagingArea:
             replaced_files=tuple(f.path for f in group.files),
             new_files=tuple(str(f.location()) for f in new_files),
             dangling_deletes=tuple(str(d.location()) for d in dangling),
-            replaced_bytes=group.total_bytes, new_bytes=sum(int(f.fileSizeInBytes()) for f in new_files),
+            replaced_bytes=group.total_bytes,
             _old_tasks=tasks, _new_data_files=new_files, _dangling_delete_files=dangling)
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
@@ -355,7 +348,7 @@ class StagingArea:
             rewrite = rewrite.deleteFile(delete)
         for new in staged._new_data_files:
             rewrite = rewrite.addFile(new)
-        marker = {**properties, MAINTENANCE_KEY: "true", STAGED_SNAPSHOT_KEY: str(staged.staged_snapshot_id)}
+        marker = {**properties, MAINTENANCE_TAG: "true", STAGED_SNAPSHOT_KEY: str(staged.staged_snapshot_id)}
         for key, value in marker.items():
             rewrite = rewrite.set(key, str(value))
         try:

@@ -177,10 +177,13 @@ def _run_suite(spark_after_df, before_row_count: int, samples: pd.DataFrame,
 # Public API
 
 
-def _check_arguments(table_sql, scope, sample_fraction, seed, max_reported_rows) -> None:
+def _check_table_sql(table_sql) -> None:
     if not isinstance(table_sql, str) or not table_sql.startswith("`"):
         raise ValidationError(f"table_sql must be a back-quoted identifier from TableName.sql, "
                               f"got {table_sql!r}")
+
+
+def _check_arguments(scope, sample_fraction, seed, max_reported_rows) -> None:
     if scope is not None and (not isinstance(scope, str) or not scope.strip()):
         raise ValidationError(f"scope must be a non-empty SQL predicate or None, got {scope!r}")
     if isinstance(sample_fraction, bool) or not isinstance(sample_fraction, (int, float)) \
@@ -256,7 +259,8 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
     """
     before = _snapshot_id(before_snapshot_id, "before_snapshot_id")
     after = _snapshot_id(after_snapshot_id, "after_snapshot_id")
-    _check_arguments(table_sql, scope, sample_fraction, seed, max_reported_rows)
+    _check_table_sql(table_sql)
+    _check_arguments(scope, sample_fraction, seed, max_reported_rows)
     return prove_rows(
         RowSet(before, lambda: spark.sql(snapshot_sql(table_sql, before, scope)), f"snapshot {before}"),
         RowSet(after, lambda: spark.sql(snapshot_sql(table_sql, after, scope)), f"snapshot {after}"),
@@ -275,7 +279,7 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
         ValidationError: The two sides have different columns.
     """
     started = time.monotonic()
-    _check_arguments("`x`", scope, sample_fraction, seed, max_reported_rows)
+    _check_arguments(scope, sample_fraction, seed, max_reported_rows)
     after_df = after.load()
     before_df = before.load()
     before_columns = [f.name for f in before_df.schema.fields]

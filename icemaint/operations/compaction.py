@@ -244,8 +244,7 @@ class Compactor:
                  "dangling_deletes": len(staged.dangling_deletes), "published_snapshot_id": None,
                  "verdict": "staged"}
         outcome.staged.append(entry)
-        outcome.durations["rewrite_seconds"] = round(outcome.durations.get("rewrite_seconds", 0.0)
-                                                     + time.perf_counter() - t0, 3)
+        _add_seconds(outcome, "rewrite_seconds", t0)
         try:
             if self.after_stage:
                 self.after_stage(staged)
@@ -264,8 +263,7 @@ class Compactor:
                 log.exception("the proof of %s %s could not run", name.key, date)
                 proof = {"passed": False, "before_snapshot_id": base, "after_snapshot_id": staged.staged_snapshot_id,
                          "checks": [], "error": f"the proof could not run: {type(exc).__name__}: {str(exc)[:500]}"}
-            outcome.durations["validation_seconds"] = round(outcome.durations.get("validation_seconds", 0.0)
-                                                            + time.perf_counter() - t_val, 3)
+            _add_seconds(outcome, "validation_seconds", t_val)
             outcome.validation["commits"].append(proof)
             outcome.validation["passed"] = all(p["passed"] for p in outcome.validation["commits"])
             self._fill_read_evidence(outcome, outcome.validation)
@@ -281,14 +279,13 @@ class Compactor:
             published = staging.publish(staged, {
                 RUN_ID_KEY: request.run_id or "cli", PROOF_KEY: "passed",
                 PROOF_ID_KEY: f"{request.run_id or 'cli'}:{index}"})
-            outcome.durations["publish_seconds"] = round(outcome.durations.get("publish_seconds", 0.0)
-                                                         + time.perf_counter() - t_pub, 3)
+            _add_seconds(outcome, "publish_seconds", t_pub)
             entry["published_snapshot_id"], entry["verdict"] = published.snapshot_id, "published"
             if published.state_was_unknown:
                 entry["note"] = ("the catalog reported an unknown commit state; a re-read of the table found "
                                  "the publish on main, so it landed once and was not retried")
             outcome.published = True
-            if outcome.before_snapshot_id is None or not outcome.committed_snapshot_ids:
+            if not outcome.committed_snapshot_ids:
                 outcome.before_snapshot_id = base
             outcome.committed_snapshot_ids.append(published.snapshot_id)
             outcome.after_snapshot_id = published.snapshot_id
@@ -377,6 +374,11 @@ class Compactor:
                      "replanned": outcome.replanned, "attempts": outcome.attempts},
         ))
         return outcome
+
+
+def _add_seconds(outcome: CompactionOutcome, key: str, started: float) -> None:
+    """Adds the time since `started` to a duration (several groups add to the same one)."""
+    outcome.durations[key] = round(outcome.durations.get(key, 0.0) + time.perf_counter() - started, 3)
 
 
 def failure_summary(proof: dict) -> str:

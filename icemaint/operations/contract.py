@@ -12,7 +12,7 @@ only their own act and record steps (as pyiceberg's update classes supply only t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Generic, TypeVar
 
 from icemaint.safety.claims import ClaimBusy
@@ -88,7 +88,7 @@ class OperatingContract(Generic[Outcome]):
                     waiting = f" after waiting {format_duration(waited)} (claim_wait)" if bound else ""
                     outcome.decision = DEFER
                     outcome.reason = f"claim busy{waiting}: held by {exc.holder or 'an unknown holder'}"
-                    return record(ContractRun(**{**run.__dict__, "claim_holder": exc.holder}), outcome)
+                    return record(replace(run, claim_holder=exc.holder), outcome)
                 step = min(CLAIM_POLL_SECONDS, bound - waited)
                 progress(f"{name.key}: claim held by {exc.holder or 'an unknown holder'}; waiting "
                          f"({format_duration(waited)} of {format_duration(bound)})")
