@@ -1,4 +1,5 @@
-"""`compaction` and `validation_report` (table x date), with Great Expectations proofs as blocking checks."""
+"""`compaction` and `validation_report` (table x date), and `table_compaction` (table) for tables without a
+time column, with Great Expectations proofs as blocking checks on both compaction assets."""
 
 
 import json
@@ -11,14 +12,15 @@ from icemaint.operations.compaction import CompactionOutcome, CompactionRequest,
 from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, launched_by_a_person
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, numeric, report_outcome
-from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, \
-    split_table_date
+from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, split_table_date, \
+    table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.spark import SparkResource
 
 VALIDATION_CHECKS = {
-    "row_count_parity": "Rows in the date before the rewrite == rows after (GX ExpectTableRowCountToEqual).",
+    "row_count_parity": "Rows of the replaced files before the rewrite == rows of the new files "
+                        "(GX ExpectTableRowCountToEqual).",
     "sample_comparison": "Sampled rows before are found unchanged after, and the reverse (GX UnexpectedRowsExpectation).",
     "column_aggregates": "Per-column non-null counts, min/max and sums/hashes equal before and after.",
 }
@@ -47,6 +49,11 @@ def outcome_metadata(outcome: CompactionOutcome) -> dict:
     return meta
 
 
+def partition_label(outcome: dict) -> str:
+    """The partition an outcome belongs to, as its asset keys it: "<date>|<table>", or the table alone."""
+    return f"{outcome['date']}|{outcome.get('table')}" if outcome.get("date") else str(outcome.get("table"))
+
+
 def check_result(name: str, outcome: dict) -> dg.AssetCheckResult:
     """One GX proof of a compaction outcome, as a blocking check result."""
     commits = outcome.get("validation", {}).get("commits", [])
@@ -65,10 +72,10 @@ def check_result(name: str, outcome: dict) -> dg.AssetCheckResult:
         check_name=name,
         passed=passed,
         severity=dg.AssetCheckSeverity.ERROR,
-        description=(f"{outcome.get('date')}|{outcome.get('table')}: {name} {'passed' if passed else 'FAILED'} "
+        description=(f"{partition_label(outcome)}: {name} {'passed' if passed else 'FAILED'} "
                      f"(replaced files as of snapshot {sides}); "
                      f"{'published as ' + str(outcome.get('after_snapshot_id')) if outcome.get('published') else 'not published'}"),
-        metadata={"partition": dg.MetadataValue.text(f"{outcome.get('date')}|{outcome.get('table')}"),
+        metadata={"partition": dg.MetadataValue.text(partition_label(outcome)),
                   "observed": as_json([c.get("observed") for c in per_commit]),
                   "gx_result": as_json([c.get("gx_result") for c in per_commit]),
                   "before_snapshot_id": dg.MetadataValue.text(str(outcome.get("before_snapshot_id"))),
@@ -110,6 +117,52 @@ def table_dimension_mapping() -> dg.MultiToSingleDimensionPartitionMapping:
         return dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=TABLE_DIMENSION)
 
 
+def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
+            catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource,
+            table: str, date: str | None, asset_key: str):
+    """The body both compaction assets share: one request, its outcome as events, an honest run status."""
+    tags = context.run.tags
+    planned = tags.get(PLANNED_SNAPSHOT_TAG)
+    planned_schema = tags.get(PLANNED_SCHEMA_TAG)
+    request = CompactionRequest(
+        table=table, date=date, dry_run=config.dry_run, approved=config.approved,
+        trigger=tags.get(TRIGGER_TAG, "manual"), run_id=context.run.run_id,
+        planned_snapshot_id=int(planned) if planned else None,
+        planned_schema_id=int(planned_schema) if planned_schema else None)
+    compactor = Compactor(spark.settings.config, spark.session, catalog.reader, claims.claims, audit.log,
+                          progress=context.log.info)
+    outcome = compactor.run(request)
+    context.log.info(f"{table} {date or '(partitions)'}: {outcome.decision}: {outcome.reason}")
+    person = launched_by_a_person(request.trigger)
+    # A run a person or a backfill asked for never ends green without doing its work: a deferral
+    # fails it with the reason (a busy claim names its holder); "nothing to do" is a materialization
+    # of the partition as it is, so its state is known.
+    failure = {REFUSE: f"refused: {outcome.reason}",
+               DEFER: f"not done: {outcome.reason}" if person else None}.get(outcome.decision)
+    yield from report_outcome(
+        context, asset_key, outcome_metadata(outcome),
+        materialize=not outcome.dry_run and (outcome.decision in (RUN, NOT_PUBLISHED)
+                                             or (person and outcome.decision == NOOP)),
+        refusal=failure)
+
+
+@dg.asset(
+    partitions_def=table_partitions,
+    group_name="maintenance",
+    kinds={"spark", "iceberg"},
+    deps=[table_health],
+    output_required=False,
+    description="Compaction of a table without a time column (partitioned only by identity/bucket/truncate "
+                "fields, or not at all): its due partitions, ranked by benefit and bounded by the cost ceiling, "
+                "each staged on a branch, proven with Great Expectations and published only when proven. "
+                "Tables with a time column are compacted per date by `compaction`.",
+)
+def table_compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
+                     catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
+    yield from compact(context, config, spark, catalog, claims, audit, str(context.partition_key), None,
+                       "table_compaction")
+
+
 def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
     @dg.asset(
         partitions_def=partitions_def,
@@ -125,29 +178,7 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
     def compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
                    catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
         table, date = split_table_date(context.partition_key)
-        tags = context.run.tags
-        planned = tags.get(PLANNED_SNAPSHOT_TAG)
-        planned_schema = tags.get(PLANNED_SCHEMA_TAG)
-        request = CompactionRequest(
-            table=table, date=date, dry_run=config.dry_run, approved=config.approved,
-            trigger=tags.get(TRIGGER_TAG, "manual"), run_id=context.run.run_id,
-            planned_snapshot_id=int(planned) if planned else None,
-            planned_schema_id=int(planned_schema) if planned_schema else None)
-        compactor = Compactor(spark.settings.config, spark.session, catalog.reader, claims.claims, audit.log,
-                              progress=context.log.info)
-        outcome = compactor.run(request)
-        context.log.info(f"{table} {date}: {outcome.decision}: {outcome.reason}")
-        person = launched_by_a_person(request.trigger)
-        # A run a person or a backfill asked for never ends green without doing its work: a deferral
-        # fails it with the reason (a busy claim names its holder); "nothing to do" is a materialization
-        # of the date as it is, so the partition's state is known.
-        failure = {REFUSE: f"refused: {outcome.reason}",
-                   DEFER: f"not done: {outcome.reason}" if person else None}.get(outcome.decision)
-        yield from report_outcome(
-            context, "compaction", outcome_metadata(outcome),
-            materialize=not outcome.dry_run and (outcome.decision in (RUN, NOT_PUBLISHED)
-                                                 or (person and outcome.decision == NOOP)),
-            refusal=failure)
+        yield from compact(context, config, spark, catalog, claims, audit, table, date, "compaction")
 
     @dg.asset(
         partitions_def=partitions_def,
@@ -183,4 +214,4 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
             "report": as_json(report),
         })
 
-    return compaction, validation_report, build_validation_checks(compaction)
+    return compaction, validation_report, build_validation_checks(compaction) + build_validation_checks(table_compaction)

@@ -10,7 +10,7 @@ file and sets no environment variable: the instance home is prepared by the CLI,
 import dagster as dg
 
 from icemaint.config import load_config
-from maint_assets.compaction import build_compaction_assets
+from maint_assets.compaction import build_compaction_assets, table_compaction
 from maint_assets.health import table_health
 from maint_assets.jobs import build_jobs
 from maint_assets.partitions import date_partitions, table_date_partitions, table_partitions
@@ -32,16 +32,19 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
     jobs = build_jobs(table_partitions, multi)
     settings = MaintenanceSettings(config_path=str(config_path or config.source or ""))
     return dg.Definitions(
-        assets=[table_health, compaction, validation_report, *RETENTION_ASSETS],
+        assets=[table_health, compaction, table_compaction, validation_report, *RETENTION_ASSETS],
         asset_checks=validation_checks,
         # Also for the implicit asset job that UI materializations and backfills run: the default
         # multiprocess executor would start a Spark session per step.
         executor=dg.in_process_executor,
         jobs=list(jobs.values()),
         sensors=[build_discovery_sensor(jobs["health"]),
-                 build_compaction_sensor(jobs["compaction"], date_partitions(config.dates_start)),
+                 build_compaction_sensor(jobs["compaction"], jobs["table_compaction"],
+                                         date_partitions(config.dates_start)),
                  build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"])],
-        schedules=[build_window_schedule(jobs["compaction"], date_partitions(config.dates_start))],
+        schedules=[build_window_schedule(jobs["compaction"], date_partitions(config.dates_start)),
+                   build_window_schedule(jobs["table_compaction"], date_partitions(config.dates_start),
+                                         per_table=True)],
         resources={
             "settings": settings,
             "spark": SparkResource(settings=settings),

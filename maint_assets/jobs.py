@@ -13,6 +13,10 @@ def build_jobs(table_partitions_def=None, table_date_partitions_def=None) -> dic
             "compaction_job", selection=dg.AssetSelection.assets("compaction", "validation_report").without_checks()
             | dg.AssetSelection.checks_for_assets("compaction"),
             executor_def=dg.in_process_executor),
+        "table_compaction": dg.define_asset_job(
+            "table_compaction_job", selection=dg.AssetSelection.assets("table_compaction").without_checks()
+            | dg.AssetSelection.checks_for_assets("table_compaction"),
+            executor_def=dg.in_process_executor),
         "expiry": dg.define_asset_job("expiry_job", selection=["expired_snapshots"], executor_def=dg.in_process_executor),
         "orphans": dg.define_asset_job("orphans_job", selection=["orphan_files"], executor_def=dg.in_process_executor),
         "manifests": dg.define_asset_job("manifests_job", selection=["rewritten_manifests"],

@@ -17,10 +17,17 @@ from resources.claims import AuditResource, TableClaimResource
 MAX_RUNS_PER_TICK = 20
 
 
+COMPACTION_JOB, TABLE_COMPACTION_JOB = "compaction_job", "table_compaction_job"
+
+
 def compaction_run_request(decision, health, trigger: str = "sensor") -> dg.RunRequest:
+    """A dated decision runs `compaction_job` on its (date, table); a table without a time column runs
+    `table_compaction_job` on the table."""
+    dated = decision.date is not None
     return dg.RunRequest(
-        run_key=f"compact:{decision.table}:{decision.date}:{health.snapshot_id}",
-        partition_key=table_date_key(decision.table, decision.date),
+        run_key=f"compact:{decision.table}:{decision.date or 'partitions'}:{health.snapshot_id}",
+        partition_key=table_date_key(decision.table, decision.date) if dated else decision.table,
+        job_name=COMPACTION_JOB if dated else TABLE_COMPACTION_JOB,
         tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger,
               PLANNED_SNAPSHOT_TAG: str(health.snapshot_id), PLANNED_SCHEMA_TAG: str(health.schema_id)},
     )
@@ -77,14 +84,16 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
 
 
 def decision_observation(decision) -> dg.AssetObservation:
-    """A defer or refusal as an observation on the `compaction` partition it concerns, so the
-    partition's own history tells why it was not compacted (with the numbers behind it)."""
+    """A defer or refusal as an observation on the `compaction` partition it concerns (the table's
+    `table_compaction` partition when it has no date), so the partition's own history tells why it was
+    not compacted (with the numbers behind it)."""
     rationale = {k: v for k, v in decision.rationale.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     writer = decision.writer_check or {}
     numbers = {**rationale, **({"seconds_since_writer_commit": writer["seconds_since_writer_commit"]}
                                if isinstance(writer.get("seconds_since_writer_commit"), (int, float)) else {})}
     return dg.AssetObservation(
-        asset_key="compaction", partition=table_date_key(decision.table, decision.date),
+        asset_key="compaction" if decision.date else "table_compaction",
+        partition=table_date_key(decision.table, decision.date) if decision.date else decision.table,
         metadata={"decision": dg.MetadataValue.text(str(decision.verdict)),
                   "reason_kind": dg.MetadataValue.text(str(decision.kind)),
                   "reason": dg.MetadataValue.text(decision.reason),
@@ -92,8 +101,9 @@ def decision_observation(decision) -> dg.AssetObservation:
                   **{k: dg.MetadataValue.float(float(v)) for k, v in numbers.items()}})
 
 
-def build_compaction_sensor(compaction_job, date_partitions_def) -> dg.SensorDefinition:
-    @dg.sensor(name="compaction_sensor", job=compaction_job, minimum_interval_seconds=30,
+def build_compaction_sensor(compaction_job, table_compaction_job, date_partitions_def) -> dg.SensorDefinition:
+    # A sensor with several jobs names each request's job; `compaction_job` is the default.
+    @dg.sensor(name="compaction_sensor", jobs=[compaction_job, table_compaction_job], minimum_interval_seconds=30,
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="Polls each table's metadata; requests a compaction run per (table, date) when "
                            "thresholds pass, writers are idle, the claim is free and cost/policy allow; "
@@ -108,7 +118,7 @@ def build_compaction_sensor(compaction_job, date_partitions_def) -> dg.SensorDef
         requests = [compaction_run_request(d, h) for d, h in plan.runs]
         # The decisions the audit just recorded (each once per change) also land on their partitions.
         observations = [decision_observation(d) for d in plan.to_record
-                        if d.verdict in (DEFER, REFUSE) and d.date in date_keys]
+                        if d.verdict in (DEFER, REFUSE) and (d.date is None or d.date in date_keys)]
         return dg.SensorResult(run_requests=requests, cursor=encode_cursor(plan.cursor),
                                asset_events=observations, skip_reason=None if requests else summary)
 

@@ -15,18 +15,22 @@ from sensors.compaction import compaction_run_request, evaluate_compaction
 WINDOW_CRON = "0 2 * * *"
 
 
-def build_window_schedule(compaction_job, date_partitions_def) -> dg.ScheduleDefinition:
-    @dg.schedule(name="nightly_maintenance_window", job=compaction_job, cron_schedule=WINDOW_CRON,
-                 execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.STOPPED,
-                 description="Nightly at 02:00 UTC: the compaction sensor's decisions over the whole estate.")
-    def nightly_maintenance_window(context: dg.ScheduleEvaluationContext, catalog: IcebergCatalogResource,
-                                   claims: TableClaimResource, audit: AuditResource):
+def build_window_schedule(job, date_partitions_def, per_table: bool = False) -> dg.ScheduleDefinition:
+    """The window for dated compactions, or (per_table) for tables without a time column: a schedule
+    targets one job, so each compaction job has its own window on the same cron."""
+    @dg.schedule(name="nightly_table_window" if per_table else "nightly_maintenance_window", job=job,
+                 cron_schedule=WINDOW_CRON, execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.STOPPED,
+                 description="Nightly at 02:00 UTC: the compaction sensor's decisions over the whole estate"
+                             + (" (tables without a time column)." if per_table else " (dates of tables)."))
+    def window(context: dg.ScheduleEvaluationContext, catalog: IcebergCatalogResource,
+               claims: TableClaimResource, audit: AuditResource):
         now = dt.datetime.now(dt.timezone.utc)
         date_keys = set(date_partitions_def.get_partition_keys(current_time=now))
         plan = evaluate_compaction(context.instance, catalog, claims, audit, None, now, date_keys)
+        runs = [(d, h) for d, h in plan.runs if (d.date is None) == per_table]
         context.log.info(plan.summary())
-        if not plan.runs:
+        if not runs:
             return dg.SkipReason(plan.summary())
-        return [compaction_run_request(d, h, trigger="window") for d, h in plan.runs]
+        return [compaction_run_request(d, h, trigger="window") for d, h in runs]
 
-    return nightly_maintenance_window
+    return window

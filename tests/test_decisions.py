@@ -63,7 +63,7 @@ CASES = [
     ("only delete files on that date", dict(files=SMALL3 + deletes(5, day="2024-06-02")), {}, {}, "2024-06-02",
      NOOP, ["no data files on 2024-06-02"]),
     ("no time column", dict(files=data(5, 100 * KiB, day=None), time_column=None), {}, {}, DAY, REFUSE,
-     ["no time column", "set time_column"]),
+     ["no time column", "without --date"]),
     ("disabled", dict(files=SMALL3), dict(enabled=False), {}, DAY, REFUSE, ["disabled", "enabled: false"]),
     ("read only", dict(files=SMALL3), dict(read_only=True), {}, DAY, REFUSE, ["read-only", "read_only: true"]),
     ("operation not allowed", dict(files=SMALL3), dict(allowed_operations=frozenset({"orphans", "expire"})), {},

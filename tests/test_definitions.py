@@ -73,11 +73,22 @@ def test_every_job_and_the_asset_job_run_in_process(defs):
     assert {k.name for k in compaction_job.asset_layer.asset_graph.asset_check_keys} >= VALIDATION_CHECKS
 
 
+def test_table_compaction_is_per_table_with_the_same_blocking_proofs(defs):
+    specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
+    assert specs["table_compaction"].partitions_def.name == "table"
+    checks = {(c.asset_key.to_user_string(), c.name): c for d in defs.asset_checks or [] for c in d.check_specs}
+    on_table = {name for asset, name in checks if asset == "table_compaction"}
+    assert on_table == VALIDATION_CHECKS and all(checks[("table_compaction", n)].blocking for n in on_table)
+    job = defs.get_repository_def().get_job("table_compaction_job")
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {"table_compaction"}
+
+
 def test_sensors_target_their_jobs(defs):
     sensors = {s.name: s for s in defs.sensors}
     assert {"table_discovery", "compaction_sensor"} <= set(sensors)
     assert sensors["table_discovery"].job_name == "health_job"
-    assert sensors["compaction_sensor"].job_name == "compaction_job"
+    # dated compactions run compaction_job; tables without a time column table_compaction_job
+    assert {j.name for j in sensors["compaction_sensor"].jobs} == {"compaction_job", "table_compaction_job"}
     for sensor in sensors.values():
         assert sensor.description, f"sensor {sensor.name} says nothing about what it does"
 

@@ -14,8 +14,20 @@ from typing import Sequence
 
 from icemaint.app import cli_retention
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
+from icemaint.domain.layout import describe
+from icemaint.domain.units import human_size
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def maintained_as(health: dict) -> str:
+    """How a table is maintained, from its health: per date of its time column, or per partition."""
+    if health["scope"] == "date":
+        return f"per date of {health['time_column']} ({health['time_transform']})"
+    keys = [p["key"] for p in health["partitions"]]
+    if keys in ([], [""]):
+        return "as a whole (no time column, unpartitioned)"
+    return f"per partition (no time column; {len(keys)} partitions)"
 
 
 def _print_json(value) -> None:
@@ -32,7 +44,11 @@ def _dates(args, runner) -> list[str]:
             raise ValueError(f"--to {end} is before --from {start}")
         dates += [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
     if not dates:
-        raise ValueError("give at least one --date YYYY-MM-DD (or --from/--to)")
+        health = runner.reader.health(runner.check_table(args.table))
+        if not health.dated:
+            return [None]  # a table without a time column: its due partitions, in one run
+        raise ValueError(f"{health.table} is maintained per date ({health.time_column} by {health.time_transform}): "
+                         "give at least one --date YYYY-MM-DD (or --from/--to)")
     return [runner.check_date(d) for d in dates]
 
 
@@ -48,21 +64,24 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
     if args.json:
         _print_json(health)
         return EXIT_OK
-    print(f"{health['table']}  snapshot {health['snapshot_id']}  ({health['time_column']} by {health['time_transform']})")
-    print(f"  data files {health['data_files']} ({health['small_files']} small), {health['total_bytes']} bytes, "
-          f"avg {health['avg_file_bytes']:.0f} B, median {health['median_file_bytes']:.0f} B")
+    print(f"{health['table']}  snapshot {health['snapshot_id']}  maintained {maintained_as(health)}")
+    print(f"  data files {health['data_files']} ({health['small_files']} small), {human_size(health['total_bytes'])}, "
+          f"avg {human_size(health['avg_file_bytes'])}, median {human_size(health['median_file_bytes'])}")
     print(f"  delete files {health['delete_files']} ({health['delete_records']} deleted rows, "
           f"ratio {health['deleted_row_ratio']:.3f}); manifests {health['manifests']}; snapshots {health['snapshots']}; "
           f"metadata files {health['metadata_files']}")
     print(f"  last commit {health['last_commit_at']} ({health['last_commit_operation']}, by {health['last_commit_by']})")
-    print(f"  {'date':<12}{'files':>7}{'small':>7}{'bytes':>12}{'deletes':>9}")
+    width = max([12] + [len(describe(p["key"])) + 2 for p in health["partitions"]])
+    print(f"  {'date' if health['scope'] == 'date' else 'partition':<{width}}{'files':>7}{'small':>7}{'size':>11}"
+          f"{'deletes':>9}")
     for p in health["partitions"]:
-        print(f"  {p['date']:<12}{p['data_files']:>7}{p['small_files']:>7}{p['total_bytes']:>12}{p['delete_files']:>9}")
+        print(f"  {describe(p['key']):<{width}}{p['data_files']:>7}{p['small_files']:>7}"
+              f"{human_size(p['total_bytes']):>11}{p['delete_files']:>9}")
     return EXIT_OK
 
 
 def _outcome_line(o: dict) -> str:
-    line = f"{o.get('table')} {o.get('date')}: {o.get('decision')}: {o.get('reason')}"
+    line = f"{o.get('table')} {o.get('date') or '(table)'}: {o.get('decision')}: {o.get('reason')}"
     if o.get("decision") in ("run", "not_published") and not o.get("dry_run"):
         line += (f"\n    files {o.get('files_before')} -> {o.get('files_after')}, snapshot {o.get('before_snapshot_id')} -> "
                  f"{o.get('after_snapshot_id')}, validation {'passed' if o.get('validation', {}).get('passed') else 'FAILED'}"
@@ -98,7 +117,7 @@ def cmd_approve(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.audit import open_audit
 
     record = approve(config, open_audit(config), args.table, args.date, args.note)
-    print(f"approved compaction of {record.table} {record.date} by {record.identity}")
+    print(f"approved compaction of {record.table} {record.date or '(its partitions)'} by {record.identity}")
     return EXIT_OK
 
 
@@ -151,6 +170,19 @@ def cmd_demo(config: MaintenanceConfig, args) -> int:
     return run_demo(config, args.config, batches=args.batches)
 
 
+def cmd_doctor(config: MaintenanceConfig, args) -> int:
+    """One line per check of what a new deployment gets wrong; exit 1 when any check fails."""
+    from icemaint.app.doctor import Status, run_doctor
+
+    checks = run_doctor(config, config.source, spark=args.spark)
+    if args.json:
+        _print_json([c.to_dict() for c in checks])
+    else:
+        for check in checks:
+            print(check.line())
+    return EXIT_FAILED if any(c.status is Status.FAIL for c in checks) else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="icemaint", description="Event-driven maintenance of Apache Iceberg tables.")
     p.add_argument("--config", help="maintenance YAML (default: $ICEMAINT_CONFIG, else ./maintenance.yaml)")
@@ -161,11 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_health)
 
-    s = sub.add_parser("compact", help="compact dates of a table (claim, stage, GX proof, publish only if proven)")
+    s = sub.add_parser("compact", help="compact dates of a table, or the partitions of a table without a time "
+                                       "column (claim, stage, GX proof, publish only if proven)")
     s.add_argument("table")
     s.add_argument("--date", action="append",
                    help="YYYY-MM-DD; repeatable. On a month- or year-partitioned table a date compacts its whole "
-                        "month or year, keyed by the period's first day")
+                        "month or year, keyed by the period's first day. Omit it for a table without a time "
+                        "column: its due partitions are compacted, best first, within max_rewrite_bytes")
     s.add_argument("--from", dest="date_from", help="first date of a range (with --to)")
     s.add_argument("--to", dest="date_to", help="last date of a range (inclusive)")
     s.add_argument("--dry-run", action="store_true", help="report the plan, change nothing")
@@ -175,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("approve", help="approve a compaction over the table's cost ceiling")
     s.add_argument("table")
-    s.add_argument("--date", required=True)
+    s.add_argument("--date", help="the date to approve; omit it for a table without a time column")
     s.add_argument("--note")
     s.set_defaults(func=cmd_approve)
 
@@ -198,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="build the demo warehouse and run the maintenance loop on it")
     s.add_argument("--batches", type=int, default=12)
     s.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("doctor", help="check Java, the Iceberg runtime, the catalog, the state dir, PostgreSQL "
+                                      "and the Dagster instance, one line each")
+    s.add_argument("--spark", action="store_true", help="also start Spark and report the Iceberg version it loaded")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_doctor)
     cli_retention.register(sub)  # expire, orphans, manifests, purge-quarantine
     return p
 

@@ -80,13 +80,16 @@ class MaintenanceRunner:
         return self._execute("health_job", key, tags={TABLE_TAG: key, TRIGGER_TAG: "cli"},
                              outcome_key="health")
 
-    def compact(self, table: str, date: str, *, dry_run: bool = False, approved: bool = False,
+    def compact(self, table: str, date: str | None, *, dry_run: bool = False, approved: bool = False,
                 trigger: str = "cli") -> RunReport:
+        """Materialize `compaction` for (date, table), or with no date `table_compaction` for the table."""
         key = self.check_table(table)
+        config = {"config": {"dry_run": dry_run, "approved": approved}}
+        tags = {TABLE_TAG: key, TRIGGER_TAG: trigger}
+        if date is None:
+            return self._execute("table_compaction_job", key, {"ops": {"table_compaction": config}}, tags=tags)
         day = self.check_date(date)
-        run_config = {"ops": {"compaction": {"config": {"dry_run": dry_run, "approved": approved}}}}
-        return self._execute("compaction_job", f"{day}|{key}", run_config,
-                             tags={TABLE_TAG: key, TRIGGER_TAG: trigger})
+        return self._execute("compaction_job", f"{day}|{key}", {"ops": {"compaction": config}}, tags=tags)
 
     # -- retention ---------------------------------------------------------------------------
     def _retention(self, job_name: str, asset: str, table: str, settings: dict, trigger: str) -> RunReport:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import DEFER, REFUSE, RUN
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN
 
 
 class Ticker:
@@ -59,7 +59,7 @@ class Ticker:
         date_keys = set(date_partitions(self.config.dates_start).get_partition_keys(current_time=now))
         plan = evaluate_compaction(instance, self.catalog, self.claims, self.audit, self._cursor("compaction"),
                                    now, date_keys)
-        decisions = []
+        decisions, quiet = [], {}
         for d in plan.decisions:
             entry = {"table": d.table, "date": d.date, "operation": d.operation, "decision": d.verdict,
                      "reason": d.reason}
@@ -71,16 +71,25 @@ class Ticker:
                               "before_snapshot_id": outcome.get("before_snapshot_id"),
                               "after_snapshot_id": outcome.get("after_snapshot_id"),
                               "files_before": outcome.get("files_before"), "files_after": outcome.get("files_after"),
+                              "partitions": outcome.get("partitions"),
                               "validation": outcome.get("validation", {}).get("passed"),
                               "published": outcome.get("published")})
                 failed |= not report.success
             decisions.append(entry)
-            if d.verdict != "noop":
-                line = f"{d.table} {d.date}: {d.verdict}: {d.reason}"
-                if "result" in entry:
-                    line += (f" -> {entry['result']}: files {entry['files_before']} -> {entry['files_after']}, "
-                             f"validation {'passed' if entry['validation'] else 'FAILED' if entry['validation'] is False else 'n/a'}")
-                lines.append(line)
+            if d.verdict == NOOP:
+                quiet.setdefault(d.table, []).append(d)
+                continue
+            line = f"{d.table} {d.scope}: {d.verdict}: {d.reason}"
+            if "result" in entry:
+                line += (f" -> {entry['result']}: files {entry['files_before']} -> {entry['files_after']}, "
+                         f"validation {'passed' if entry['validation'] else 'FAILED' if entry['validation'] is False else 'n/a'}")
+            lines.append(line)
+        # Never silent: a table whose every decision is "nothing to do" still gets its line.
+        loud = {d.table for d in plan.decisions if d.verdict != NOOP}
+        for table, noops in sorted(quiet.items()):
+            if table not in loud:
+                more = f" ({len(noops)} dates)" if len(noops) > 1 else ""
+                lines.append(f"{table} {noops[0].scope}: noop: {noops[0].reason}{more}")
         if not dry_run:
             from icemaint.domain.tick import encode_cursor
             from sensors.compaction import decision_observation
@@ -88,8 +97,10 @@ class Ticker:
             self._save_cursor("compaction", encode_cursor(plan.cursor))
             # as the sensor does: each recorded deferral or refusal also lands on its partition
             for d in plan.to_record:
-                if d.verdict in (DEFER, REFUSE) and d.date in date_keys:
+                if d.verdict in (DEFER, REFUSE) and (d.date is None or d.date in date_keys):
                     instance.report_runless_asset_event(decision_observation(d))
+        for table in plan.unchanged:
+            lines.append(f"{table}: unchanged since the last tick, {plan.cursor[table].said or 'no decision yet'}")
         lines.append(f"tick: {len(plan.evaluated)} tables evaluated, {len(plan.unchanged)} unchanged, "
                      f"{sum(1 for d in decisions if d['decision'] == RUN)} runs"
                      + (f", errors: {plan.errors}" if plan.errors else ""))

@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Iterable, Sequence
 
-from icemaint.domain.health import TableHealth
+from icemaint.domain.health import PartitionHealth, TableHealth
+from icemaint.domain.layout import WHOLE_TABLE, describe, describe_all
 from icemaint.domain.names import is_column_path
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.units import human_duration, human_size
@@ -74,6 +75,9 @@ def launched_by_a_person(trigger: str | None) -> bool:
     return (trigger or "manual") not in AUTOMATIC_TRIGGERS
 
 
+_V3_REASON = ("format v{} table: its row lineage (_row_id) cannot be carried through a staged rewrite with this "
+              "Iceberg runtime yet, so it is not compacted")
+
 RUN, DEFER, REFUSE, NOOP = Verdict.RUN, Verdict.DEFER, Verdict.REFUSE, Verdict.NOOP
 NOT_PUBLISHED, FAILED = Verdict.NOT_PUBLISHED, Verdict.FAILED
 # Used for a cost estimate when a table has no measured past runs: conservative for 2 cores.
@@ -93,6 +97,11 @@ class Decision:
     cost_estimate: dict = field(default_factory=dict)
     writer_check: dict = field(default_factory=dict)
     kind: ReasonKind = ReasonKind.DUE
+
+    @property
+    def scope(self) -> str:
+        """What the decision is about, as people read it: its date, or the table as a whole."""
+        return self.date or "(table)"
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -157,39 +166,25 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
     if health.time_column is None:
-        return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN,
-                       reason="table has no time column (no day/hour/month/year partition): set time_column in its policy")
+        return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN, reason=(
+            "table has no time column (no day/hour/month/year partition and no time_column in its policy), so it "
+            "has no dates: it is compacted per partition of its layout (icemaint compact TABLE, without --date)"))
     if not is_column_path(health.time_column):
         return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN, reason=(
             f"time column {health.time_column!r} is not a plain identifier (letters, digits, underscores), so no "
             "date scope is built on it: set time_column in its policy to a plainly named date or timestamp column"))
     if health.format_version >= 3:
-        return replace(base, verdict=REFUSE, kind=ReasonKind.UNSUPPORTED, reason=(
-            f"format v{health.format_version} table: its row lineage (_row_id) cannot be carried through a staged "
-            "rewrite with this Iceberg runtime yet, so it is not compacted"))
+        return replace(base, verdict=REFUSE, kind=ReasonKind.UNSUPPORTED, reason=_V3_REASON.format(health.format_version))
     part = health.partition(date)
     if part is None or part.data_files == 0:
         return replace(base, reason=f"no data files on {date}", kind=ReasonKind.NO_DATA)
-    with_deletes = part.delete_files > 0
-    rationale = {
-        "small_files": part.small_files, "min_input_files": policy.min_input_files,
-        "data_files": part.data_files, "delete_files": part.delete_files,
-        "deleted_row_ratio": round(part.deleted_row_ratio, 6), "max_delete_ratio": policy.max_delete_ratio,
-        "small_file_size_bytes": policy.small_file_size_bytes,
-    }
-    many_small = part.small_files >= policy.min_input_files
-    too_many_deletes = with_deletes and part.deleted_row_ratio > policy.max_delete_ratio
-    if not (many_small or too_many_deletes):
-        return replace(base, rationale=rationale, kind=ReasonKind.BELOW_THRESHOLDS, reason=(
-            f"below thresholds: {part.small_files} small files < min_input_files {policy.min_input_files}"
-            f" and deleted-row ratio {part.deleted_row_ratio:.3f} <= {policy.max_delete_ratio}"))
-    rationale["trigger"] = "small_files" if many_small else "delete_ratio"
-    # Files carrying deletes are rewritten whole; small files are rewritten in any case.
-    rewrite_bytes = part.total_bytes if too_many_deletes else part.small_bytes
-    cost = estimate_cost(rewrite_bytes, part.data_files if too_many_deletes else part.small_files,
-                         gates.bytes_per_second)
-    benefit = (max(part.small_files - 1, 0) + part.delete_files) / max(rewrite_bytes, 1) * 2**20
-    base = replace(base, rationale=rationale, cost_estimate=cost, benefit=benefit)
+    due = partition_due(part, policy)
+    if not due.due:
+        return replace(base, rationale=due.rationale, kind=ReasonKind.BELOW_THRESHOLDS,
+                       reason=f"below thresholds: {due.why_not}")
+    cost = estimate_cost(due.rewrite_bytes, due.rewrite_files, gates.bytes_per_second)
+    base = replace(base, rationale=due.rationale, cost_estimate=cost, benefit=due.benefit)
+    rewrite_bytes = due.rewrite_bytes
 
     day_end = dt.datetime.combine(dt.date.fromisoformat(date) + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
     age = (gates.now - day_end).total_seconds()
@@ -209,16 +204,150 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
         return replace(base, verdict=DEFER, needs_approval=True, kind=ReasonKind.AWAITING_APPROVAL, reason=(
             f"awaiting approval: rewrite of {human_size(rewrite_bytes)} exceeds max_rewrite_bytes "
             f"{human_size(policy.max_rewrite_bytes)} (approve with: icemaint approve {health.table} --date {date})"))
+    return replace(base, verdict=RUN, reason=due.why)
+
+
+@dataclass(frozen=True)
+class PartitionDue:
+    """Whether one partition (a date, or a partition of a table without a time column) needs a rewrite."""
+
+    key: str
+    due: bool
+    why: str            # the trigger when due
+    why_not: str        # the thresholds it stays under when not
+    rewrite_bytes: int
+    rewrite_files: int
+    benefit: float      # small files removed and delete files applied per MiB rewritten
+    rationale: dict
+
+
+def partition_due(part: PartitionHealth, policy: TablePolicy) -> PartitionDue:
+    """The thresholds of one partition: many small files, or too many deleted rows."""
+    with_deletes = part.delete_files > 0
+    rationale = {
+        "small_files": part.small_files, "min_input_files": policy.min_input_files,
+        "data_files": part.data_files, "delete_files": part.delete_files,
+        "deleted_row_ratio": round(part.deleted_row_ratio, 6), "max_delete_ratio": policy.max_delete_ratio,
+        "small_file_size_bytes": policy.small_file_size_bytes,
+    }
+    many_small = part.small_files >= policy.min_input_files
+    too_many_deletes = with_deletes and part.deleted_row_ratio > policy.max_delete_ratio
+    # Files carrying deletes are rewritten whole; small files are rewritten in any case.
+    rewrite_bytes = part.total_bytes if too_many_deletes else part.small_bytes
+    rewrite_files = part.data_files if too_many_deletes else part.small_files
+    if many_small or too_many_deletes:
+        rationale["trigger"] = "small_files" if many_small else "delete_ratio"
+    return PartitionDue(
+        key=part.key, due=many_small or too_many_deletes,
+        why=(f"{part.small_files} small files >= {policy.min_input_files}" if many_small
+             else f"deleted-row ratio {part.deleted_row_ratio:.3f} > {policy.max_delete_ratio}"),
+        why_not=(f"{part.small_files} small files < min_input_files {policy.min_input_files}"
+                 f" and deleted-row ratio {part.deleted_row_ratio:.3f} <= {policy.max_delete_ratio}"),
+        rewrite_bytes=rewrite_bytes, rewrite_files=rewrite_files,
+        benefit=(max(part.small_files - 1, 0) + part.delete_files) / max(rewrite_bytes, 1) * 2**20,
+        rationale=rationale)
+
+
+@dataclass(frozen=True)
+class PartitionChoice:
+    """The partitions of a table without a time column that one run rewrites, best first."""
+
+    chosen: tuple[PartitionDue, ...]
+    waiting: tuple[PartitionDue, ...]   # due, but past the run's cost ceiling: the next run takes them
+    over_ceiling: PartitionDue | None   # the best partition alone exceeds the ceiling: needs approval
+
+    @property
+    def rewrite_bytes(self) -> int:
+        return sum(p.rewrite_bytes for p in self.chosen)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(p.key for p in self.chosen)
+
+
+def choose_partitions(parts: Sequence[PartitionHealth], policy: TablePolicy, approved: bool = False
+                      ) -> PartitionChoice:
+    """The due partitions ranked by benefit, taken while their rewrite fits `max_rewrite_bytes`.
+
+    The ceiling bounds what one run rewrites and proves; an approved run takes every due partition.
+    """
+    due = sorted((d for d in (partition_due(p, policy) for p in parts if p.data_files) if d.due),
+                 key=lambda d: (-d.benefit, d.key))
+    if approved:
+        return PartitionChoice(tuple(due), (), None)
+    chosen, used = [], 0
+    for d in due:
+        if used + d.rewrite_bytes > policy.max_rewrite_bytes:
+            break
+        chosen.append(d)
+        used += d.rewrite_bytes
+    over = due[0] if due and not chosen else None
+    return PartitionChoice(tuple(chosen), tuple(due[len(chosen):]), over)
+
+
+def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Gates) -> Decision:
+    """Whether a table without a time column should be compacted now: its due partitions, best first,
+    within the cost ceiling (`Decision.date` is None; `rationale["partitions"]` names them)."""
+    base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="",
+                    writer_check=writer_check(health, policy))
+    refused = _refusal(policy, "compact", gates.identity)
+    if refused:
+        return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
+    if health.format_version >= 3:
+        return replace(base, verdict=REFUSE, kind=ReasonKind.UNSUPPORTED, reason=_V3_REASON.format(health.format_version))
+    if not any(p.data_files for p in health.partitions):
+        return replace(base, reason="no data files", kind=ReasonKind.NO_DATA)
+    choice = choose_partitions(health.partitions, policy, gates.approved)
+    scope = "the whole table" if [p.key for p in health.partitions] == [WHOLE_TABLE] else \
+        f"{len(health.partitions)} partitions"
+    if not choice.chosen and choice.over_ceiling is None:
+        best = max(health.partitions, key=lambda p: (p.small_files, p.key))
+        return replace(base, kind=ReasonKind.BELOW_THRESHOLDS, rationale={"partitions_checked": len(health.partitions)},
+                       reason=f"below thresholds in {scope}: at most {partition_due(best, policy).why_not}")
+    if choice.over_ceiling is not None:
+        over = choice.over_ceiling
+        return replace(base, verdict=DEFER, needs_approval=True, kind=ReasonKind.AWAITING_APPROVAL, benefit=over.benefit,
+                       rationale={**over.rationale, "partitions": [over.key]},
+                       cost_estimate=estimate_cost(over.rewrite_bytes, over.rewrite_files, gates.bytes_per_second),
+                       reason=(f"awaiting approval: the rewrite of partition {describe(over.key)} "
+                               f"({human_size(over.rewrite_bytes)}) exceeds max_rewrite_bytes "
+                               f"{human_size(policy.max_rewrite_bytes)} (approve with: icemaint approve "
+                               f"{health.table})"))
+    chosen = choice.chosen
+    rationale = {"partitions": list(choice.keys), "partitions_waiting": [p.key for p in choice.waiting],
+                 "small_files": sum(p.rationale["small_files"] for p in chosen),
+                 "delete_files": sum(p.rationale["delete_files"] for p in chosen),
+                 "min_input_files": policy.min_input_files, "max_delete_ratio": policy.max_delete_ratio,
+                 "small_file_size_bytes": policy.small_file_size_bytes}
+    base = replace(base, rationale=rationale, benefit=chosen[0].benefit, cost_estimate=estimate_cost(
+        choice.rewrite_bytes, sum(p.rewrite_files for p in chosen), gates.bytes_per_second))
+    wc = base.writer_check
+    if not wc["idle"]:
+        return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE, reason=(
+            f"writer active: last writer commit {human_duration(max(wc['seconds_since_writer_commit'], 0.0))} ago, "
+            f"within the {human_duration(policy.writer_idle_seconds)} idle window"))
+    if gates.claim_holder:
+        return replace(base, verdict=DEFER, kind=ReasonKind.CLAIM_BUSY, reason=f"claim busy: held by {gates.claim_holder}")
+    waiting = f"; {len(choice.waiting)} more due partitions wait for the next run (max_rewrite_bytes " \
+              f"{human_size(policy.max_rewrite_bytes)})" if choice.waiting else ""
     return replace(base, verdict=RUN, reason=(
-        f"{part.small_files} small files >= {policy.min_input_files}" if many_small
-        else f"deleted-row ratio {part.deleted_row_ratio:.3f} > {policy.max_delete_ratio}"))
+        f"{len(chosen)} of {scope} due ({describe_all(choice.keys, 3)}; best: {chosen[0].why}){waiting}"))
 
 
 def decide_table_compactions(health: TableHealth, policy: TablePolicy, gates: Gates,
                              dates: Iterable[str] | None = None) -> list[Decision]:
-    """Decisions for every dated partition of a table (or the given dates)."""
+    """Decisions for every dated partition of a table (or the given dates); a table without a time
+    column has one decision for its layout's partitions, and a table with nothing to decide one NOOP
+    that says so (every table appears in every tick with a decision)."""
+    if not health.dated:
+        return [decide_layout_compaction(health, policy, gates)]
     wanted = list(dates) if dates is not None else [p.date for p in health.partitions]
-    return [decide_compaction(health, d, policy, gates) for d in wanted]
+    out = [decide_compaction(health, d, policy, gates) for d in wanted]
+    if not out:
+        reason = "no data files on any date" if not health.partitions else "no date in the maintained range"
+        out = [Decision(table=health.table, operation="compact", verdict=NOOP, reason=reason, kind=ReasonKind.NO_DATA,
+                        writer_check=writer_check(health, policy))]
+    return out
 
 
 def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = None,

@@ -26,6 +26,9 @@ class FileEntry:
     size_bytes: int
     record_count: int
     date: dt.date | None
+    # The file's partition (`icemaint.domain.layout.partition_key`): set when the table has no time
+    # column, whose health is then kept per partition of its layout instead of per date.
+    partition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,9 @@ class SnapshotEntry:
 
 @dataclass(frozen=True)
 class PartitionHealth:
-    date: str
+    """One date of a table (its ISO date is the key), or one partition of a table without a time column."""
+
+    key: str
     data_files: int
     small_files: int
     total_bytes: int
@@ -56,6 +61,14 @@ class PartitionHealth:
     @property
     def deleted_row_ratio(self) -> float:
         return self.delete_records / self.records if self.records else 0.0
+
+    @property
+    def date(self) -> str:
+        """The key of a date partition (an ISO date)."""
+        return self.key
+
+
+_COUNTS = ("data_files", "small_files", "total_bytes", "small_bytes", "records", "delete_files", "delete_records")
 
 
 @dataclass(frozen=True)
@@ -96,12 +109,21 @@ class TableHealth:
     undated_files: int = 0
     undated_records: int = 0
 
-    def partition(self, date: str) -> PartitionHealth | None:
-        return next((p for p in self.partitions if p.date == date), None)
+    @property
+    def dated(self) -> bool:
+        """Maintained per date (it has a time column), else per partition of its layout."""
+        return self.time_column is not None
+
+    def partition(self, key: str | None) -> PartitionHealth | None:
+        """One partition by its key; None: every partition summed (a run over a table's partitions)."""
+        if key is None:
+            return PartitionHealth("", *(sum(getattr(p, f) for p in self.partitions) for f in _COUNTS))
+        return next((p for p in self.partitions if p.key == key), None)
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out["partitions"] = [asdict(p) for p in self.partitions]
+        out["scope"] = "date" if self.dated else "partition"
+        out["partitions"] = [{**asdict(p), "date": p.key if self.dated else None} for p in self.partitions]
         return out
 
 
@@ -168,10 +190,8 @@ def compute_health(
     records = delete_files = delete_records = undated_files = undated_records = 0
     per_date: dict[str, dict[str, int]] = {}
     for f in files:
-        key = f.date.isoformat() if f.date else None
-        part = per_date.setdefault(key, dict.fromkeys(
-            ("data_files", "small_files", "total_bytes", "small_bytes", "records", "delete_files",
-             "delete_records"), 0)) if key else None
+        key = (f.date.isoformat() if f.date else None) if time_column is not None else f.partition
+        part = per_date.setdefault(key, dict.fromkeys(_COUNTS, 0)) if key is not None else None
         if f.content == 0:
             data_sizes.append(f.size_bytes)
             records += f.record_count
@@ -230,5 +250,5 @@ def compute_health(
         last_writer_commit_at=_iso(writer_at),
         seconds_since_writer_commit=(now - writer_at).total_seconds() if writer_at else None,
         small_file_size_bytes=small_file_size_bytes,
-        partitions=tuple(PartitionHealth(date=d, **v) for d, v in sorted(per_date.items())),
+        partitions=tuple(PartitionHealth(key=k, **v) for k, v in sorted(per_date.items())),
     )

@@ -23,6 +23,7 @@ class CandidateFile:
     spec_id: int
     partition: str  # the partition as a path, e.g. "ts_day=2026-01-02"
     delete_files: int = 0
+    deletes: tuple[tuple[str, int], ...] = ()  # (path, record count) of the delete files that apply
 
 
 @dataclass(frozen=True)

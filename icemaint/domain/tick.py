@@ -31,6 +31,7 @@ class TableCursor:
     recheck_at: float | None = None  # epoch seconds; None: only when metadata changes
     policy: str | None = None        # fingerprint: a policy change re-evaluates an unchanged table
     recorded: str | None = None      # digest of the defers/refusals last written to the audit
+    said: str | None = None          # the table's decisions in one line, repeated while it is unchanged
 
 
 def policy_fingerprint(policy) -> str:
@@ -60,21 +61,33 @@ class TickPlan:
         text = (f"{len(self.evaluated)} tables evaluated, {len(self.unchanged)} unchanged; "
                 f"{len(self.runs)} runs requested; {counts[DEFER]} deferred, {counts[REFUSE]} refused, "
                 f"{counts[NOOP]} nothing to do")
-        reasons = [f"{d.table} {d.date}: {d.verdict}: {d.reason}" for d in self.decisions if d.verdict in (DEFER, REFUSE)]
+        reasons = [f"{d.table} {d.scope}: {d.verdict}: {d.reason}" for d in self.decisions if d.verdict in (DEFER, REFUSE)]
         if self.errors:
             reasons += [f"{t}: ERROR {e}" for t, e in self.errors.items()]
         return text + ("\n" + "\n".join(reasons[:50]) if reasons else "")
 
 
 def encode_cursor(cursor: dict[str, TableCursor]) -> str:
-    return json.dumps({t: [c.metadata_location, c.recheck_at, c.policy, c.recorded]
+    return json.dumps({t: [c.metadata_location, c.recheck_at, c.policy, c.recorded, c.said]
                        for t, c in sorted(cursor.items())})
 
 
 def decode_cursor(text: str | None) -> dict[str, TableCursor]:
     if not text:
         return {}
-    return {t: TableCursor(*v[:4]) for t, v in json.loads(text).items()}
+    return {t: TableCursor(*v[:5]) for t, v in json.loads(text).items()}
+
+
+_ORDER = {RUN: 0, DEFER: 1, REFUSE: 2, NOOP: 3}
+
+
+def table_summary(decisions: list[Decision]) -> str:
+    """One table's decisions in one line: the most pressing one, and how many others there are."""
+    if not decisions:
+        return "no decision"
+    first = min(decisions, key=lambda d: (_ORDER.get(d.verdict, 9), d.date or ""))
+    others = len(decisions) - 1
+    return f"{first.scope}: {first.verdict}: {first.reason}" + (f" (+{others} more dates)" if others else "")
 
 
 def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, policy) -> float | None:
@@ -158,7 +171,8 @@ def plan_compaction_tick(
         digest = _decision_digest(table_decisions)
         if digest is not None and (previous is None or previous.recorded != digest):
             plan.to_record.extend(d for d in table_decisions if d.verdict in (DEFER, REFUSE))
-        plan.cursor[table] = TableCursor(location, min(rechecks) if rechecks else None, fingerprint, digest)
+        plan.cursor[table] = TableCursor(location, min(rechecks) if rechecks else None, fingerprint, digest,
+                                         table_summary(table_decisions))
     ranked = rank_within_budget(candidates, max_runs=max_runs)
     for d in ranked:
         plan.decisions.append(d)

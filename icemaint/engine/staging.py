@@ -2,8 +2,8 @@
 
 Every Spark and JVM call of a staged rewrite lives here (Iceberg's public Java API through Py4J):
 
-- `plan_date_files`: the data files of one date as of the planned snapshot S (every partition spec
-  the table has had), each with the delete files that apply to it.
+- `plan_date_files` / `plan_table_files`: the data files of one date (or of the whole table) as of the
+  planned snapshot S (every partition spec the table has had), each with the delete files that apply.
 - `StagingArea.stage`: creates the staging branch at S, reads exactly the chosen files as of S
   (Iceberg's scan-task-set read: deletes as of S applied, no predicate that could drop a row) and
   writes the replacement files to the branch. `main` does not move.
@@ -192,11 +192,21 @@ class StagingArea:
             (candidates, tasks by path): the pure description for planning, and the Java scan tasks
             (file + deletes) the staging reads.
         """
-        tbl = self.table()
         expressions = self.jvm.org.apache.iceberg.expressions.Expressions
         lower = expressions.greaterThanOrEqual(column, _bound(start, column_type))
         upper = expressions.lessThan(column, _bound(end, column_type))
-        scan = tbl.newScan().useSnapshot(int(snapshot_id)).filter(getattr(expressions, "and")(lower, upper))
+        return self._plan(self.table().newScan().useSnapshot(int(snapshot_id))
+                          .filter(getattr(expressions, "and")(lower, upper)))
+
+    def plan_table_files(self, snapshot_id: int) -> tuple[list[CandidateFile], dict]:
+        """Every data file of the table as of `snapshot_id` (a table maintained per partition, not per date)."""
+        return self._plan(self.table().newScan().useSnapshot(int(snapshot_id)))
+
+    def current_spec_id(self) -> int:
+        return int(self.table(refresh=False).spec().specId())
+
+    def _plan(self, scan) -> tuple[list[CandidateFile], dict]:
+        tbl = self.table(refresh=False)
         candidates, tasks = [], {}
         specs, java_specs = {}, tbl.specs()
         iterable = scan.planFiles()
@@ -207,10 +217,13 @@ class StagingArea:
                 spec_id = int(data.specId())
                 if spec_id not in specs:
                     specs[spec_id] = java_specs.get(spec_id)
+                java_deletes = task.deletes()
+                deletes = tuple((str(d.location()), int(d.recordCount())) for d in _listed(self.jvm, java_deletes)) \
+                    if java_deletes.size() else ()
                 candidates.append(CandidateFile(
                     path=path, size_bytes=int(data.fileSizeInBytes()), record_count=int(data.recordCount()),
                     spec_id=spec_id, partition=str(specs[spec_id].partitionToPath(data.partition())),
-                    delete_files=int(task.deletes().size())))
+                    delete_files=len(deletes), deletes=deletes))
                 tasks[path] = task
         finally:
             iterable.close()

@@ -266,9 +266,14 @@ def read_file_entries(tbl, timing: TimePartitioning):
     spec_ids = files.column("spec_id").to_pylist() if "spec_id" in files.column_names else [None] * len(contents)
     partitions = files.column("partition").to_pylist() if "partition" in files.column_names else [None] * len(contents)
     metrics = files.column("readable_metrics").to_pylist() if timing.column else [None] * len(contents)
+    paths = _PartitionPaths(tbl) if timing.column is None else None
     for content, size, count, spec_id, partition, metric in zip(contents, sizes, records, spec_ids, partitions,
                                                                  metrics):
         date = None
+        if paths is not None:
+            yield FileEntry(content=content, size_bytes=size, record_count=count, date=None,
+                            partition=paths.key(spec_id, partition))
+            continue
         if spec_id in fields:
             name, transform = fields[spec_id]
             date = partition_date((partition or {}).get(name), transform)
@@ -276,6 +281,35 @@ def read_file_entries(tbl, timing: TimePartitioning):
             lower = ((metric or {}).get(timing.column) or {}).get("lower_bound")
             date = partition_date(lower, "day") if lower is not None else None
         yield FileEntry(content=content, size_bytes=size, record_count=count, date=date)
+
+
+class _PartitionPaths:
+    """A file's partition key (`icemaint.domain.layout`) from pyiceberg's partition record.
+
+    The path is built as Iceberg's Java `PartitionSpec.partitionToPath` builds it, which is what the
+    stager's keys come from; a value pyiceberg cannot render falls back to its plain text.
+    """
+
+    def __init__(self, tbl):
+        self.specs = tbl.metadata.specs()
+        self.schema = tbl.schema()
+        self.current = tbl.metadata.default_spec_id
+
+    def key(self, spec_id: int | None, partition: dict | None) -> str:
+        from pyiceberg.typedef import Record
+
+        from icemaint.domain.layout import partition_key
+
+        spec_id = self.current if spec_id is None else spec_id
+        spec = self.specs.get(spec_id)
+        if spec is None or not spec.fields:
+            return partition_key(spec_id, "", self.current)
+        values = [(partition or {}).get(f.name) for f in spec.fields]
+        try:
+            path = spec.partition_to_path(Record(*values), self.schema)
+        except Exception:  # a label only: never fail health over how a value prints
+            path = "/".join(f"{f.name}={v}" for f, v in zip(spec.fields, values))
+        return partition_key(spec_id, path, self.current)
 
 
 def jdbc_to_sqlalchemy(uri: str, props: dict[str, str]) -> str:

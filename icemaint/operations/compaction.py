@@ -19,8 +19,9 @@ from typing import Callable
 
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractRun, OperatingContract
-from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, RUN, Decision, Gates, Operation, decide_compaction, \
-    launched_by_a_person, measured_throughput
+from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, Operation, ReasonKind, \
+    choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, measured_throughput
+from icemaint.domain.layout import describe_all, partition_key, partitions_of
 from icemaint.domain.health import TableHealth
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
@@ -37,8 +38,10 @@ class CompactionError(RuntimeError):
 
 @dataclass(frozen=True)
 class CompactionRequest:
+    """One compaction: a date of a table, or (date None) the due partitions of a table without a time column."""
+
     table: str
-    date: str
+    date: str | None
     dry_run: bool = False
     trigger: str = "manual"
     approved: bool = False
@@ -50,7 +53,7 @@ class CompactionRequest:
 @dataclass
 class CompactionOutcome:
     table: str
-    date: str
+    date: str | None  # None: a table without a time column, compacted per partition (`partitions`)
     decision: str
     reason: str
     dry_run: bool = False
@@ -75,6 +78,7 @@ class CompactionOutcome:
     cleaned_staging: list = field(default_factory=list)  # staging refs of dead runs removed by this run
     replanned: str | None = None
     period_key: str | None = None  # set when `date` lies in a month/year partition: the period's key
+    partitions: list = field(default_factory=list)  # the partitions rewritten (no time column), best first
     attempts: int = 0
     read_before: dict = field(default_factory=dict)
     read_after: dict = field(default_factory=dict)
@@ -117,7 +121,8 @@ class Compactor:
         """
         TableName.parse(request.table)
         date = parse_date(request.date, self.config.dates_start,
-                          dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)).isoformat()
+                          dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)).isoformat() \
+            if request.date is not None else None
         return self.contract.run(
             Operation.COMPACT, request.table, request.run_id,
             new_outcome=lambda run: CompactionOutcome(table=run.name.key, date=date, decision=NOOP, reason="",
@@ -126,7 +131,7 @@ class Compactor:
             record=lambda run, outcome: self._record(request, outcome, run),
             wait_for_claim=launched_by_a_person(request.trigger), progress=self.progress, sleep=self.sleep)
 
-    def _act(self, request: CompactionRequest, run: ContractRun, date: str, outcome: CompactionOutcome) -> None:
+    def _act(self, request: CompactionRequest, run: ContractRun, date: str | None, outcome: CompactionOutcome) -> None:
         try:
             self._run_claimed(request, run.name, date, run.policy, run.identity, outcome)
         finally:
@@ -135,14 +140,22 @@ class Compactor:
                                   f"is maintained, keyed by its first day {outcome.period_key}]")
 
     # -- steps ------------------------------------------------------------------------------
-    def _decide(self, name: TableName, date: str, policy, identity: str, approved: bool) -> tuple[TableHealth, Decision]:
-        """Health now, and the decision for the period holding `date` (`decision.date` is its key)."""
+    def _decide(self, name: TableName, date: str | None, policy, identity: str, approved: bool
+                ) -> tuple[TableHealth, Decision]:
+        """Health now, and the decision for the period holding `date` (`decision.date` is its key), or
+        with no date for the partitions of a table without a time column."""
         health = self.reader.health(name.key)
-        date = period_start(dt.date.fromisoformat(date), span_of(health.time_transform)).isoformat()
         past = [r.details for r in self.audit.records(table=name.key, operation="compact")
                 if r.decision == RUN and r.details.get("rewrite_seconds")]
         gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=identity, approved=approved,
                       bytes_per_second=measured_throughput(past))
+        if date is None:
+            if health.dated:
+                return health, Decision(table=name.key, operation=Operation.COMPACT, verdict=REFUSE, kind=ReasonKind.POLICY,
+                                        reason=(f"{name.key} is maintained per date ({health.time_column} by "
+                                                f"{health.time_transform}): give a date (--date YYYY-MM-DD)"))
+            return health, decide_layout_compaction(health, policy, gates)
+        date = period_start(dt.date.fromisoformat(date), span_of(health.time_transform)).isoformat()
         return health, decide_compaction(health, date, policy, gates)
 
     def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome) -> None:
@@ -151,7 +164,7 @@ class Compactor:
         t0 = time.perf_counter()
         health, decision = self._decide(name, date, policy, identity, request.approved)
         outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
-        if decision.date != date:
+        if date is not None and decision.date != date:
             # A month (year) partition is maintained whole, keyed by its first day.
             outcome.period_key = decision.date
             date = decision.date
@@ -173,8 +186,9 @@ class Compactor:
             return
 
         scope = DateScope(health.time_column, health.time_column_type, dt.date.fromisoformat(date),
-                          span_of(health.time_transform))
-        outcome.validation = {"passed": None, "scope": scope.predicate(), "commits": []}
+                          span_of(health.time_transform)) if date is not None else None
+        outcome.validation = {"passed": None, "commits": [], "scope": scope.predicate() if scope else
+                              f"partitions {describe_all(decision.rationale.get('partitions', []))}"}
         try:
             self._stage_prove_publish(staging, request, name, date, policy, identity, scope, health, decision,
                                       outcome)
@@ -183,8 +197,22 @@ class Compactor:
         if outcome.decision in (RUN, NOT_PUBLISHED):
             self._fill_after(outcome, name, date)
 
-    def _stage_prove_publish(self, staging: StagingArea, request, name, date, policy, identity, scope: DateScope,
-                             health: TableHealth, decision: Decision, outcome: CompactionOutcome) -> None:
+    def _plan(self, staging: StagingArea, base: int, health: TableHealth, scope: DateScope | None, policy,
+              approved: bool, outcome: CompactionOutcome) -> tuple[list, dict]:
+        """The files to consider as of `base`: the date's, or those of the due partitions chosen on the
+        run's own plan (ranked by benefit within the cost ceiling, as the decision did)."""
+        if scope is not None:
+            return staging.plan_date_files(base, health.time_column, health.time_column_type, scope.start, scope.end)
+        candidates, tasks = staging.plan_table_files(base)
+        current = staging.current_spec_id()
+        choice = choose_partitions(partitions_of(candidates, current, policy.small_file_size_bytes), policy, approved)
+        outcome.partitions = list(choice.keys)
+        keys = set(choice.keys)
+        return [c for c in candidates if partition_key(c.spec_id, c.partition, current) in keys], tasks
+
+    def _stage_prove_publish(self, staging: StagingArea, request, name, date, policy, identity,
+                             scope: DateScope | None, health: TableHealth, decision: Decision,
+                             outcome: CompactionOutcome) -> None:
         """Plan on S, then per group: stage -> prove -> publish; conflicts re-plan up to max_commit_retries."""
         sort_keys = parse_sort_order(policy.sort_order, policy.strategy) if policy.strategy != "binpack" else ()
         attempts, index = 0, 0
@@ -192,8 +220,7 @@ class Compactor:
             attempts += 1
             outcome.attempts = attempts
             base = health.snapshot_id
-            candidates, tasks = staging.plan_date_files(base, health.time_column, health.time_column_type,
-                                                        scope.start, scope.end)
+            candidates, tasks = self._plan(staging, base, health, scope, policy, request.approved, outcome)
             groups = plan_groups(candidates, small_file_size_bytes=policy.small_file_size_bytes,
                                  delete_file_threshold=policy.delete_file_threshold,
                                  partial_progress=policy.partial_progress,
@@ -201,8 +228,9 @@ class Compactor:
             if not groups:
                 if not outcome.committed_snapshot_ids:
                     outcome.decision = NOOP
-                    outcome.reason = (f"nothing to rewrite on snapshot {base}: no partition of the date has two or "
-                                      "more small files or a file with deletes to apply")
+                    outcome.reason = (f"nothing to rewrite on snapshot {base}: no partition of "
+                                      f"{'the date' if scope else 'the table'} has two or more small files or a file "
+                                      "with deletes to apply")
                 return
             try:
                 for group in groups:
@@ -214,7 +242,7 @@ class Compactor:
                 log.warning("publish conflict on %s %s (attempt %d): %s", name.key, date, attempts, exc)
                 if attempts > policy.max_commit_retries:
                     outcome.decision = DEFER
-                    outcome.reason = (f"a writer's commit conflicts with the rewrite of {date} (planned on snapshot "
+                    outcome.reason = (f"a writer's commit conflicts with the rewrite of {date or 'its partitions'} (planned on snapshot "
                                       f"{base}) after {attempts} attempts (max_commit_retries "
                                       f"{policy.max_commit_retries}): {exc}; nothing was lost, main was not changed "
                                       "by the conflicting publish")
@@ -311,7 +339,7 @@ class Compactor:
                         "publishing; main was never changed by it, its files are reclaimed by snapshot expiry"),
                 details={"branch": branch, "staged_snapshot_id": snapshot_id}))
 
-    def _fill_after(self, outcome: CompactionOutcome, name: TableName, date: str) -> None:
+    def _fill_after(self, outcome: CompactionOutcome, name: TableName, date: str | None) -> None:
         after = self.reader.health(name.key)
         part = after.partition(date)
         outcome.files_after = part.data_files if part else 0
@@ -333,7 +361,8 @@ class Compactor:
             outcome.read_before = dict(proofs[0].get("reads", {}).get("before", {}))
             outcome.read_after = dict(proofs[-1].get("reads", {}).get("after", {}))
 
-    def _fill_before(self, outcome: CompactionOutcome, health: TableHealth, date: str, decision: Decision) -> None:
+    def _fill_before(self, outcome: CompactionOutcome, health: TableHealth, date: str | None,
+                     decision: Decision) -> None:
         part = health.partition(date)
         outcome.before_snapshot_id = health.snapshot_id
         outcome.files_before = part.data_files if part else 0

@@ -1,7 +1,7 @@
 """Approvals for runs over the cost ceiling, kept in the append-only audit log itself.
 
-An approval is an audit record (operation `approve`, decision `approved`) for a table and date; it
-holds until a compaction of that date runs.
+An approval is an audit record (operation `approve`, decision `approved`) for a table and date (no
+date: the partitions of a table without a time column); it holds until a compaction of that scope runs.
 """
 
 from __future__ import annotations
@@ -13,25 +13,25 @@ class ApprovalRefused(PermissionError):
     pass
 
 
-def approve(config, audit, table: str, date: str, note: str | None = None):
+def approve(config, audit, table: str, date: str | None, note: str | None = None):
     """Record an approval by the current identity; refused when policy forbids that identity."""
     from icemaint.safety.audit import AuditRecord
     from icemaint.domain.names import TableName
     from icemaint.domain.scope import parse_date
 
     key = TableName.parse(table).key
-    date = parse_date(date, config.dates_start).isoformat()
+    date = parse_date(date, config.dates_start).isoformat() if date is not None else None
     identity = config.identity()
     why = refusal_for(config.policy(key), "compact", identity)
     if why:
-        raise ApprovalRefused(f"cannot approve compaction of {key} {date}: {why}")
+        raise ApprovalRefused(f"cannot approve compaction of {key} {date or '(its partitions)'}: {why}")
     record = AuditRecord(table=key, operation="approve", decision="approved", date=date, identity=identity,
                          reason=note or "cost ceiling approved by operator", trigger="operator")
     audit.append(record)
     return record
 
 
-def is_approved(records, date: str) -> bool:
+def is_approved(records, date: str | None) -> bool:
     """Whether one table's audit records hold an approval for `date` newer than its last compaction run."""
     latest_approval = latest_run = None
     for r in records:
