@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 
@@ -299,3 +300,68 @@ def test_files_on_no_date_are_counted_as_undated():
     h = health(data(2, 100 * KiB) + [FileEntry(content=0, size_bytes=10, record_count=3, date=None)])
     assert h.data_files == 3 and sum(p.data_files for p in h.partitions) + h.undated_files == 3
     assert h.undated_records == 3
+
+
+# -- tables without a time column: one decision over the partitions of their layout ----------------------
+
+def part_files(key, n, size, records=100, content=0):
+    return [FileEntry(content, size, records, None, partition=key)] * n
+
+
+def layout(*files, snapshots=QUIET):
+    return health([f for group in files for f in group], snapshots=snapshots, time_column=None)
+
+
+def decide_layout(h, gates=None, **policy):
+    from icemaint.domain.decisions import decide_layout_compaction
+
+    return decide_layout_compaction(h, replace(POLICY, **policy), Gates(**{"now": NOW, "identity": "maint",
+                                                                           **(gates or {})}))
+
+
+def test_a_table_without_a_time_column_is_one_decision_over_its_due_partitions_best_first():
+    h = layout(part_files("k=a", 3, 100 * KiB), part_files("k=b", 10, 100 * KiB), part_files("k=c", 2, 100 * KiB),
+               part_files("k=d", 1, 4 * MiB))
+    assert not h.dated and [p.key for p in h.partitions] == ["k=a", "k=b", "k=c", "k=d"]
+    [d] = decide_table_compactions(h, POLICY, Gates(now=NOW, identity="maint"))
+    assert (d.verdict, d.date, d.scope) == (RUN, None, "(table)"), d.reason
+    # k=b removes 9 files per MiB, k=a 2: b first; c (2 small files) and d (one big file) are not due
+    assert d.rationale["partitions"] == ["k=b", "k=a"] and d.rationale["partitions_waiting"] == []
+    assert "2 of 4 partitions due (k=b, k=a; best: 10 small files >= 3)" in d.reason
+    assert d.cost_estimate["rewrite_bytes"] == 13 * 100 * KiB
+
+
+def test_the_cost_ceiling_takes_the_best_partitions_and_leaves_the_rest_for_the_next_run():
+    h = layout(part_files("k=a", 3, 100 * KiB), part_files("k=b", 10, 100 * KiB))
+    d = decide_layout(h, max_rewrite_bytes=1000 * KiB)
+    assert d.verdict == RUN and d.rationale["partitions"] == ["k=b"] and d.rationale["partitions_waiting"] == ["k=a"]
+    assert "1 more due partitions wait for the next run (max_rewrite_bytes 1000 KiB)" in d.reason
+    # the best partition alone over the ceiling: approval, named without a date
+    d = decide_layout(h, max_rewrite_bytes=500 * KiB)
+    assert (d.verdict, d.kind.value, d.needs_approval) == (DEFER, "awaiting_approval", True)
+    assert "partition k=b" in d.reason and f"icemaint approve {TABLE})" in d.reason
+    assert decide_layout(h, gates={"approved": True}, max_rewrite_bytes=500 * KiB).rationale["partitions"] == ["k=b", "k=a"]
+
+
+@pytest.mark.parametrize("case, files, gates, policy, verdict, words", [
+    ("unpartitioned, below thresholds", [part_files("", 2, 100 * KiB)], {}, {}, NOOP,
+     ["below thresholds in the whole table", "2 small files < min_input_files 3"]),
+    ("unpartitioned, deletes over the ratio", [part_files("", 1, 4 * MiB, records=100),
+                                               part_files("", 1, 2 * KiB, records=30, content=1)], {}, {}, RUN,
+     ["the whole table is due: deleted-row ratio 0.300 > 0.1"]),
+    ("no data files", [], {}, {}, NOOP, ["no data files"]),
+    ("claim busy", [part_files("k=a", 3, 1 * KiB)], {"claim_holder": "other@host"}, {}, DEFER, ["held by other@host"]),
+    ("writer active", [part_files("k=a", 3, 1 * KiB)], {}, {"writer_idle_seconds": 3 * 86400}, DEFER,
+     ["writer active"]),
+    ("disabled", [part_files("k=a", 3, 1 * KiB)], {}, {"enabled": False}, REFUSE, ["enabled: false"]),
+])
+def test_layout_decisions(case, files, gates, policy, verdict, words):
+    d = decide_layout(layout(*files), gates, **policy)
+    assert d.verdict == verdict, d.reason
+    for word in words:
+        assert word in d.reason, (word, d.reason)
+
+
+def test_a_dated_table_with_no_dates_still_gets_a_decision():
+    [d] = decide_table_compactions(health([]), POLICY, Gates(now=NOW, identity="maint"))
+    assert (d.verdict, d.date, d.reason) == (NOOP, None, "no data files on any date")

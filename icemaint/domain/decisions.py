@@ -330,6 +330,8 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
         return replace(base, verdict=DEFER, kind=ReasonKind.CLAIM_BUSY, reason=f"claim busy: held by {gates.claim_holder}")
     waiting = f"; {len(choice.waiting)} more due partitions wait for the next run (max_rewrite_bytes " \
               f"{human_size(policy.max_rewrite_bytes)})" if choice.waiting else ""
+    if scope == "the whole table":
+        return replace(base, verdict=RUN, reason=f"the whole table is due: {chosen[0].why}")
     return replace(base, verdict=RUN, reason=(
         f"{len(chosen)} of {scope} due ({describe_all(choice.keys, 3)}; best: {chosen[0].why}){waiting}"))
 
