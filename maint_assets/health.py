@@ -3,6 +3,7 @@
 
 import dagster as dg
 
+from icemaint.domain.layout import describe
 from maint_assets.metadata import as_json, markdown_table, numeric
 from maint_assets.partitions import table_partitions
 from resources.catalog import IcebergCatalogResource
@@ -33,7 +34,9 @@ def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResou
         "last_commit_at": dg.MetadataValue.text(str(health.last_commit_at)),
         "last_commit_by": dg.MetadataValue.text(str(health.last_commit_by)),
         "time_column": dg.MetadataValue.text(f"{health.time_column} ({health.time_transform})"),
-        "partitions": markdown_table(partitions, ["date", "data_files", "small_files", "total_bytes",
-                                                  "records", "delete_files", "delete_records"]),
+        "maintained_as": dg.MetadataValue.text(health.maintained_as),
+        "partitions": markdown_table([{**p, "partition": describe(p["key"])} for p in partitions],
+                                     ["partition", "data_files", "small_files", "total_bytes", "records",
+                                      "delete_files", "delete_records"]),
         "health": as_json(health.to_dict()),
     })

@@ -20,16 +20,6 @@ from icemaint.domain.units import human_size
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def maintained_as(health: dict) -> str:
-    """How a table is maintained, from its health: per date of its time column, or per partition."""
-    if health["scope"] == "date":
-        return f"per date of {health['time_column']} ({health['time_transform']})"
-    keys = [p["key"] for p in health["partitions"]]
-    if keys in ([], [""]):
-        return "as a whole (no time column, unpartitioned)"
-    return f"per partition (no time column; {len(keys)} partitions)"
-
-
 def _print_json(value) -> None:
     print(json.dumps(value, indent=2, default=str))
 
@@ -64,7 +54,7 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
     if args.json:
         _print_json(health)
         return EXIT_OK
-    print(f"{health['table']}  snapshot {health['snapshot_id']}  maintained {maintained_as(health)}")
+    print(f"{health['table']}  snapshot {health['snapshot_id']}  maintained {health['maintained_as']}")
     print(f"  data files {health['data_files']} ({health['small_files']} small), {human_size(health['total_bytes'])}, "
           f"avg {human_size(health['avg_file_bytes'])}, median {human_size(health['median_file_bytes'])}")
     print(f"  delete files {health['delete_files']} ({health['delete_records']} deleted rows, "

@@ -114,6 +114,15 @@ class TableHealth:
         """Maintained per date (it has a time column), else per partition of its layout."""
         return self.time_column is not None
 
+    @property
+    def maintained_as(self) -> str:
+        """How compaction scopes this table, as people read it."""
+        if self.dated:
+            return f"per date of {self.time_column} ({self.time_transform})"
+        if [p.key for p in self.partitions] in ([], [""]):
+            return "as a whole (no time column, unpartitioned)"
+        return f"per partition of its layout (no time column; {len(self.partitions)} partitions)"
+
     def partition(self, key: str | None) -> PartitionHealth | None:
         """One partition by its key; None: every partition summed (a run over a table's partitions)."""
         if key is None:
@@ -123,6 +132,7 @@ class TableHealth:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["scope"] = "date" if self.dated else "partition"
+        out["maintained_as"] = self.maintained_as
         out["partitions"] = [{**asdict(p), "date": p.key if self.dated else None} for p in self.partitions]
         return out
 
