@@ -102,6 +102,32 @@ def cmd_compact(config: MaintenanceConfig, args) -> int:
     return status
 
 
+def cmd_maintain(config: MaintenanceConfig, args) -> int:
+    from icemaint.app.maintain import MaintenancePass
+    from icemaint.app.runner import MaintenanceRunner
+    from icemaint.safety.claims import ClaimBusy
+
+    if args.date and args.all_due:
+        raise ValueError("--date and --all-due exclude each other: give dates, or let the pass find the due ones")
+    runner = MaintenanceRunner(config, args.config)
+    dates = [runner.check_date(d) for d in args.date or []]
+    try:
+        report = MaintenancePass(runner).run(args.table, dates=dates, expire=args.expire_snapshots,
+                                             orphans=args.orphans, dry_run=args.dry_run)
+    except ClaimBusy as exc:
+        print(f"error: {args.table}: nothing done: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(f"{report.table}: one pass under claim {report.holder}")
+        for step in report.steps:
+            print(f"  {step.line}")
+        if report.stopped:
+            print(f"  stopped: {report.stopped}")
+    return EXIT_OK if report.success else EXIT_FAILED
+
+
 def cmd_approve(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.approvals import approve
     from icemaint.safety.audit import open_audit
@@ -196,6 +222,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--approved", action="store_true", help="approve a run over the cost ceiling (audited)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_compact)
+
+    s = sub.add_parser("maintain", help="one pass over one table under one claim: compaction of what is due, "
+                                        "then manifests, then (if asked) expiry and orphan removal")
+    s.add_argument("table")
+    s.add_argument("--date", action="append", help="compact these dates (repeatable) instead of every due one")
+    s.add_argument("--all-due", action="store_true", help="compact every due date (the default)")
+    s.add_argument("--expire-snapshots", action="store_true", help="expire snapshots by the table's policy")
+    s.add_argument("--orphans", action="store_true", help="remove orphan files by the table's policy")
+    s.add_argument("--dry-run", action="store_true", help="report what each step would do, change nothing")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_maintain)
 
     s = sub.add_parser("approve", help="approve a compaction over the table's cost ceiling")
     s.add_argument("table")

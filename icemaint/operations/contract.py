@@ -7,11 +7,17 @@ only their own act and record steps (as pyiceberg's update classes supply only t
 - a busy claim defers, naming its holder;
 - an act that raises is recorded as failed, then the error propagates;
 - the claim is always released, and exactly one audit record is written per call.
+
+A pass over one table (`icemaint maintain`) takes the table's claim once and runs its steps inside
+`under_pass(claim)`: each step's shell then works under that claim instead of taking its own, so no
+other maintenance run (or cooperating writer) gets in between the steps.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Callable, Generic, TypeVar
 
@@ -23,6 +29,22 @@ from icemaint.domain.units import format_duration
 
 Outcome = TypeVar("Outcome")
 CLAIM_POLL_SECONDS = 2.0
+_PASS_CLAIM: ContextVar = ContextVar("icemaint_pass_claim", default=None)
+
+
+@contextmanager
+def under_pass(claim):
+    """Runs the block's operations under `claim` (a held `Claim` of one table), taken once by a pass."""
+    token = _PASS_CLAIM.set(claim)
+    try:
+        yield claim
+    finally:
+        _PASS_CLAIM.reset(token)
+
+
+def _pass_claim_for(table: str):
+    claim = _PASS_CLAIM.get()
+    return claim if claim is not None and claim.table == table and claim.is_held() else None
 
 
 @dataclass(frozen=True)
@@ -79,7 +101,8 @@ class OperatingContract(Generic[Outcome]):
         holder = f"icemaint:{run.operation}:{run_id or 'cli'}"
         bound = run.policy.claim_wait_seconds if wait_for_claim else 0.0
         waited = 0.0
-        while True:
+        claim = passed = _pass_claim_for(name.key)
+        while claim is None:
             try:
                 claim = self.claims.acquire(name.key, holder=holder)
                 break
@@ -102,7 +125,8 @@ class OperatingContract(Generic[Outcome]):
             record(run, outcome)
             raise
         finally:
-            claim.release()
+            if claim is not passed:
+                claim.release()
         return record(run, outcome)
 
 

@@ -1,0 +1,112 @@
+"""`icemaint maintain TABLE`: one pass over one table, what is due in the right order, under one claim.
+
+Order: compaction (the dates asked for, or every due date; the due partitions of a table without a
+time column), then manifests, then snapshot expiry, then orphan removal, one after the other (expiry
+and orphan removal never overlap). Position deletes are applied by compaction's rewrite (files with
+deletes are rewritten whole); a separate position-delete rewrite is not a step yet.
+
+Each step is the same Dagster job the sensors launch, run in this process (one Spark session), so
+each is audited and visible in the Dagster UI; the pass takes the table's claim once and every step
+works under it (`icemaint.operations.contract.under_pass`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import asdict, dataclass, field
+
+from icemaint.domain.decisions import RUN, Gates, decide_table_compactions
+
+# Outcomes after which the pass goes on; anything else stops it (a failed proof, a refusal, an error).
+_GOOD = ("run", "noop", "defer", "dry_run")
+
+
+@dataclass
+class Step:
+    operation: str
+    scope: str                 # a date, "(table)", or "-" for table-wide housekeeping
+    decision: str
+    reason: str
+    success: bool
+    run_id: str | None = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def line(self) -> str:
+        return f"{self.operation:<9} {self.scope:<12} {self.decision}: {self.reason}"
+
+
+@dataclass
+class PassReport:
+    table: str
+    holder: str
+    steps: list[Step] = field(default_factory=list)
+    stopped: str | None = None  # why the pass ended early
+
+    @property
+    def success(self) -> bool:
+        return self.stopped is None and all(s.success for s in self.steps)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "success": self.success}
+
+
+class MaintenancePass:
+    def __init__(self, runner):
+        self.runner = runner
+        self.config = runner.config
+
+    def due_dates(self, table: str) -> list[str | None]:
+        """The dates compaction would run on now (None: the partitions of a table without a time column)."""
+        health = self.runner.reader.health(table)
+        gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=self.config.identity())
+        decisions = decide_table_compactions(health, self.config.policy(table), gates)
+        if not health.dated:
+            return [None]
+        return [d.date for d in decisions if d.verdict == RUN and d.date]
+
+    def run(self, table: str, *, dates: list[str] | None = None, expire: bool = False, orphans: bool = False,
+            dry_run: bool = False) -> PassReport:
+        """Runs the pass. Raises ClaimBusy when the claim stays busy past the policy's claim_wait."""
+        from icemaint.operations.contract import under_pass
+        from icemaint.safety.claims import table_claim
+
+        key = self.runner.check_table(table)
+        holder = f"icemaint:maintain:{uuid.uuid4().hex[:12]}"
+        report = PassReport(table=key, holder=holder)
+        wait = self.config.policy(key).claim_wait_seconds
+        with table_claim(self.config, key, holder, wait_seconds=wait, poll_seconds=1.0) as claim, under_pass(claim):
+            wanted = dates if dates else self.due_dates(key)
+            if not wanted:
+                report.steps.append(Step("compact", "-", "noop", "no date is due for compaction", True))
+            for date in wanted:
+                if not self._step(report, "compact", date or "(table)",
+                                  self.runner.compact(key, date, dry_run=dry_run, trigger="maintain")):
+                    return report
+            steps = [("manifests", lambda: self.runner.manifests(key, dry_run=dry_run, trigger="maintain"))]
+            if expire:
+                steps.append(("expire", lambda: self.runner.expire(key, dry_run=dry_run, trigger="maintain")))
+            if orphans:
+                steps.append(("orphans", lambda: self.runner.orphans(key, dry_run=dry_run, trigger="maintain")))
+            for operation, launch in steps:
+                if not self._step(report, operation, "-", launch()):
+                    return report
+        return report
+
+    @staticmethod
+    def _step(report: PassReport, operation: str, scope: str, run) -> bool:
+        outcome = run.outcome or {}
+        decision = str(outcome.get("decision") or ("run" if run.success else "error"))
+        if outcome.get("dry_run") and decision == "run":
+            decision = "dry_run"
+        reason = outcome.get("reason") or run.error or ""
+        if outcome.get("validation", {}).get("passed") is False:
+            decision = "not_published"
+        ok = run.success and decision in _GOOD
+        details = {k: outcome[k] for k in ("files_before", "files_after", "partitions", "published",
+                                           "before_snapshot_id", "after_snapshot_id", "metrics") if k in outcome}
+        report.steps.append(Step(operation, scope, decision, reason, ok, run.run_id, details))
+        if not ok:
+            report.stopped = f"{operation} {scope} ended {decision}: the pass stopped before the later steps"
+        return ok
