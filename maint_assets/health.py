@@ -1,7 +1,12 @@
 """`table_health`: per-table health numbers read from Iceberg metadata (pyiceberg, no Spark)."""
 
 
+import datetime as dt
+
 import dagster as dg
+
+from icemaint.domain.decisions import Gates, decide_table_compactions
+from icemaint.domain.tick import table_summary
 
 from icemaint.domain.layout import describe
 from maint_assets.metadata import as_json, markdown_table, numeric
@@ -23,10 +28,15 @@ HEALTH_NUMBERS = ("data_files", "small_files", "total_bytes", "avg_file_bytes", 
 )
 def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResource) -> dg.MaterializeResult:
     health = catalog.health(context.partition_key)
+    config = catalog.settings.config
+    # What compaction would decide now (claim and approvals aside): a table that cannot be maintained says why.
+    decisions = decide_table_compactions(health, config.policy(health.table),
+                                         Gates(now=dt.datetime.now(dt.timezone.utc), identity=config.identity()))
     values = health.to_dict()
     partitions = values.pop("partitions")
     context.log.info(f"{health.table}: {health.data_files} data files ({health.small_files} small), "
-                     f"{health.delete_files} delete files, {health.snapshots} snapshots")
+                     f"{health.delete_files} delete files, {health.snapshots} snapshots; maintained "
+                     f"{health.maintained_as}; compaction now: {table_summary(decisions)}")
     return dg.MaterializeResult(metadata={
         **numeric({k: values[k] for k in HEALTH_NUMBERS}),
         "snapshot_id": dg.MetadataValue.text(str(health.snapshot_id)),
@@ -35,8 +45,9 @@ def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResou
         "last_commit_by": dg.MetadataValue.text(str(health.last_commit_by)),
         "time_column": dg.MetadataValue.text(f"{health.time_column} ({health.time_transform})"),
         "maintained_as": dg.MetadataValue.text(health.maintained_as),
+        "compaction_now": dg.MetadataValue.text(table_summary(decisions)),
         "partitions": markdown_table([{**p, "partition": describe(p["key"])} for p in partitions],
                                      ["partition", "data_files", "small_files", "total_bytes", "records",
                                       "delete_files", "delete_records"]),
-        "health": as_json(health.to_dict()),
+        "health": as_json({**health.to_dict(), "compaction_now": table_summary(decisions)}),
     })

@@ -61,6 +61,7 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
           f"ratio {health['deleted_row_ratio']:.3f}); manifests {health['manifests']}; snapshots {health['snapshots']}; "
           f"metadata files {health['metadata_files']}")
     print(f"  last commit {health['last_commit_at']} ({health['last_commit_operation']}, by {health['last_commit_by']})")
+    print(f"  compaction now: {health.get('compaction_now', '-')}")
     width = max([12] + [len(describe(p["key"])) + 2 for p in health["partitions"]])
     print(f"  {'date' if health['scope'] == 'date' else 'partition':<{width}}{'files':>7}{'small':>7}{'size':>11}"
           f"{'deletes':>9}")
