@@ -224,3 +224,38 @@ def test_a_compaction_run_that_finds_the_claim_busy_fails_naming_the_holder(caps
     runs = get_instance(estate.config).get_run_records(dg.RunsFilter(run_ids=[outcome["run_id"]]))
     assert runs[0].dagster_run.status == dg.DagsterRunStatus.FAILURE
     assert metadata_location(estate) == location
+
+
+def test_a_run_that_fails_inside_spark_reaches_the_terminal_as_one_line_naming_the_state(
+        capsys, spark, lake_root, tmp_path):
+    """A data file the rewrite cannot read (bad disk, a truncated upload): one line on stderr saying
+    what failed, the table, the date and that `main` is unchanged; the traces go to the logs."""
+    import glob
+
+    from conftest import current_snapshot
+
+    namespace = f"fail_{uuid.uuid4().hex[:8]}"
+    sql = f"lake.{namespace}.t"
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP) USING iceberg PARTITIONED BY (days(ts))")
+    for i in range(4):
+        spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '2026-01-02 0{i}:00:00')")
+    head = current_snapshot(spark, sql)
+    victim = sorted(glob.glob(str(lake_root / "warehouse" / namespace / "t" / "data" / "*" / "*.parquet")))[0]
+    with open(victim, "wb") as f:
+        f.write(b"not parquet")
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    code, out, err = run_cli(capsys, "--config", str(path), "compact", f"{namespace}.t", "--date", "2026-01-02")
+    assert code == 1 and out == ""
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"{namespace}.t 2026-01-02: failed: StagingError: staging the rewrite")
+    assert "is not a Parquet file" in line and f"main is unchanged (snapshot {head})" in line
+    assert "Traceback" not in err and "Dagster" not in line.split("(run ")[0]
+    assert current_snapshot(spark, sql) == head
+    # the audit says the same, and the run's event log in the instance keeps the stack trace
+    [record] = [r for r in open_audit(load_config(path)).records(table=f"{namespace}.t") if r.operation == "compact"]
+    assert record.decision == "failed" and "is not a Parquet file" in record.reason
+    run_id = line.split("(run ")[1].split(";")[0]
+    failures = [e for e in get_instance(load_config(path)).all_logs(run_id) if e.is_dagster_event
+                and e.dagster_event.is_step_failure]
+    assert failures and "Traceback" not in failures[0].dagster_event.step_failure_data.error.message
+    assert failures[0].dagster_event.step_failure_data.error.stack, "the stack trace is in the run's log"

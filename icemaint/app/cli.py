@@ -48,7 +48,7 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
     runner = MaintenanceRunner(config, args.config)
     report = runner.health(args.table)
     if not report.success:
-        print(f"error: health of {args.table} failed: {report.error}", file=sys.stderr)
+        print(f"error: health of {args.table} failed: {report.failure_line}", file=sys.stderr)
         return EXIT_FAILED
     health = report.outcome
     if args.json:
@@ -88,16 +88,17 @@ def cmd_compact(config: MaintenanceConfig, args) -> int:
     results, status = [], EXIT_OK
     for date in _dates(args, runner):
         report = runner.compact(table, date, dry_run=args.dry_run, approved=args.approved)
-        outcome = dict(report.outcome) or {"table": table, "date": date, "decision": "error", "reason": report.error}
+        outcome = dict(report.outcome) or {"table": table, "date": date, "decision": "failed",
+                                           "reason": report.failure_line}
         outcome.setdefault("validation", {"passed": None})
         outcome["run_id"] = report.run_id
         if report.error and not report.outcome.get("reason"):
-            outcome["reason"] = report.error
-        if not report.success or outcome.get("decision") == "refuse" or outcome["validation"].get("passed") is False:
-            status = EXIT_FAILED
+            outcome["reason"] = report.failure_line
+        failed = not report.success or outcome.get("decision") == "refuse" or outcome["validation"].get("passed") is False
+        status = EXIT_FAILED if failed else status
         results.append(outcome)
         if not args.json:
-            print(_outcome_line(outcome))
+            print(_outcome_line(outcome), file=sys.stderr if failed else sys.stdout)
     if args.json:
         _print_json(results)
     return status

@@ -38,13 +38,13 @@ def _retain_last(value: int | None) -> int | None:
 
 
 def _report(args, operation: str, report) -> int:
-    outcome = dict(report.outcome) or {"table": args.table, "operation": operation, "decision": "error",
-                                       "reason": report.error}
+    outcome = dict(report.outcome) or {"table": args.table, "operation": operation, "decision": "failed",
+                                       "reason": report.failure_line}
     outcome["run_id"] = report.run_id
     outcome["success"] = report.success
     if report.error and not outcome.get("reason"):
-        outcome["reason"] = report.error
-    status = EXIT_OK if report.success and outcome.get("decision") not in ("refuse", "failed", "error") else EXIT_FAILED
+        outcome["reason"] = report.failure_line
+    status = EXIT_OK if report.success and outcome.get("decision") not in ("refuse", "failed") else EXIT_FAILED
     if args.json:
         print(json.dumps(outcome, indent=2, default=str))
     else:

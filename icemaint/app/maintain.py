@@ -97,10 +97,10 @@ class MaintenancePass:
     @staticmethod
     def _step(report: PassReport, operation: str, scope: str, run) -> bool:
         outcome = run.outcome or {}
-        decision = str(outcome.get("decision") or ("run" if run.success else "error"))
+        decision = str(outcome.get("decision") or ("run" if run.success else "failed"))
         if outcome.get("dry_run") and decision == "run":
             decision = "dry_run"
-        reason = outcome.get("reason") or run.error or ""
+        reason = outcome.get("reason") or (run.failure_line if not run.success else "")
         if outcome.get("validation", {}).get("passed") is False:
             decision = "not_published"
         ok = run.success and decision in _GOOD

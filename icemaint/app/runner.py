@@ -22,16 +22,42 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunReport:
-    """What one run did: its success and the domain outcome the asset attached to its events."""
+    """What one run did: its success and the domain outcome the asset attached to its events.
+
+    `error` is one readable line (the failure's own class and message, not the framework's wrapper);
+    the stack trace stays in the run's event log. `table_state` says what the run left on `main`.
+    """
 
     run_id: str
     success: bool
     outcome: dict = field(default_factory=dict)
     error: str | None = None
+    table_state: str | None = None
+
+    @property
+    def failure_line(self) -> str:
+        return "; ".join(p for p in (self.error or "the run failed", self.table_state) if p) + \
+            f" (run {self.run_id}; stack trace in its Dagster event log)"
+
+
+def error_line(error) -> str:
+    """What failed in a Dagster step, as `Class: first line of its message`: the first error of the
+    chain that is not Dagster's own wrapper (its causes, e.g. the Java exception, are in the log)."""
+    while (error.cls_name or "").startswith("Dagster") and getattr(error, "cause", None) is not None:
+        error = error.cause
+    message = (error.message or "").strip().splitlines()
+    if not message:
+        return error.cls_name or "step failed"
+    head, _, rest = message[0].partition(": ")
+    if error.cls_name and head.endswith(error.cls_name):  # `pkg.module.Class: text` -> `Class: text`
+        return f"{error.cls_name}: {rest}"[:400]
+    return message[0][:400]
 
 
 class MaintenanceRunner:
-    def __init__(self, config: MaintenanceConfig, config_path: str | None = None, log_level: str = "WARNING"):
+    # Dagster's console shows only critical events: a failed step's stack trace belongs in the run's
+    # event log (the UI shows it), not on an operator's terminal, which gets `RunReport.failure_line`.
+    def __init__(self, config: MaintenanceConfig, config_path: str | None = None, log_level: str = "CRITICAL"):
         from maint_assets.definitions import build_definitions
 
         self.log_level = log_level
@@ -57,6 +83,8 @@ class MaintenanceRunner:
     def _execute(self, job_name: str, partition_key: str, run_config: dict | None = None,
                  tags: dict | None = None, outcome_key: str = "outcome") -> RunReport:
         job = self.defs.resolve_job_def(job_name)
+        table = (tags or {}).get(TABLE_TAG)
+        before = self._main(table)
         run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": self.log_level}}}}
         result = job.execute_in_process(instance=self.instance, partition_key=partition_key,
                                         run_config=run_config, tags=tags or {}, raise_on_error=False)
@@ -68,12 +96,31 @@ class MaintenanceRunner:
                 if entry is not None and outcome_key in entry.metadata:
                     outcome = entry.metadata[outcome_key].value
             if event.is_step_failure:
-                error = event.event_specific_data.error.message.strip().splitlines()[0] if event.event_specific_data.error else "step failed"
+                error = error_line(event.event_specific_data.error) if event.event_specific_data.error else "step failed"
                 # A refusal fails its step on purpose and carries its outcome: report the decision it is.
                 failure = event.event_specific_data.user_failure_data
                 if not outcome and failure is not None and outcome_key in failure.metadata:
                     outcome = failure.metadata[outcome_key].value
-        return RunReport(result.run_id, result.success, outcome, error)
+        return RunReport(result.run_id, result.success, outcome, error,
+                         self._state(before, self._main(table)) if before else None)
+
+    def _main(self, table: str | None) -> tuple | None:
+        """(snapshot id,) of the table's `main`, or None when it cannot be read."""
+        if not table:
+            return None
+        try:
+            snapshot = self.reader.load(table).current_snapshot()
+        except Exception:  # the state line is evidence, not a step: a failing read leaves it unknown
+            return None
+        return (snapshot.snapshot_id if snapshot else None,)
+
+    @staticmethod
+    def _state(before: tuple, after: tuple | None) -> str | None:
+        if after is None:
+            return None
+        if before == after:
+            return f"main is unchanged (snapshot {before[0]})"
+        return f"main moved from snapshot {before[0]} to {after[0]} during the run (see icemaint audit)"
 
     def health(self, table: str) -> RunReport:
         key = self.check_table(table)

@@ -67,7 +67,8 @@ class Ticker:
                 report = self.runner.compact(d.table, d.date, trigger="tick")
                 outcome = report.outcome
                 entry.update({"run_id": report.run_id, "success": report.success,
-                              "result": outcome.get("decision", "error"), "result_reason": outcome.get("reason", report.error),
+                              "result": outcome.get("decision", "failed"),
+                              "result_reason": outcome.get("reason") or report.failure_line,
                               "before_snapshot_id": outcome.get("before_snapshot_id"),
                               "after_snapshot_id": outcome.get("after_snapshot_id"),
                               "files_before": outcome.get("files_before"), "files_after": outcome.get("files_after"),
@@ -128,8 +129,8 @@ class Ticker:
                 report = run[d.operation](d.table, trigger="tick")
                 outcome = report.outcome
                 entry.update({"run_id": report.run_id, "success": report.success,
-                              "result": outcome.get("decision", "error"),
-                              "result_reason": outcome.get("reason", report.error),
+                              "result": outcome.get("decision", "failed"),
+                              "result_reason": outcome.get("reason") or report.failure_line,
                               "metrics": outcome.get("metrics", {})})
                 line += f" -> {entry['result']}: {entry['result_reason']}"
                 failed |= not report.success

@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import threading
+from pathlib import Path
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
 
@@ -141,6 +142,30 @@ def iceberg_table(spark, catalog: str, name):
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name.sql(catalog))
 
 
+_LOG4J = """status = error
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+
+
+def log_to_file(config: MaintenanceConfig, conf: dict[str, str]) -> dict[str, str]:
+    """Spark's own log goes to <state_dir>/logs/spark.log, not to the operator's terminal (a failed task's
+    Java stack trace is evidence for the log, not output); a log4j2 configuration of the user's wins."""
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    if "log4j" in options:
+        return conf
+    logs = Path(config.state_dir, "logs").resolve()
+    logs.mkdir(parents=True, exist_ok=True)
+    properties = logs / "log4j2.properties"
+    properties.write_text(_LOG4J.format(path=logs / "spark.log"))
+    return {**conf, "spark.driver.extraJavaOptions": f"{options} -Dlog4j2.configurationFile=file:{properties}".strip()}
+
+
 def get_spark(config: MaintenanceConfig):
     """The process's SparkSession, created on first use with the config's catalog and settings.
 
@@ -161,7 +186,7 @@ def get_spark(config: MaintenanceConfig):
                     active.conf.set(key, value)
             return active
         builder = SparkSession.builder.master(config.spark.master).appName("icemaint")
-        for key, value in session_conf(config).items():
+        for key, value in log_to_file(config, session_conf(config)).items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")

@@ -74,6 +74,18 @@ def java_exception_class(exc: BaseException) -> str | None:
     return java.getClass().getName() if java is not None else None
 
 
+def java_root_message(exc: BaseException) -> str:
+    """The first line of the root Java cause's message (what actually went wrong), else of `exc`."""
+    java, root = getattr(exc, "java_exception", None), None
+    for _ in range(20):
+        if java is None:
+            break
+        root, java = java, java.getCause()
+    text = str(root.getMessage() or root.getClass().getName()) if root is not None else str(exc)
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
 def _iterate(java_iterable):
     it = java_iterable.iterator()
     while it.hasNext():
@@ -279,8 +291,7 @@ class StagingArea:
             writer.append()
         except Exception as exc:
             self.discard(branch)
-            raise StagingError(f"staging the rewrite of {self.name.key} failed: {type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0][:300]}") from exc
+            raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
         tbl.refresh()
         staged = tbl.refs().get(branch).snapshotId()
         new_files = list(_iterate(tbl.snapshot(staged).addedDataFiles(tbl.io())))
