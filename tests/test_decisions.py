@@ -365,3 +365,13 @@ def test_layout_decisions(case, files, gates, policy, verdict, words):
 def test_a_dated_table_with_no_dates_still_gets_a_decision():
     [d] = decide_table_compactions(health([]), POLICY, Gates(now=NOW, identity="maint"))
     assert (d.verdict, d.date, d.reason) == (NOOP, None, "no data files on any date")
+
+
+def test_an_unusable_policy_time_column_is_refused_with_its_reason_not_compacted_another_way():
+    from dataclasses import replace as with_
+
+    problem = "policy time_column 'when' has type string: only a date or timestamp column can date-scope a table"
+    h = with_(layout(part_files("k=a", 5, 1 * KiB)), time_column_problem=problem)
+    [d] = decide_table_compactions(h, POLICY, Gates(now=NOW, identity="maint"))
+    assert (d.verdict, d.kind.value, d.reason) == (REFUSE, "no_time_column", problem)
+    assert decide_layout(h).verdict == REFUSE

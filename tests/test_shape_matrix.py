@@ -48,7 +48,7 @@ class Shape:
     """
 
     statements: tuple[str, ...]
-    date: str = DATE
+    date: str | None = DATE  # None: a table without a time column, compacted per partition
     expect: tuple[str, ...] = ("run",)  # the decisions accepted (a fix may run or clearly refuse)
     period_key: str | None = None
     time_column: bool = True
@@ -121,9 +121,12 @@ SHAPES = {
     "truncate_beside_days": Shape((create("days(ts), truncate(2, v)"),
                                    *(f"INSERT INTO {{t}} VALUES ({i}, TIMESTAMP '{DATE} 0{i}:00:00', 'ab{i}'), "
                                      f"({i + 10}, TIMESTAMP '{DATE} 0{i}:30:00', 'xy{i}')" for i in range(3))), files_after=2),
-    # -- no time column: refused, nothing touched --------------------------------------------
-    "unpartitioned": Shape((create(None), *inserts(THREE)), expect=("refuse",), time_column=False),
-    "bucket_only": Shape((create("bucket(4, id)"), *inserts(THREE)), expect=("refuse",), time_column=False),
+    # -- no time column: compacted per partition of the layout (no date) --------------------
+    "unpartitioned": Shape((create(None), *inserts(THREE)), date=None, time_column=False, files_after=1),
+    # eight ids per insert land in both buckets: each bucket gets three small files
+    "bucket_only": Shape((create("bucket(2, id)"),
+                          *(f"INSERT INTO {{t}} SELECT id, TIMESTAMP '{DATE} 01:00:00', 'v' FROM range({8 * i}, {8 * i + 8})"
+                            for i in range(3))), date=None, time_column=False, files_after=2),
     # -- schema evolution between writes of the compacted date -------------------------------
     "add_column": Shape((create("days(ts)"), *inserts(on_date(2)),
                          "ALTER TABLE {t} ADD COLUMN extra DOUBLE",

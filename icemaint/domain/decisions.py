@@ -293,6 +293,8 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
     refused = _refusal(policy, "compact", gates.identity)
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
+    if health.time_column_problem:
+        return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN, reason=health.time_column_problem)
     if health.format_version >= 3:
         return replace(base, verdict=REFUSE, kind=ReasonKind.UNSUPPORTED, reason=_V3_REASON.format(health.format_version))
     if not any(p.data_files for p in health.partitions):
@@ -341,6 +343,9 @@ def decide_table_compactions(health: TableHealth, policy: TablePolicy, gates: Ga
     """Decisions for every dated partition of a table (or the given dates); a table without a time
     column has one decision for its layout's partitions, and a table with nothing to decide one NOOP
     that says so (every table appears in every tick with a decision)."""
+    if health.time_column_problem:
+        return [Decision(table=health.table, operation="compact", verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN,
+                         reason=health.time_column_problem, writer_check=writer_check(health, policy))]
     if not health.dated:
         return [decide_layout_compaction(health, policy, gates)]
     wanted = list(dates) if dates is not None else [p.date for p in health.partitions]

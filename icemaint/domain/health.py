@@ -108,6 +108,8 @@ class TableHealth:
     # Per-date sums plus these equal the table totals.
     undated_files: int = 0
     undated_records: int = 0
+    # Why the policy's `time_column` cannot date-scope the table (not a column, not a date/timestamp type).
+    time_column_problem: str | None = None
 
     @property
     def dated(self) -> bool:
@@ -188,6 +190,7 @@ def compute_health(
     files: Iterable[FileEntry],
     time_column_type: str | None = None,
     format_version: int = 2,
+    time_column_problem: str | None = None,
     manifest_lengths: Sequence[int],
     snapshots: Sequence[SnapshotEntry],
     metadata_files: int,
@@ -239,6 +242,7 @@ def compute_health(
         format_version=format_version,
         undated_files=undated_files,
         undated_records=undated_records,
+        time_column_problem=time_column_problem,
         data_files=len(data_sizes),
         small_files=sum(1 for s in data_sizes if s < small_file_size_bytes),
         total_bytes=total,

@@ -76,9 +76,14 @@ def time_partitioning(table, time_column: str | None = None) -> TimePartitioning
         try:
             field_type = str(schema.find_field(time_column).field_type)
         except ValueError:
-            return TimePartitioning(None, None, f"policy time_column {time_column!r} is not a column of the table")
+            return TimePartitioning(None, None, (
+                f"policy time_column {time_column!r} is not a column of the table: name one of its date or timestamp "
+                "columns, or remove time_column to have the table compacted per partition of its layout"))
         if field_type not in ("date", "timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns"):
-            return TimePartitioning(None, None, f"policy time_column {time_column!r} has type {field_type}, not a date or timestamp")
+            return TimePartitioning(None, None, (
+                f"policy time_column {time_column!r} has type {field_type}: only a date or timestamp column can "
+                "date-scope a table (a string or number holding times is not parsed); remove time_column to have "
+                "the table compacted per partition of its layout, or name a date/timestamp column"))
         return TimePartitioning(time_column, "bounds", "policy", field_type)
     return TimePartitioning(None, None, "no day/hour/month/year partition and no time_column in policy")
 
@@ -184,6 +189,7 @@ class CatalogReader:
             time_transform=timing.transform,
             time_column_type=timing.column_type,
             format_version=int(tbl.metadata.format_version),
+            time_column_problem=timing.source if policy.time_column and not timing.found else None,
             files=files,
             manifest_lengths=manifests,
             snapshots=read_snapshots(tbl),
