@@ -21,4 +21,4 @@ def test_instance_limits_runs_per_table_and_in_total(tmp_path, lake_root, monkey
     limits = {limit["key"]: limit for limit in queue.tag_concurrency_limits}
     for key in ("icemaint/table", "dagster/partition/table"):
         assert limits[key]["limit"] == 1 and limits[key]["value"] == {"applyLimitPerUniqueValue": True}
-    assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+    assert type(instance.run_coordinator).__name__ == "TableTaggingRunCoordinator"  # a QueuedRunCoordinator

@@ -16,8 +16,10 @@ def instance_settings(config: MaintenanceConfig) -> dict:
     return {
         "telemetry": {"enabled": False},
         "nux": {"enabled": False},
-        # One maintenance run per table at a time (sensor/CLI runs carry icemaint/table; backfill runs
-        # carry Dagster's own partition tags), and a global cap for the estate.
+        # Dagster's queued coordinator, adding `icemaint/table` to runs Dagster creates (backfills, UI).
+        "run_coordinator": {"module": "icemaint.app.queue", "class": "TableTaggingRunCoordinator"},
+        # One maintenance run per table at a time (every run carries icemaint/table: sensors and the
+        # CLI set it, the coordinator adds it to backfill and UI runs), and a global cap for the estate.
         "concurrency": {"runs": {
             "max_concurrent_runs": config.max_runs_total,
             "tag_concurrency_limits": [

@@ -1,0 +1,65 @@
+"""One maintenance run per table in the queue, however the run was launched: the coordinator adds
+`icemaint/table` to runs Dagster creates (backfills of table x date and of table-partitioned assets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import make_config
+from icemaint.app.instance import ensure_dagster_home
+from icemaint.app.queue import TableTaggingRunCoordinator, table_of
+
+
+@pytest.mark.parametrize("tags, table", [
+    ({"icemaint/table": "db.events"}, "db.events"),
+    ({"dagster/partition/table": "db.events", "dagster/partition": "2026-01-02|db.events"}, "db.events"),
+    ({"dagster/partition": "db.events"}, "db.events"),              # a table-partitioned asset's backfill run
+    ({"dagster/partition": "2026-01-02|db.events"}, "db.events"),
+    ({"dagster/partition": "2026-01-02"}, None),                    # not a table
+    ({"dagster/partition": "x; DROP TABLE y"}, None),
+    ({}, None),
+])
+def test_the_table_a_run_maintains_comes_from_its_tags(tags, table):
+    assert table_of(tags) == table
+
+
+def test_a_retention_run_and_a_date_backfill_of_one_table_never_run_together(tmp_path, lake_root, monkeypatch):
+    """Runs as the backfill daemon and a launchpad create them (partition tags only), submitted through
+    the instance's real coordinator, then judged by Dagster's own queue limits."""
+    import dagster as dg
+    from dagster._core.run_coordinator import SubmitRunContext
+    from dagster._core.utils import make_new_run_id
+    from dagster._utils.tags import TagConcurrencyLimitsCounter
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"))
+    home = ensure_dagster_home(config)
+    instance = dg.DagsterInstance.from_config(str(home))
+    assert isinstance(instance.run_coordinator, TableTaggingRunCoordinator)
+
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="maint_assets.definitions"))
+
+    def submitted(job_name: str, tags: dict) -> dg.DagsterRun:
+        origin = RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job_name)
+        run = instance.add_run(dg.DagsterRun(job_name=job_name, run_id=make_new_run_id(), tags=tags,
+                                             status=dg.DagsterRunStatus.NOT_STARTED, remote_job_origin=origin))
+        return instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))
+
+    retention = submitted("__ASSET_JOB", {"dagster/partition": "db.events"})
+    backfill = [submitted("__ASSET_JOB", {"dagster/partition": f"2026-01-0{d}|db.events",
+                                          "dagster/partition/table": "db.events", "dagster/backfill": "b1"})
+                for d in (1, 2, 3)]
+    other_table = submitted("__ASSET_JOB", {"dagster/partition": "db.other"})
+    for run in [retention, *backfill, other_table]:
+        assert run.status == dg.DagsterRunStatus.QUEUED
+    assert retention.tags["icemaint/table"] == "db.events" and other_table.tags["icemaint/table"] == "db.other"
+
+    limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    counter = TagConcurrencyLimitsCounter(limits, [retention])  # the retention run is in progress
+    assert all(counter.is_blocked(run) for run in backfill), "a backfill date ran beside the retention run"
+    assert not counter.is_blocked(other_table)
+    counter = TagConcurrencyLimitsCounter(limits, [backfill[0]])
+    assert counter.is_blocked(retention) and counter.is_blocked(backfill[1])
