@@ -54,14 +54,14 @@ def partition_label(outcome: dict) -> str:
     return f"{outcome['date']}|{outcome.get('table')}" if outcome.get("date") else str(outcome.get("table"))
 
 
-def check_result(name: str, outcome: dict) -> dg.AssetCheckResult:
+def check_result(name: str, outcome: dict, asset_key: str = "compaction") -> dg.AssetCheckResult:
     """One GX proof of a compaction outcome, as a blocking check result."""
     commits = outcome.get("validation", {}).get("commits", [])
     per_commit = [c for r in commits for c in r["checks"] if c["name"] == name]
     if outcome.get("decision") == NOOP and not commits:
         # Nothing was rewritten, so there is nothing to prove: the rows are the rows the table had.
         return dg.AssetCheckResult(
-            check_name=name, passed=True, severity=dg.AssetCheckSeverity.ERROR,
+            check_name=name, asset_key=asset_key, passed=True, severity=dg.AssetCheckSeverity.ERROR,
             description=f"nothing was rewritten ({outcome.get('reason')}): no proof needed",
             metadata={"rewritten": dg.MetadataValue.bool(False),
                       "snapshot_id": dg.MetadataValue.text(str(outcome.get("after_snapshot_id")))})
@@ -70,6 +70,7 @@ def check_result(name: str, outcome: dict) -> dg.AssetCheckResult:
     sides = ", ".join(f"{c.get('before_snapshot_id')} -> staged {c.get('after_snapshot_id')}" for c in commits)
     return dg.AssetCheckResult(
         check_name=name,
+        asset_key=asset_key,
         passed=passed,
         severity=dg.AssetCheckSeverity.ERROR,
         description=(f"{partition_label(outcome)}: {name} {'passed' if passed else 'FAILED'} "
@@ -84,30 +85,27 @@ def check_result(name: str, outcome: dict) -> dg.AssetCheckResult:
     )
 
 
-def outcome_of_run(context, asset_key: dg.AssetKey) -> dict:
-    """The compaction outcome materialized by this run for this run's partition."""
-    partition = context.run.tags.get("dagster/partition")
-    records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition] if partition else None),
-        limit=1).records
-    if not records or records[0].run_id != context.run.run_id:
-        raise dg.Failure(description=f"no compaction of {partition} was materialized by run {context.run.run_id}")
-    return records[0].asset_materialization.metadata["outcome"].value
+def combined_check_result(name: str, outcomes: list[dict], asset_key: str) -> dg.AssetCheckResult:
+    """One check over every outcome of a run: passes when each date's proof passed (or had nothing to prove)."""
+    results = [check_result(name, o, asset_key) for o in outcomes]
+    if len(results) == 1:
+        return results[0]
+    failed = [r for r in results if not r.passed]
+    return dg.AssetCheckResult(
+        check_name=name, asset_key=asset_key, passed=not failed, severity=dg.AssetCheckSeverity.ERROR,
+        description=(f"{len(results)} partitions, {len(failed)} failed: "
+                     + "; ".join(r.description or "" for r in (failed or results))[:2000]),
+        metadata={"partitions": dg.MetadataValue.text(", ".join(partition_label(o) for o in outcomes)),
+                  "failed": dg.MetadataValue.int(len(failed))})
 
 
-def build_validation_checks(compaction: dg.AssetsDefinition) -> list[dg.AssetChecksDefinition]:
+def validation_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
     """A blocking check per GX proof. The proofs run inside the compaction, under the table's claim and
-    before anything is published, so a failed proof leaves `main` untouched; the checks make each
-    verdict visible, fail the run and stop downstream assets."""
-    def make(name: str, description: str) -> dg.AssetChecksDefinition:
-        @dg.asset_check(asset=compaction, name=name, description=description, blocking=True)
-        def proof(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-            return check_result(name, outcome_of_run(context, compaction.key))
-
-        return proof
-
-    checks = [make(name, description) for name, description in VALIDATION_CHECKS.items()]
-    return checks
+    before anything is published, so a failed proof leaves `main` untouched; the asset reports each
+    verdict as its check result (one per run, over every date a batched run did), which fails the run
+    and stops downstream assets when a proof failed."""
+    return [dg.AssetCheckSpec(name, asset=asset, description=description, blocking=True)
+            for name, description in VALIDATION_CHECKS.items()]
 
 
 def table_dimension_mapping() -> dg.MultiToSingleDimensionPartitionMapping:
@@ -117,33 +115,62 @@ def table_dimension_mapping() -> dg.MultiToSingleDimensionPartitionMapping:
         return dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=TABLE_DIMENSION)
 
 
+# A backfill over many dates of one table runs them in batches of at most this many dates: one run, one
+# Spark session, one claim wait per batch instead of per date; each date keeps its own request, proof,
+# audit record and materialization.
+BACKFILL_DATES_PER_RUN = 31
+
+
 def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
             catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource,
-            table: str, date: str | None, asset_key: str):
-    """The body both compaction assets share: one request, its outcome as events, an honest run status."""
+            targets: list[tuple[str, str | None, str]], asset_key: str):
+    """The body both compaction assets share: per (table, date, partition key) one request and its outcome
+    as events on that partition, then an honest run status.
+
+    A run of one partition materializes through its output; a batched backfill run (several dates)
+    materializes each date on its own, and fails at the end naming every date that was not done.
+    """
     tags = context.run.tags
     planned = tags.get(PLANNED_SNAPSHOT_TAG)
     planned_schema = tags.get(PLANNED_SCHEMA_TAG)
-    request = CompactionRequest(
-        table=table, date=date, dry_run=config.dry_run, approved=config.approved,
-        trigger=tags.get(TRIGGER_TAG, "manual"), run_id=context.run.run_id,
-        planned_snapshot_id=int(planned) if planned else None,
-        planned_schema_id=int(planned_schema) if planned_schema else None)
     compactor = Compactor(spark.settings.config, spark.session, catalog.reader, claims.claims, audit.log,
                           progress=context.log.info)
-    outcome = compactor.run(request)
-    context.log.info(f"{table} {date or '(partitions)'}: {outcome.decision}: {outcome.reason}")
-    person = launched_by_a_person(request.trigger)
-    # A run a person or a backfill asked for never ends green without doing its work: a deferral
-    # fails it with the reason (a busy claim names its holder); "nothing to do" is a materialization
-    # of the partition as it is, so its state is known.
-    failure = {REFUSE: f"refused: {outcome.reason}",
-               DEFER: f"not done: {outcome.reason}" if person else None}.get(outcome.decision)
-    yield from report_outcome(
-        context, asset_key, outcome_metadata(outcome),
-        materialize=not outcome.dry_run and (outcome.decision in (RUN, NOT_PUBLISHED)
-                                             or (person and outcome.decision == NOOP)),
-        refusal=failure)
+    batched, failures, proven = len(targets) > 1, [], []
+    for table, date, key in targets:
+        request = CompactionRequest(
+            table=table, date=date, dry_run=config.dry_run, approved=config.approved,
+            trigger=tags.get(TRIGGER_TAG, "manual"), run_id=context.run.run_id,
+            planned_snapshot_id=int(planned) if planned and not batched else None,
+            planned_schema_id=int(planned_schema) if planned_schema and not batched else None)
+        outcome = compactor.run(request)
+        context.log.info(f"{table} {date or '(partitions)'}: {outcome.decision}: {outcome.reason}")
+        person = launched_by_a_person(request.trigger)
+        # A run a person or a backfill asked for never ends green without doing its work: a deferral
+        # fails it with the reason (a busy claim names its holder); "nothing to do" is a materialization
+        # of the partition as it is, so its state is known.
+        failure = {REFUSE: f"refused: {outcome.reason}",
+                   DEFER: f"not done: {outcome.reason}" if person else None}.get(outcome.decision)
+        materialize = not outcome.dry_run and (outcome.decision in (RUN, NOT_PUBLISHED)
+                                               or (person and outcome.decision == NOOP))
+        metadata = outcome_metadata(outcome)
+        if materialize:
+            proven.append(outcome.to_dict())
+        if not batched:
+            yield from report_outcome(context, asset_key, metadata, materialize=materialize, refusal=failure)
+            break
+        event = dg.AssetMaterialization if materialize else dg.AssetObservation
+        yield event(asset_key=asset_key, partition=key, metadata=metadata)
+        if materialize and asset_key == "compaction":
+            # A batched run yields no output for the report's step to follow: its reports are written here.
+            yield dg.AssetMaterialization(asset_key="validation_report", partition=key, metadata=write_report(
+                spark.settings.config.state_dir, key, outcome.to_dict()))
+        if failure:
+            failures.append(f"{date}: {failure}")
+    if proven:  # the proofs of what was materialized, as this run's blocking check results
+        for name in VALIDATION_CHECKS:
+            yield combined_check_result(name, proven, asset_key)
+    if failures:
+        raise dg.Failure(description=f"{len(failures)} of {len(targets)} dates not done: " + "; ".join(failures))
 
 
 @dg.asset(
@@ -152,6 +179,7 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
     kinds={"spark", "iceberg"},
     deps=[table_health],
     output_required=False,
+    check_specs=validation_check_specs("table_compaction"),
     description="Compaction of a table without a time column (partitioned only by identity/bucket/truncate "
                 "fields, or not at all): its due partitions, ranked by benefit and bounded by the cost ceiling, "
                 "each staged on a branch, proven with Great Expectations and published only when proven. "
@@ -159,17 +187,57 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
 )
 def table_compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
                      catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
-    yield from compact(context, config, spark, catalog, claims, audit, str(context.partition_key), None,
-                       "table_compaction")
+    table = str(context.partition_key)
+    yield from compact(context, config, spark, catalog, claims, audit, [(table, None, table)], "table_compaction")
+
+
+def latest_outcome(context, key: str) -> dict:
+    """The outcome of the latest compaction materialized for `key` (date|table)."""
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("compaction"), asset_partitions=[key]), limit=1).records
+    if not records:
+        table, date = split_table_date(key)
+        raise dg.Failure(description=f"no compaction of {table} {date} has been materialized yet")
+    return records[0].asset_materialization.metadata["outcome"].value
+
+
+def write_report(state_dir: str, key: str, outcome: dict) -> dict:
+    """The report of one date's compaction, written under <state_dir>/reports/, as metadata."""
+    table, date = split_table_date(key)
+    report_dir = Path(state_dir, "reports", table)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    report_path = report_dir / f"{date}.json"
+    report = {"table": table, "date": date, "before_snapshot_id": outcome["before_snapshot_id"],
+              "after_snapshot_id": outcome["after_snapshot_id"], "validation": outcome["validation"],
+              "published": outcome.get("published"), "staged": outcome.get("staged", [])}
+    report_path.write_text(json.dumps(report, indent=2, default=str))
+    commits = outcome["validation"].get("commits", [])
+    return {
+        "passed": dg.MetadataValue.bool(bool(outcome["validation"].get("passed"))),
+        "before_snapshot_id": dg.MetadataValue.text(str(outcome["before_snapshot_id"])),
+        "after_snapshot_id": dg.MetadataValue.text(str(outcome["after_snapshot_id"])),
+        "validation_seconds": dg.MetadataValue.float(float(sum(c.get("duration_seconds", 0) for c in commits))),
+        "report_path": dg.MetadataValue.path(str(report_path)),
+        "report": as_json(report),
+    }
+
+
+def _asset(**kwargs):
+    # Backfill policies are beta in Dagster 1.13; ours (BACKFILL_DATES_PER_RUN) is deliberate.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.asset(**kwargs)
 
 
 def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
-    @dg.asset(
+    @_asset(
         partitions_def=partitions_def,
         group_name="maintenance",
         kinds={"spark", "iceberg"},
         deps=[dg.AssetDep(table_health, partition_mapping=table_dimension_mapping())],
         output_required=False,
+        check_specs=validation_check_specs("compaction"),
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_DATES_PER_RUN),
         description="Rewrites one date of one table's small files under the table's claim: stages the new files "
                     "on a branch at the planned snapshot, proves them with Great Expectations against the files "
                     "they replace, and publishes one forward replace commit only when the proof passed. "
@@ -177,41 +245,28 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
     )
     def compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
                    catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
-        table, date = split_table_date(context.partition_key)
-        yield from compact(context, config, spark, catalog, claims, audit, table, date, "compaction")
+        # One key, or a batched backfill's dates of one table (BACKFILL_DATES_PER_RUN).
+        targets = [(*split_table_date(key), str(key)) for key in context.partition_keys]
+        yield from compact(context, config, spark, catalog, claims, audit, targets, "compaction")
 
-    @dg.asset(
+    @_asset(
         partitions_def=partitions_def,
         group_name="maintenance",
         kinds={"iceberg"},
         deps=[compaction],
+        output_required=False,
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_DATES_PER_RUN),
         description="The evidence of the latest compaction of a date: snapshot ids before and after, and the "
-                    "Great Expectations results of every proof. Also written to <state_dir>/reports/.",
+                    "Great Expectations results of every proof. Also written to <state_dir>/reports/. "
+                    "(A batched backfill run writes each date's report in its compaction step.)",
     )
-    def validation_report(context: dg.AssetExecutionContext, spark: SparkResource) -> dg.MaterializeResult:
-        table, date = split_table_date(context.partition_key)
-        records = context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("compaction"), asset_partitions=[str(context.partition_key)]),
-            limit=1).records
-        if not records:
-            raise dg.Failure(description=f"no compaction of {table} {date} has been materialized yet")
-        event = records[0].asset_materialization
-        outcome = event.metadata["outcome"].value
-        report_dir = Path(spark.settings.config.state_dir, "reports", table)
-        report_dir.mkdir(parents=True, exist_ok=True)
-        report_path = report_dir / f"{date}.json"
-        report = {"table": table, "date": date, "before_snapshot_id": outcome["before_snapshot_id"],
-                  "after_snapshot_id": outcome["after_snapshot_id"], "validation": outcome["validation"],
-                  "published": outcome.get("published"), "staged": outcome.get("staged", [])}
-        report_path.write_text(json.dumps(report, indent=2, default=str))
-        commits = outcome["validation"].get("commits", [])
-        return dg.MaterializeResult(metadata={
-            "passed": dg.MetadataValue.bool(bool(outcome["validation"].get("passed"))),
-            "before_snapshot_id": dg.MetadataValue.text(str(outcome["before_snapshot_id"])),
-            "after_snapshot_id": dg.MetadataValue.text(str(outcome["after_snapshot_id"])),
-            "validation_seconds": dg.MetadataValue.float(float(sum(c.get("duration_seconds", 0) for c in commits))),
-            "report_path": dg.MetadataValue.path(str(report_path)),
-            "report": as_json(report),
-        })
+    def validation_report(context: dg.AssetExecutionContext, spark: SparkResource):
+        keys = [str(k) for k in context.partition_keys]
+        for key in keys:
+            metadata = write_report(spark.settings.config.state_dir, key, latest_outcome(context, key))
+            if len(keys) == 1:
+                yield dg.Output(None, metadata=metadata)
+            else:
+                yield dg.AssetMaterialization(asset_key="validation_report", partition=key, metadata=metadata)
 
-    return compaction, validation_report, build_validation_checks(compaction) + build_validation_checks(table_compaction)
+    return compaction, validation_report

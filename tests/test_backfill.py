@@ -73,27 +73,33 @@ def test_asset_backfill_compacts_each_date_with_its_own_proof(spark, lake_root, 
                     break
         assert instance.get_backfill(backfill_id).status == BulkActionStatus.COMPLETED_SUCCESS
 
-        runs = {r.tags["dagster/partition"]: r for r in instance.get_runs(dg.RunsFilter(tags={BACKFILL_ID_TAG: backfill_id}))}
-        assert sorted(runs) == sorted(keys), "one run per (table, date)"
-        for key, run in runs.items():
-            assert run.status == dg.DagsterRunStatus.SUCCESS, key
-            materialized = {e.dagster_event.event_specific_data.materialization.asset_key.to_user_string()
-                            for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)}
-            assert materialized == {"compaction", "validation_report"}, key
-            checks = [e.dagster_event.event_specific_data
-                      for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]
-            assert sorted(c.check_name for c in checks) == sorted(PROOFS), key
-            assert all(c.passed for c in checks), key
+        # a batched backfill: the three dates of the table in one run (one Spark session, one claim wait)
+        [run] = instance.get_runs(dg.RunsFilter(tags={BACKFILL_ID_TAG: backfill_id}))
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+        assert (run.tags["dagster/asset_partition_range_start"], run.tags["dagster/asset_partition_range_end"]) == \
+            (keys[0], keys[-1])
+        materialized = {(e.dagster_event.event_specific_data.materialization.asset_key.to_user_string(),
+                         e.dagster_event.event_specific_data.materialization.partition)
+                        for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)}
+        assert materialized == {(asset, key) for asset in ("compaction", "validation_report") for key in keys}
+        checks = [e.dagster_event.event_specific_data
+                  for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]
+        assert sorted(c.check_name for c in checks) == sorted(PROOFS)
+        assert all(c.passed for c in checks)
+        for key in keys:  # each date has its own materialization, proof and evidence
             [record] = instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=dg.AssetKey("compaction"), asset_partitions=[key]), limit=5).records
             assert record.run_id == run.run_id
             outcome = record.asset_materialization.metadata["outcome"].value
             assert outcome["decision"] == "run" and outcome["validation"]["passed"] is True
             assert outcome["date"] == key.split("|")[0] and outcome["files_after"] < outcome["files_before"]
+            report = tmp_path / "state" / "reports" / table / f"{key.split('|')[0]}.json"
+            assert report.exists() and '"passed": true' in report.read_text(), "each date's report is written"
+        runs = {"all": run}
 
     audit = [r for r in open_audit(config).records(table=table, operation="compact") if r.decision == "run"]
     assert sorted(r.date for r in audit) == DATES
-    assert {r.run_id for r in audit} == {run.run_id for run in runs.values()}
+    assert {r.run_id for r in audit} == {run.run_id for run in runs.values()}, "each date audited by the run"
     assert all(r.validation["passed"] is True and r.after_snapshot_id for r in audit)
     # three separate rewrites, each on top of the one before
     assert len({r.after_snapshot_id for r in audit}) == 3
