@@ -15,6 +15,7 @@ from typing import Sequence
 from icemaint.app import cli_retention
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
 from icemaint.domain.layout import describe
+from icemaint.domain.names import TableName
 from icemaint.domain.units import human_size
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -130,6 +131,50 @@ def cmd_maintain(config: MaintenanceConfig, args) -> int:
     return EXIT_OK if report.success else EXIT_FAILED
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:400] if lines else ""
+
+
+def _save_trace(config: MaintenanceConfig) -> str:
+    """Appends the current exception's stack trace to <state_dir>/logs/cli.log; returns the path."""
+    import traceback
+    from pathlib import Path
+
+    path = Path(config.state_dir, "logs", "cli.log")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(traceback.format_exc() + "\n")
+    return str(path)
+
+
+def cmd_revert(config: MaintenanceConfig, args) -> int:
+    """Run directly (like purge-quarantine), not as a Dagster job: a rare operator action, audited."""
+    from icemaint.engine.spark_session import get_spark
+    from icemaint.observe.catalog import CatalogReader
+    from icemaint.operations.revert import RevertRequest, RevertRunner
+    from icemaint.safety.audit import open_audit
+    from icemaint.safety.claims import open_claims
+
+    reader = CatalogReader(config)
+    table = TableName.parse(args.table).key
+    reader.metadata_location(table)  # TableNotFound before Spark starts
+    runner = RevertRunner(config, get_spark(config), reader, open_claims(config), open_audit(config))
+    try:
+        outcome = runner.run(RevertRequest(table, args.snapshot, dry_run=args.dry_run))
+    except Exception as exc:  # recorded as failed by the contract; the trace goes to a file, not the terminal
+        print(f"error: {table} revert {args.snapshot}: failed: {type(exc).__name__}: {_first_line(exc)} "
+              f"(trace in {_save_trace(config)})", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        _print_json(outcome.to_dict())
+    else:
+        done = outcome.decision == "run"
+        print(f"{outcome.table} revert {outcome.snapshot_id}: {outcome.decision}: {outcome.reason}",
+              file=sys.stdout if done else sys.stderr)
+    return EXIT_OK if outcome.decision == "run" else EXIT_FAILED
+
+
 def cmd_approve(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.approvals import approve
     from icemaint.safety.audit import open_audit
@@ -235,6 +280,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="report what each step would do, change nothing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_maintain)
+
+    s = sub.add_parser("revert", help="undo a published rewrite with a forward commit (proven first; main is "
+                                      "never rewound)")
+    s.add_argument("table")
+    s.add_argument("--snapshot", type=int, required=True,
+                   help="the rewrite's snapshot id (icemaint audit shows it as before->after)")
+    s.add_argument("--dry-run", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_revert)
 
     s = sub.add_parser("approve", help="approve a compaction over the table's cost ceiling")
     s.add_argument("table")

@@ -63,6 +63,7 @@ class Operation(Word):
     MANIFESTS = "manifests"
     PURGE_QUARANTINE = "purge_quarantine"
     CLEANUP = "cleanup"  # removing a staging branch a dead run left
+    REVERT = "revert"    # an operator's forward undo of a published rewrite
 
 
 # Who launched a run. Automatic triggers come back on their own (the next tick decides again), so

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from icemaint.domain.units import parse_duration, parse_size
 
-OPERATIONS = ("compact", "expire", "orphans", "manifests", "rollback")
+OPERATIONS = ("compact", "expire", "orphans", "manifests", "revert", "rollback")  # rollback: older configs
 SORT_STRATEGIES = ("binpack", "sort", "zorder")
 
 MiB = 2**20

@@ -86,13 +86,13 @@ def java_root_message(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
-def _iterate(java_iterable):
+def iterate_java(java_iterable):
     it = java_iterable.iterator()
     while it.hasNext():
         yield it.next()
 
 
-def _listed(jvm, java_iterable):
+def listed_java(jvm, java_iterable):
     """A Java iterable as a Python list, materialised on the Java side (one call, then one per item)."""
     items = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(java_iterable)
     return [items.get(i) for i in range(items.size())]
@@ -223,15 +223,15 @@ class StagingArea:
         specs, java_specs = {}, tbl.specs()
         iterable = scan.planFiles()
         try:
-            for task in _listed(self.jvm, iterable):
+            for task in listed_java(self.jvm, iterable):
                 data = task.file()
                 path = str(data.location())
                 spec_id = int(data.specId())
                 if spec_id not in specs:
                     specs[spec_id] = java_specs.get(spec_id)
                 java_deletes = task.deletes()
-                deletes = tuple((str(d.location()), int(d.recordCount())) for d in _listed(self.jvm, java_deletes)) \
-                    if java_deletes.size() else ()
+                deletes = tuple((str(d.location()), int(d.recordCount()))
+                                for d in listed_java(self.jvm, java_deletes)) if java_deletes.size() else ()
                 candidates.append(CandidateFile(
                     path=path, size_bytes=int(data.fileSizeInBytes()), record_count=int(data.recordCount()),
                     spec_id=spec_id, partition=str(specs[spec_id].partitionToPath(data.partition())),
@@ -245,7 +245,7 @@ class StagingArea:
         return int(self.table(refresh=False).snapshot(int(snapshot_id)).sequenceNumber())
 
     # -- staging ---------------------------------------------------------------------------
-    def _read_tasks(self, tasks: list, split_size: int | None = None):
+    def read_tasks(self, tasks: list, split_size: int | None = None):
         """A DataFrame over exactly these scan tasks (deletes attached to them applied)."""
         set_id = f"icemaint-{uuid.uuid4().hex}"
         manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
@@ -266,7 +266,7 @@ class StagingArea:
         expected = max(1, -(-group.total_bytes // max(1, target_file_size_bytes)))
         # A task's size counts its delete files too: split by what the reader will weigh.
         weighed = sum(int(t.sizeBytes()) for t in tasks)
-        rows = self._read_tasks(tasks, split_size=weighed // expected + 1)
+        rows = self.read_tasks(tasks, split_size=weighed // expected + 1)
         # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
                    "output-spec-id": str(group.spec_id), "distribution-mode": "none",
@@ -294,7 +294,7 @@ class StagingArea:
             raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
         tbl.refresh()
         staged = tbl.refs().get(branch).snapshotId()
-        new_files = list(_iterate(tbl.snapshot(staged).addedDataFiles(tbl.io())))
+        new_files = list(iterate_java(tbl.snapshot(staged).addedDataFiles(tbl.io())))
         dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],
                                           {f.path for f in group.files})
         return StagedRewrite(
@@ -322,7 +322,7 @@ class StagingArea:
         util = self.jvm.org.apache.iceberg.util.ContentFileUtil
         out, seen = [], set()
         for task in tasks:
-            for delete in _iterate(task.deletes()):
+            for delete in iterate_java(task.deletes()):
                 path = str(delete.location())
                 if path in seen or delete.content().toString() != "POSITION_DELETES":
                     continue
@@ -335,7 +335,7 @@ class StagingArea:
     # -- the proof's two sides ---------------------------------------------------------------
     def before_rows(self, staged: StagedRewrite):
         """The replaced files' rows as of S (deletes as of S applied)."""
-        return self._read_tasks(staged._old_tasks)
+        return self.read_tasks(staged._old_tasks)
 
     def after_rows(self, staged: StagedRewrite):
         """The staged files' rows, as the staging branch holds them (the files its append added to S)."""
@@ -345,13 +345,13 @@ class StagingArea:
             .toSnapshot(int(staged.staged_snapshot_id))
         iterable = scan.planFiles()
         try:
-            tasks = [t for t in _listed(self.jvm, iterable) if str(t.file().location()) in wanted]
+            tasks = [t for t in listed_java(self.jvm, iterable) if str(t.file().location()) in wanted]
         finally:
             iterable.close()
         if len(tasks) != len(wanted):
             raise StagingError(f"staged snapshot {staged.staged_snapshot_id} of {self.name.key} holds "
                                f"{len(tasks)} of its {len(wanted)} new files")
-        return self._read_tasks(tasks)
+        return self.read_tasks(tasks)
 
     # -- publish / discard -----------------------------------------------------------------
     def publish(self, staged: StagedRewrite, properties: dict[str, str]) -> Published:
@@ -425,7 +425,7 @@ class StagingArea:
         """Staging branches left on the table (by a run that died): (name, snapshot id)."""
         refs = self.table().refs()
         out = []
-        for name in _iterate(refs.keySet()):
+        for name in iterate_java(refs.keySet()):
             if str(name).startswith(STAGE_PREFIX):
                 out.append((str(name), int(refs.get(name).snapshotId())))
         return sorted(out)

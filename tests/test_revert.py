@@ -1,0 +1,129 @@
+"""`icemaint revert`: an operator's undo of a published rewrite is a forward commit, proven first; what
+cannot be reverted safely is refused in one line with nothing changed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import current_snapshot, write_config
+from icemaint.app.cli import main
+from icemaint.config import load_config
+from icemaint.domain.names import TableName
+from icemaint.engine.revert import REVERT_OF_KEY
+from icemaint.observe.catalog import CatalogReader
+from icemaint.operations.compaction import CompactionRequest, Compactor
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims
+from staged_faults import main_lineage
+
+DAY = "2026-01-02"
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def rows(spark, sql: str, snapshot_id: int | None = None) -> list[tuple]:
+    at = f" VERSION AS OF {snapshot_id}" if snapshot_id else ""
+    return sorted(tuple(r) for r in spark.sql(f"SELECT id, ts, v FROM {sql}{at}").collect())
+
+
+def independent_rows(config, table: str) -> list[tuple]:
+    arrow = CatalogReader(config).load(table).scan().to_arrow()
+    return sorted(zip(arrow.column("id").to_pylist(), arrow.column("v").to_pylist()))
+
+
+@pytest.fixture
+def compacted(spark, lake_root, tmp_path, table_name):
+    """A date of 4 small files compacted and published; its path, config and the publish snapshot."""
+    sql = TableName.parse(table_name).sql("lake")
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP, v STRING) USING iceberg PARTITIONED BY (days(ts)) "
+              "TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
+    for i in range(4):
+        spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '{DAY} 0{i}:00:00', 'v{i}'), "
+                  f"({i + 10}, TIMESTAMP '{DAY} 0{i}:30:00', 'w{i}')")
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    config = load_config(path)
+    before = rows(spark, sql)
+    files_before = sorted(r[0] for r in spark.sql(f"SELECT file_path FROM {sql}.files").collect())
+    outcome = Compactor(config, spark, CatalogReader(config), open_claims(config), open_audit(config)).run(
+        CompactionRequest(table_name, DAY))
+    assert outcome.published, outcome.reason
+    return dict(sql=sql, table=table_name, path=str(path), config=config, before=before, files_before=files_before,
+                published=outcome.after_snapshot_id)
+
+
+def test_a_published_rewrite_is_reverted_forward_with_its_proof(capsys, spark, compacted):
+    sql, table = compacted["sql"], compacted["table"]
+    # a writer keeps appending after the rewrite; its rows must survive the revert
+    spark.sql(f"INSERT INTO {sql} VALUES (99, TIMESTAMP '{DAY} 09:00:00', 'late')")
+    head = current_snapshot(spark, sql)
+    expected = rows(spark, sql)
+    code, out, err = run_cli(capsys, "--config", compacted["path"], "revert", table, "--snapshot",
+                             str(compacted["published"]), "--json")
+    outcome = json.loads(out)
+    assert code == 0 and outcome["decision"] == "run", (outcome, err)
+    assert outcome["validation"]["passed"] is True and outcome["restored_files"] == 4
+    assert rows(spark, sql) == expected
+    assert independent_rows(compacted["config"], table) == sorted((r[0], r[2]) for r in expected)
+    # the replaced files are back, the late writer's file kept, the rewrite's file gone
+    files_now = sorted(r[0] for r in spark.sql(f"SELECT file_path FROM {sql}.files").collect())
+    assert set(compacted["files_before"]) <= set(files_now) and len(files_now) == 5
+    # forward: the revert sits on top of the writer's commit; nothing was rewound
+    lineage = main_lineage(spark, sql)
+    assert lineage[0]["snapshot_id"] == outcome["after_snapshot_id"] and lineage[1]["snapshot_id"] == head
+    assert compacted["published"] in [s["snapshot_id"] for s in lineage]
+    summary = spark.sql(f"SELECT summary FROM {sql}.snapshots WHERE snapshot_id = {outcome['after_snapshot_id']}").first()[0]
+    assert summary[REVERT_OF_KEY] == str(compacted["published"]) and summary["icemaint.proof"] == "passed"
+    [record] = [r for r in open_audit(compacted["config"]).records(table=table) if r.operation == "revert"]
+    assert record.decision == "run" and record.after_snapshot_id == outcome["after_snapshot_id"]
+
+
+def test_a_row_deleted_since_the_rewrite_is_never_resurrected(capsys, spark, compacted):
+    sql, table = compacted["sql"], compacted["table"]
+    spark.sql(f"DELETE FROM {sql} WHERE id = 2")
+    location = CatalogReader(compacted["config"]).metadata_location(table)
+    code, out, err = run_cli(capsys, "--config", compacted["path"], "revert", table, "--snapshot",
+                             str(compacted["published"]))
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "not reverted" in err and "main is unchanged" in err
+    assert 2 not in [r[0] for r in rows(spark, sql)]
+    assert CatalogReader(compacted["config"]).metadata_location(table) == location
+
+
+@pytest.mark.parametrize("which, words", [
+    ("writer", "not a proven icemaint rewrite"),
+    ("missing", "is not in"),
+])
+def test_what_is_not_a_proven_rewrite_is_refused_with_nothing_changed(capsys, spark, compacted, which, words):
+    sql, table = compacted["sql"], compacted["table"]
+    snapshot = main_lineage(spark, sql)[-1]["snapshot_id"] if which == "writer" else 123456789
+    location = CatalogReader(compacted["config"]).metadata_location(table)
+    code, out, err = run_cli(capsys, "--config", compacted["path"], "revert", table, "--snapshot", str(snapshot))
+    assert code == 1 and words in err and len(err.strip().splitlines()) == 1, err
+    assert CatalogReader(compacted["config"]).metadata_location(table) == location
+
+
+def test_a_rewrite_that_applied_deletes_is_refused(capsys, spark, lake_root, tmp_path, table_name):
+    sql = TableName.parse(table_name).sql("lake")
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP, v STRING) USING iceberg PARTITIONED BY (days(ts)) "
+              "TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
+    for i in range(4):
+        spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '{DAY} 0{i}:00:00', 'v{i}'), "
+                  f"({i + 10}, TIMESTAMP '{DAY} 0{i}:30:00', 'w{i}')")
+    spark.sql(f"DELETE FROM {sql} WHERE id = 1")
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    config = load_config(path)
+    outcome = Compactor(config, spark, CatalogReader(config), open_claims(config), open_audit(config)).run(
+        CompactionRequest(table_name, DAY))
+    assert outcome.published, outcome.reason
+    location = CatalogReader(config).metadata_location(table_name)
+    code, out, err = run_cli(capsys, "--config", str(path), "revert", table_name, "--snapshot",
+                             str(outcome.after_snapshot_id))
+    assert code == 1 and "deletes" in err and len(err.strip().splitlines()) == 1, err
+    assert CatalogReader(config).metadata_location(table_name) == location
