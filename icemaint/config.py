@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import os
+import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,8 +19,9 @@ from typing import Any, Mapping
 import yaml
 
 from icemaint.domain.names import InvalidTableName, TableName
-from icemaint.domain.policy import PolicyBook, PolicyError, TablePolicy, apply_overrides
+from icemaint.domain.policy import POLICY_KEYS, PolicyBook, PolicyError, TablePolicy, apply_overrides
 from icemaint.domain.scope import parse_date
+from icemaint.domain.units import parse_duration, parse_size
 
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "glue")
 CLAIM_BACKENDS = ("file", "postgres")
@@ -27,10 +30,30 @@ DEFAULT_CONFIG_NAME = "maintenance.yaml"
 CONFIG_ENV = "ICEMAINT_CONFIG"
 IDENTITY_ENV = "ICEMAINT_IDENTITY"
 SECRET_ENV_PREFIX = "ICEMAINT_CATALOG_"
+# A maintenance config is a few KB; anything this large is not one (and would take seconds to parse).
+MAX_CONFIG_BYTES = 1 << 20
+# Policy sizes reach Iceberg as Java longs; ages beyond this overflow date arithmetic.
+MAX_SIZE_BYTES = 2**63 - 1
+MAX_DURATION_SECONDS = 100 * 366 * 86400
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Bad values are shown bounded: a YAML alias bomb must not turn into a gigabyte of error message.
+_shown = reprlib.Repr()
+_shown.maxstring, _shown.maxother, _shown.maxlist, _shown.maxdict, _shown.maxlevel = 120, 120, 5, 5, 2
+# Every character str.splitlines() breaks on: a message is one line, whatever the file held.
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
 class ConfigError(ValueError):
     """The configuration file is missing or has a bad key or value; the message names both."""
+
+
+def _one_line(text: str) -> str:
+    return text.translate(_LINE_BREAKS)
+
+
+def _key(key: Any) -> str:
+    """A mapping key as it is named in messages (quoted when it is not a plain printable string)."""
+    return key if isinstance(key, str) and key.isprintable() and key else repr(key)
 
 
 @dataclass(frozen=True)
@@ -67,6 +90,25 @@ class AuditConfig:
 
 
 @dataclass(frozen=True)
+class OwnerAlerts:
+    """One owner's alert route: `enabled: false` silences it; an unset key falls back to `alerts`'s."""
+
+    enabled: bool = True
+    webhook_url_env: str | None = None
+    audit: bool | None = None
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """Where alerts on failed proofs and failed runs go (per table owner). The webhook URL is a secret:
+    the file only names the environment variable that holds it. No `alerts:` section: no alerts."""
+
+    webhook_url_env: str | None = None
+    audit: bool = False
+    owners: Mapping[str, OwnerAlerts] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ScopeConfig:
     include: tuple[str, ...] = ("*",)
     exclude: tuple[str, ...] = ()
@@ -89,6 +131,7 @@ class MaintenanceConfig:
     max_runs_total: int = 2
     policies: PolicyBook = field(default_factory=PolicyBook)
     source: str | None = None
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     def policy(self, table: str) -> TablePolicy:
         return self.policies.for_table(table)
@@ -107,32 +150,32 @@ class MaintenanceConfig:
 
 
 _TOP_KEYS = ("catalog", "spark", "state_dir", "claims", "audit", "scope", "dates_start",
-             "max_runs_total", "defaults", "tables")
+             "max_runs_total", "defaults", "tables", "alerts")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        raise ConfigError(f"{where}: expected a mapping, got {_shown.repr(value)}")
     return value
 
 
 def _only(section: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     for key in section:
         if key not in allowed:
-            raise ConfigError(f"{where}.{key}: unknown key; allowed: {', '.join(allowed)}")
+            raise ConfigError(f"{where}.{_key(key)}: unknown key; allowed: {', '.join(allowed)}")
 
 
 def _string(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: {value!r} is not a non-empty string")
+        raise ConfigError(f"{where}: {_shown.repr(value)} is not a non-empty string")
     return value
 
 
 def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
-    if value not in allowed:
-        raise ConfigError(f"{where}: {value!r} is not allowed; allowed: {', '.join(allowed)}")
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"{where}: {_shown.repr(value)} is not allowed; allowed: {', '.join(allowed)}")
     return value
 
 
@@ -141,9 +184,26 @@ def _string_map(value: Any, where: str) -> dict[str, str]:
     out = {}
     for k, v in section.items():
         if isinstance(v, (dict, list)) or v is None:
-            raise ConfigError(f"{where}.{k}: {v!r} must be a scalar")
+            raise ConfigError(f"{where}.{_key(k)}: {_shown.repr(v)} must be a scalar")
         out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
     return out
+
+
+def _local_directory(path: str, where: str) -> str:
+    """A local path that, if it exists, is a directory (a file there would fail every run much later)."""
+    if "://" not in path and Path(path).exists() and not Path(path).is_dir():
+        raise ConfigError(f"{where}: {path} is a file, not a directory")
+    return path
+
+
+def _check_bounds(policy: TablePolicy, where: str) -> None:
+    """Sizes that fit a Java long (they reach Iceberg as one) and ages date arithmetic can hold."""
+    for key, (attr, parse) in POLICY_KEYS.items():
+        value = getattr(policy, attr)
+        if parse is parse_size and isinstance(value, int) and value > MAX_SIZE_BYTES:
+            raise ConfigError(f"{where}.{key}: {value} bytes is too large; at most {MAX_SIZE_BYTES} (a Java long)")
+        if parse is parse_duration and isinstance(value, (int, float)) and value > MAX_DURATION_SECONDS:
+            raise ConfigError(f"{where}.{key}: {value:g} seconds is too long; at most 100 years")
 
 
 def _resolve(path: str, base: Path) -> str:
@@ -151,6 +211,49 @@ def _resolve(path: str, base: Path) -> str:
         return path
     p = Path(path).expanduser()
     return str(p if p.is_absolute() else (base / p).resolve())
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL_IN_FILE = ("the webhook URL is a secret and is not read from the file; set it in the environment and "
+                "name the variable in")
+
+
+def _env_name(value: Any, where: str) -> str:
+    if isinstance(value, str) and "://" in value:  # the URL itself: never repeat it in a message
+        raise ConfigError(f"{where}: {_URL_IN_FILE} {where} (a variable name such as ICEMAINT_ALERT_WEBHOOK)")
+    if not isinstance(value, str) or not _ENV_NAME.match(value):
+        raise ConfigError(f"{where}: {_shown.repr(value)} is not an environment variable name (the webhook "
+                          "URL itself stays in that variable, never in the file)")
+    return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {_shown.repr(value)} is not a boolean; use true or false")
+    return value
+
+
+def _alert_route(section: Mapping[str, Any], where: str, allowed: tuple[str, ...]) -> str | None:
+    """Checks one route's keys; returns its webhook_url_env (None when unset)."""
+    if "webhook_url" in section:
+        raise ConfigError(f"{where}.webhook_url: {_URL_IN_FILE} {where}.webhook_url_env")
+    _only(section, allowed, where)
+    env = section.get("webhook_url_env")
+    return None if env is None else _env_name(env, f"{where}.webhook_url_env")
+
+
+def _alerts(value: Any) -> AlertsConfig:
+    section = _mapping(value, "alerts")
+    env = _alert_route(section, "alerts", ("webhook_url_env", "audit", "owners"))
+    owners = {}
+    for owner, route in _mapping(section.get("owners"), "alerts.owners").items():
+        where = f"alerts.owners.{_key(owner)}"
+        route = _mapping(route, where)
+        own_env = _alert_route(route, where, ("enabled", "webhook_url_env", "audit"))
+        audit = route.get("audit")
+        owners[str(owner)] = OwnerAlerts(_flag(route.get("enabled", True), f"{where}.enabled"), own_env,
+                                         None if audit is None else _flag(audit, f"{where}.audit"))
+    return AlertsConfig(env, _flag(section.get("audit", False), "alerts.audit"), owners)
 
 
 def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> MaintenanceConfig:
@@ -161,14 +264,16 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     cat = _mapping(doc.get("catalog"), "catalog")
     _only(cat, ("name", "type", "warehouse", "uri", "properties"), "catalog")
     catalog_name = _string(cat.get("name", "lake"), "catalog.name")
-    if not catalog_name.isidentifier():
-        raise ConfigError(f"catalog.name: {catalog_name!r} must be a plain identifier")
+    if not _IDENTIFIER.match(catalog_name):
+        raise ConfigError(f"catalog.name: {_shown.repr(catalog_name)} must be a plain identifier "
+                          "(ASCII letters, digits and underscores)")
     catalog_type = _choice(cat.get("type", "hadoop"), CATALOG_TYPES, "catalog.type")
     warehouse = cat.get("warehouse")
-    if catalog_type == "hadoop" and not warehouse:
+    if catalog_type == "hadoop" and warehouse is None:
         warehouse = ".icemaint/warehouse"
     if warehouse is not None:
-        warehouse = _resolve(_string(warehouse, "catalog.warehouse"), base_dir)
+        warehouse = _local_directory(_resolve(_string(warehouse, "catalog.warehouse"), base_dir),
+                                     "catalog.warehouse")
     uri = cat.get("uri")
     if catalog_type in ("jdbc", "rest") and not uri:
         raise ConfigError(f"catalog.uri: required for catalog.type {catalog_type!r}")
@@ -187,7 +292,8 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     runtime = _choice(sp.get("iceberg_runtime", "auto"), ICEBERG_RUNTIMES, "spark.iceberg_runtime")
     spark = SparkConfig(_string(sp.get("master", "local[*]"), "spark.master"), conf, runtime)
 
-    state_dir = _resolve(_string(doc.get("state_dir", ".icemaint"), "state_dir"), base_dir)
+    state_dir = _local_directory(_resolve(_string(doc.get("state_dir", ".icemaint"), "state_dir"), base_dir),
+                                 "state_dir")
 
     cl = _mapping(doc.get("claims"), "claims")
     _only(cl, ("backend", "dsn_env"), "claims")
@@ -204,7 +310,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     for key, default in (("include", ["*"]), ("exclude", [])):
         val = sc.get(key, default)
         if not isinstance(val, list) or not all(isinstance(x, str) for x in val):
-            raise ConfigError(f"scope.{key}: {val!r} is not a list of table-name patterns")
+            raise ConfigError(f"scope.{key}: {_shown.repr(val)} is not a list of table-name patterns")
         patterns[key] = tuple(val)
     scope = ScopeConfig(**patterns)
 
@@ -213,28 +319,32 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         try:
             start = parse_date(start)
         except ValueError:
-            raise ConfigError(f"dates_start: {start!r} is not a date (YYYY-MM-DD)") from None
+            raise ConfigError(f"dates_start: {_shown.repr(start)} is not a date (YYYY-MM-DD)") from None
     if isinstance(start, dt.datetime) or not isinstance(start, dt.date):
-        raise ConfigError(f"dates_start: {start!r} is not a date (YYYY-MM-DD)")
+        raise ConfigError(f"dates_start: {_shown.repr(start)} is not a date (YYYY-MM-DD)")
 
     max_runs = doc.get("max_runs_total", 2)
-    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
-        raise ConfigError(f"max_runs_total: {max_runs!r} must be a whole number of at least 1")
+    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or not 1 <= max_runs <= 10_000:
+        raise ConfigError(f"max_runs_total: {_shown.repr(max_runs)} must be a whole number of at least 1 "
+                          "(and at most 10000)")
 
     try:
         defaults = apply_overrides(TablePolicy(), _mapping(doc.get("defaults"), "defaults"), "defaults")
+        _check_bounds(defaults, "defaults")
         tables = {}
         for name, overrides in _mapping(doc.get("tables"), "tables").items():
             try:
                 key = TableName.parse(str(name)).key
             except InvalidTableName as exc:
-                raise ConfigError(f"tables.{name}: {exc}") from None
-            tables[key] = apply_overrides(defaults, _mapping(overrides, f"tables.{name}"), f"tables.{name}")
+                raise ConfigError(f"tables.{_key(name)}: {exc}") from None
+            where = f"tables.{key}"
+            tables[key] = apply_overrides(defaults, _mapping(overrides, where), where)
+            _check_bounds(tables[key], where)
     except PolicyError as exc:
         raise ConfigError(str(exc)) from None
 
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,
-                             PolicyBook(defaults, tables), source)
+                             PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")))
 
 
 def config_path(explicit: str | os.PathLike | None = None) -> Path:
@@ -246,16 +356,44 @@ def config_path(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def load_config(path: str | os.PathLike | None = None) -> MaintenanceConfig:
-    """Load and validate the configuration file (see the module docstring for the lookup)."""
+    """Load and validate the configuration file (see the module docstring for the lookup).
+
+    Raises:
+        ConfigError: one line naming the file and what is wrong: missing, unreadable, larger than
+            `MAX_CONFIG_BYTES`, not UTF-8 text, not YAML, empty, or a bad key or value.
+    """
     p = config_path(path)
+    try:
+        return _load(p)
+    except ConfigError as exc:
+        raise ConfigError(_one_line(str(exc))) from None
+
+
+def _load(p: Path) -> MaintenanceConfig:
     if not p.exists():
         raise ConfigError(f"{p}: configuration file not found (set --config or ${CONFIG_ENV})")
     try:
-        raw = yaml.safe_load(p.read_text())
+        if p.is_file() and p.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{p}: {p.stat().st_size} bytes is not a maintenance config (at most "
+                              f"{MAX_CONFIG_BYTES} bytes)")
+        raw = yaml.safe_load(p.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the configuration file: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not a UTF-8 text file (byte {exc.start}: {exc.reason})") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}: not valid YAML{where}: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    except (ValueError, OverflowError) as exc:  # a YAML scalar that is no value, e.g. the date 2024-02-30
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    except RecursionError:  # PyYAML parses nesting recursively
+        raise ConfigError(f"{p}: not valid YAML: nested too deeply") from None
+    if raw is None:
+        raise ConfigError(f"{p}: the file holds no settings (empty, or only comments); write at least one key, "
+                          "e.g. catalog.warehouse")
     try:
         return parse_config(raw, p.resolve().parent, str(p))
     except ConfigError as exc:

@@ -173,17 +173,19 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
         raise dg.Failure(description=f"{len(failures)} of {len(targets)} dates not done: " + "; ".join(failures))
 
 
-@dg.asset(
+# The compaction assets are one-spec multi_assets only so that their proofs (check specs reported by the
+# asset itself) are optional outputs: a dry run, a deferral or a refusal materializes nothing and so has
+# no check result, and a plain @asset would fail for the missing check output.
+@dg.multi_asset(
+    specs=[dg.AssetSpec(
+        "table_compaction", group_name="maintenance", kinds={"spark", "iceberg"}, deps=[table_health],
+        description="Compaction of a table without a time column (partitioned only by identity/bucket/truncate "
+                    "fields, or not at all): its due partitions, ranked by benefit and bounded by the cost ceiling, "
+                    "each staged on a branch, proven with Great Expectations and published only when proven. "
+                    "Tables with a time column are compacted per date by `compaction`.")],
     partitions_def=table_partitions,
-    group_name="maintenance",
-    kinds={"spark", "iceberg"},
-    deps=[table_health],
-    output_required=False,
     check_specs=validation_check_specs("table_compaction"),
-    description="Compaction of a table without a time column (partitioned only by identity/bucket/truncate "
-                "fields, or not at all): its due partitions, ranked by benefit and bounded by the cost ceiling, "
-                "each staged on a branch, proven with Great Expectations and published only when proven. "
-                "Tables with a time column are compacted per date by `compaction`.",
+    can_subset=True,
 )
 def table_compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
                      catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
@@ -229,19 +231,26 @@ def _asset(**kwargs):
         return dg.asset(**kwargs)
 
 
+def _multi_asset(**kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.multi_asset(**kwargs)
+
+
 def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
-    @_asset(
+    @_multi_asset(
+        specs=[dg.AssetSpec(
+            "compaction", group_name="maintenance", kinds={"spark", "iceberg"},
+            deps=[dg.AssetDep(table_health, partition_mapping=table_dimension_mapping())],
+            description="Rewrites one date of one table's small files under the table's claim: stages the new "
+                        "files on a branch at the planned snapshot, proves them with Great Expectations against the "
+                        "files they replace, and publishes one forward replace commit only when the proof passed. "
+                        "Materializes when a rewrite was staged (published or not); defers and refusals are "
+                        "observations.")],
         partitions_def=partitions_def,
-        group_name="maintenance",
-        kinds={"spark", "iceberg"},
-        deps=[dg.AssetDep(table_health, partition_mapping=table_dimension_mapping())],
-        output_required=False,
         check_specs=validation_check_specs("compaction"),
+        can_subset=True,
         backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_DATES_PER_RUN),
-        description="Rewrites one date of one table's small files under the table's claim: stages the new files "
-                    "on a branch at the planned snapshot, proves them with Great Expectations against the files "
-                    "they replace, and publishes one forward replace commit only when the proof passed. "
-                    "Materializes when a rewrite was staged (published or not); defers and refusals are observations.",
     )
     def compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
                    catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):

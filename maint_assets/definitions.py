@@ -19,6 +19,7 @@ from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.settings import MaintenanceSettings
 from resources.spark import SparkResource
+from sensors.alerts import build_alert_sensors
 from sensors.compaction import build_compaction_sensor
 from sensors.discovery import build_discovery_sensor
 from sensors.retention import build_retention_sensor
@@ -40,7 +41,8 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         sensors=[build_discovery_sensor(jobs["health"]),
                  build_compaction_sensor(jobs["compaction"], jobs["table_compaction"],
                                          date_partitions(config.dates_start)),
-                 build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"])],
+                 build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"]),
+                 *build_alert_sensors(jobs.values())],
         schedules=[build_window_schedule(jobs["compaction"], date_partitions(config.dates_start)),
                    build_window_schedule(jobs["table_compaction"], date_partitions(config.dates_start),
                                          per_table=True)],

@@ -37,7 +37,7 @@ def report_outcome(context: dg.AssetExecutionContext, asset_key: str, metadata: 
     Yielded, not logged: events logged with `context.log_event` are lost when the step then fails.
     """
     if materialize:
-        yield dg.Output(None, metadata=metadata)
+        yield dg.MaterializeResult(asset_key=asset_key, metadata=metadata)
         return
     yield dg.AssetObservation(asset_key=asset_key, partition=context.partition_key, metadata=metadata)
     if refusal is not None:

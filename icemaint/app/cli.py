@@ -16,7 +16,7 @@ from icemaint.app import cli_retention
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
 from icemaint.domain.layout import describe
 from icemaint.domain.names import TableName
-from icemaint.domain.units import human_size
+from icemaint.domain.units import human_size, shown
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -187,6 +187,13 @@ def cmd_approve(config: MaintenanceConfig, args) -> int:
 def cmd_audit(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.audit import open_audit
 
+    from icemaint.domain.decisions import Operation
+
+    if args.table is not None:
+        args.table = TableName.parse(args.table).key
+    known = sorted({str(o) for o in Operation} | {"approve", "alert"})
+    if args.operation is not None and args.operation not in known:
+        raise ValueError(f"--operation {shown(args.operation)} is not an operation; one of: {', '.join(known)}")
     records = open_audit(config).records(table=args.table, operation=args.operation, limit=args.limit)
     if args.json:
         _print_json([r.to_dict() for r in records])
@@ -246,8 +253,19 @@ def cmd_doctor(config: MaintenanceConfig, args) -> int:
     return EXIT_FAILED if any(c.status is Status.FAIL for c in checks) else EXIT_OK
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad or missing argument is one `error: ...` line (exit 2), not a usage block.
+
+    A value that starts with '-' is read as an option: write it attached (`--older-than=-5d`).
+    """
+
+    def error(self, message: str):
+        message = message.replace("\n", "\\n").replace("\r", "\\r")
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="icemaint", description="Event-driven maintenance of Apache Iceberg tables.")
+    p = OneLineParser(prog="icemaint", description="Event-driven maintenance of Apache Iceberg tables.")
     p.add_argument("--config", help="maintenance YAML (default: $ICEMAINT_CONFIG, else ./maintenance.yaml)")
     sub = p.add_subparsers(dest="command", required=True)
 

@@ -58,6 +58,9 @@ class MaintenanceRunner:
     # Dagster's console shows only critical events: a failed step's stack trace belongs in the run's
     # event log (the UI shows it), not on an operator's terminal, which gets `RunReport.failure_line`.
     def __init__(self, config: MaintenanceConfig, config_path: str | None = None, log_level: str = "CRITICAL"):
+        # A run that materialized nothing (a dry run, a deferral) has no proof to gate on: Dagster says so
+        # on the Python root logger, which would print it on the operator's terminal.
+        logging.getLogger("dagster._core.execution.plan.active").setLevel(logging.ERROR)
         from maint_assets.definitions import build_definitions
 
         self.log_level = log_level

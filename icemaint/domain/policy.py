@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from icemaint.domain.units import parse_duration, parse_size
+from icemaint.domain.units import parse_duration, parse_size, shown
 
 OPERATIONS = ("compact", "expire", "orphans", "manifests", "revert", "rollback")  # rollback: older configs
 SORT_STRATEGIES = ("binpack", "sort", "zorder")
@@ -70,58 +70,58 @@ class TablePolicy:
 # names operators write, the fields carry their unit in the name.
 def _bool(v: Any) -> bool:
     if not isinstance(v, bool):
-        raise ValueError(f"{v!r} is not a boolean; use true or false")
+        raise ValueError(f"{shown(v)} is not a boolean; use true or false")
     return v
 
 
 def _int(minimum: int):
     def parse(v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"{v!r} is not a whole number")
+            raise ValueError(f"{shown(v)} is not a whole number")
         if v < minimum:
-            raise ValueError(f"{v!r} is below the minimum {minimum}")
+            raise ValueError(f"{shown(v)} is below the minimum {minimum}")
         return v
     return parse
 
 
 def _ratio(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
-        raise ValueError(f"{v!r} is not a ratio between 0 and 1")
+        raise ValueError(f"{shown(v)} is not a ratio between 0 and 1")
     return float(v)
 
 
 def _fraction(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-        raise ValueError(f"{v!r} is not a fraction in (0, 1]")
+        raise ValueError(f"{shown(v)} is not a fraction in (0, 1]")
     return float(v)
 
 
 def _text(v: Any) -> str:
     if not isinstance(v, str) or not v.strip():
-        raise ValueError(f"{v!r} is not a non-empty string")
+        raise ValueError(f"{shown(v)} is not a non-empty string")
     return v
 
 
 def _choice(allowed: tuple[str, ...]):
     def parse(v: Any) -> str:
         if v not in allowed:
-            raise ValueError(f"{v!r} is not allowed; allowed: {', '.join(allowed)}")
+            raise ValueError(f"{shown(v)} is not allowed; allowed: {', '.join(allowed)}")
         return v
     return parse
 
 
 def _operations(v: Any) -> frozenset[str]:
     if not isinstance(v, list):
-        raise ValueError(f"{v!r} is not a list; use a list of: {', '.join(OPERATIONS)}")
+        raise ValueError(f"{shown(v)} is not a list; use a list of: {', '.join(OPERATIONS)}")
     bad = [x for x in v if x not in OPERATIONS]
     if bad:
-        raise ValueError(f"{bad!r} not allowed; allowed operations: {', '.join(OPERATIONS)}")
+        raise ValueError(f"{shown(bad)} not allowed; allowed operations: {', '.join(OPERATIONS)}")
     return frozenset(v)
 
 
 def _identities(v: Any) -> frozenset[str]:
     if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-        raise ValueError(f"{v!r} is not a list of identity names")
+        raise ValueError(f"{shown(v)} is not a list of identity names")
     return frozenset(v)
 
 
@@ -135,13 +135,13 @@ def _sort_order(v: Any) -> str:
     # Passed to Iceberg as a string literal: refuse quotes and statement separators outright.
     text = _text(v)
     if any(c in text for c in "'\";\\`"):
-        raise ValueError(f"{v!r} contains quotes or ';'; write e.g. 'id ASC NULLS LAST, ts' or 'zorder(a, b)'")
+        raise ValueError(f"{shown(v)} contains quotes or ';'; write e.g. 'id ASC NULLS LAST, ts' or 'zorder(a, b)'")
     return text
 
 
 def _retain_last(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{v!r} is not allowed; retain_last must be a whole number of at least 1 "
+        raise ValueError(f"{shown(v)} is not allowed; retain_last must be a whole number of at least 1 "
                          "(the current snapshot is always kept)")
     return v
 
@@ -184,7 +184,7 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
 def apply_overrides(base: TablePolicy, overrides: Mapping[str, Any], where: str) -> TablePolicy:
     """`base` with the YAML mapping `overrides` applied; `where` names the mapping in errors."""
     if not isinstance(overrides, Mapping):
-        raise PolicyError(f"{where}: expected a mapping of policy keys, got {overrides!r}")
+        raise PolicyError(f"{where}: expected a mapping of policy keys, got {shown(overrides)}")
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if key not in POLICY_KEYS:

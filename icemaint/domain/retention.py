@@ -17,6 +17,10 @@ MAIN_BRANCH = "main"
 # Iceberg's remove_orphan_files procedure refuses younger cutoffs: files of a commit still in
 # flight look like orphans until that commit lands.
 ORPHAN_MIN_AGE = timedelta(hours=24)
+# Longer ages overflow date arithmetic (a cutoff before year 1): refused as settings, not crashed on.
+MAX_AGE_SECONDS = 100 * 366 * 86400
+# Iceberg's retainLast takes a Java int.
+MAX_RETAIN_LAST = 2**31 - 1
 
 
 class RetentionError(ValueError):
@@ -28,7 +32,14 @@ class StaleExpiryPlan(RetentionError):
 
 
 class ConcurrentExpiry(RetentionError):
-    """The expiry ran, but a concurrent commit made it expire other snapshots than planned."""
+    """The expiry ran, but other snapshots are gone than planned (a concurrent commit changed the table).
+
+    `result` is what the call did (the engine's measured result), for the caller's record.
+    """
+
+    def __init__(self, message: str, result: object = None):
+        super().__init__(message)
+        self.result = result
 
 
 class GcDisabled(RetentionError):
@@ -87,9 +98,10 @@ class SnapshotRef:
 class ExpiryPlan:
     """What one expire_snapshots call will do.
 
-    `older_than` and `retain_last` are the exact procedure arguments; `expiring_snapshot_ids` is
-    exactly the set Iceberg removes with them on the planned table state; `protected` says why
-    each remaining snapshot stays. `notes` records every adjustment made to the request.
+    `expiring_snapshot_ids` is exactly the set Iceberg removes with `older_than` and `retain_last` on
+    the planned table state (the engine names these ids in its call, so a later commit cannot add
+    others); `protected` says why each remaining snapshot stays. `notes` records every adjustment made
+    to the request.
     """
 
     older_than: datetime
@@ -131,6 +143,8 @@ def _seconds(value: float, setting: str) -> float:
         raise RetentionError(f"{setting}={value!r} is not a number of seconds")
     if value < 0:
         raise RetentionError(f"{setting}={value!r} is negative; an age must be zero or more seconds")
+    if value > MAX_AGE_SECONDS:
+        raise RetentionError(f"{setting}={value:g} seconds is more than 100 years; an age must be at most that")
     return float(value)
 
 
@@ -138,6 +152,8 @@ def _retain_last(value: int, setting: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RetentionError(f"{setting}={value!r} is not allowed; it must be a whole number of at least 1 "
                              "(the current snapshot is always kept)")
+    if value > MAX_RETAIN_LAST:
+        raise RetentionError(f"{setting}={value} is not allowed; it must be at most {MAX_RETAIN_LAST}")
     return value
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -15,6 +16,19 @@ _SIZE_BYTES = {
 }
 
 
+# A bad value is named in its error, bounded: a YAML alias bomb must not become a megabyte-long line.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxlevel = 120, 120, 5, 5, 2
+# Sizes reach Iceberg as Java longs; ages beyond a century overflow date arithmetic.
+MAX_SIZE_BYTES = 2**63 - 1
+MAX_DURATION_SECONDS = 100 * 366 * 86400
+
+
+def shown(value: object) -> str:
+    """A value as an error message names it: its repr, cut short."""
+    return _SHOWN.repr(value)
+
+
 def parse_duration(value: object) -> float:
     """Seconds in a duration such as ``72h``, ``7d``, ``30m``, ``45s`` or a bare number of seconds.
 
@@ -22,38 +36,42 @@ def parse_duration(value: object) -> float:
         ValueError: naming the value and the units allowed; negative durations are refused.
     """
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration; use a number with a unit s, m, h, d or w (e.g. 72h, 7d)")
+        raise ValueError(f"{shown(value)} is not a duration; use a number with a unit s, m, h, d or w (e.g. 72h, 7d)")
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{value!r} is not a duration; use a finite number with a unit s, m, h, d or w")
+            raise ValueError(f"{shown(value)} is not a duration; use a finite number with a unit s, m, h, d or w")
         seconds = float(value)
     else:
         match = _DURATION.match(str(value))
         if not match:
             raise ValueError(
-                f"{value!r} is not a duration; use a number with a unit s, m, h, d or w (e.g. 72h, 7d, 30m)"
+                f"{shown(value)} is not a duration; use a number with a unit s, m, h, d or w (e.g. 72h, 7d, 30m)"
             )
         seconds = float(match.group(1)) * _DURATION_SECONDS[match.group(2)]
     if seconds < 0:
-        raise ValueError(f"{value!r} is negative; a duration must be zero or more")
+        raise ValueError(f"{shown(value)} is negative; a duration must be zero or more")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{shown(value)} is longer than a century; use a duration up to 36600d")
     return seconds
 
 
 def parse_size(value: object) -> int:
     """Bytes in a size such as ``128MiB``, ``512MB`` or a bare number of bytes."""
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a size; use bytes or a unit B, KB, MB, GB, KiB, MiB, GiB")
+        raise ValueError(f"{shown(value)} is not a size; use bytes or a unit B, KB, MB, GB, KiB, MiB, GiB")
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{value!r} is not a size; use a finite number of bytes or a unit (e.g. 128MiB)")
+            raise ValueError(f"{shown(value)} is not a size; use a finite number of bytes or a unit (e.g. 128MiB)")
         size = int(value)
     else:
         match = _SIZE.match(str(value))
         if not match:
-            raise ValueError(f"{value!r} is not a size; use bytes or a unit B, KB, MB, GB, KiB, MiB, GiB (e.g. 128MiB)")
+            raise ValueError(f"{shown(value)} is not a size; use bytes or a unit B, KB, MB, GB, KiB, MiB, GiB (e.g. 128MiB)")
         size = int(float(match.group(1)) * _SIZE_BYTES[match.group(2)])
     if size < 0:
-        raise ValueError(f"{value!r} is negative; a size must be zero or more")
+        raise ValueError(f"{shown(value)} is negative; a size must be zero or more")
+    if size > MAX_SIZE_BYTES:
+        raise ValueError(f"{shown(value)} is larger than a Java long can hold (8 EiB)")
     return size
 
 

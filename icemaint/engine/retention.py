@@ -2,7 +2,17 @@
 
 Carries out the plans of `icemaint.domain.retention` with Iceberg's procedures and Java API, each with a dry
 run that computes the same numbers and changes nothing. Every Spark, JVM and file-system call of
-retention lives here (~470 lines: the three procedures share the table, file and reference helpers).
+retention lives here (~630 lines: the three procedures share the table, file and reference helpers).
+
+Commits are classified by the Java exception's class, never its message (`java_exception_class`, as a
+staged publish is): a writer's conflicting commit raises `RetentionConflict` (nothing changed; plan
+again), an unknown commit state is settled by re-reading the table (`RetentionCommitUnknown` when the
+commit is not there). Measured under a writer that ignores the claim (appends, and copy-on-write
+deletes every other batch, through another catalog instance): 4 of 25 manifest rewrites met a delete
+committed while they wrote their manifests and Iceberg refused them (`ValidationException`: "Deleted
+manifest ... could not be found in the latest snapshot"); expiry by cutoff alone expired other
+snapshots than planned in 6 of 20 calls (a failed run each), which is why the planned snapshot ids are
+now named in the call.
 """
 
 from __future__ import annotations
@@ -10,13 +20,16 @@ from __future__ import annotations
 import math
 import posixpath
 import re
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
+from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.engine.spark_session import iceberg_table
+from icemaint.engine.staging import COMMIT_STATE_UNKNOWN, CONFLICT_CLASSES, java_exception_class
 from icemaint.domain.retention import (
     ORPHAN_MIN_AGE, ConcurrentExpiry, ExpiryPlan, GcDisabled, QuarantineMoveFailed, RetentionError, SnapshotInfo,
     SnapshotRef, StaleExpiryPlan, _aware, _ms, _retain_last, procedure_retains,
@@ -26,6 +39,81 @@ _QUARANTINE_STAMP = "%Y%m%dT%H%M%S%fZ"
 _CATALOG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Iceberg's default `commit.manifest.target-size-bytes`, used only to estimate a dry run.
 _MANIFEST_TARGET_BYTES = 8 * 2**20
+# Snapshot summary key of a retention commit: found again on `main` when the catalog could not confirm it.
+COMMIT_TOKEN_KEY = "icemaint.commit-token"
+# Called right before a commit (a test seam: a writer's commit lands between planning and commit).
+BeforeCommit = Callable[[], None]
+
+
+class RetentionConflict(RuntimeError):
+    """A writer's commit conflicts with a retention commit and Iceberg refused it; nothing changed.
+
+    Decided by the Java exception's class (`CONFLICT_CLASSES`), never by its message. Plan again.
+    """
+
+
+class RetentionCommitUnknown(RuntimeError):
+    """The catalog could not confirm a retention commit and re-reading the table did not find it.
+
+    The commit may still land later; the caller must not retry blindly.
+    """
+
+
+def _java_message(exc: BaseException, cls: str | None) -> str:
+    """The first line of the message of the Java exception of class `cls` in `exc`'s cause chain."""
+    java, seen = getattr(exc, "java_exception", None), 0
+    while java is not None and seen < 10:
+        if java.getClass().getName() == cls:
+            return str(java.getMessage() or "").splitlines()[0][:300] if java.getMessage() else ""
+        java, seen = java.getCause(), seen + 1
+    return ""
+
+
+def _commit(call: Callable[[], object], before_commit: BeforeCommit | None, landed: Callable[[], bool],
+            what: str) -> tuple[object, bool]:
+    """Runs one commit; returns (its result, False), or (None, True) when its state was unknown but it landed.
+
+    Raises:
+        RetentionConflict: Iceberg refused the commit because of a writer's commit; nothing changed.
+        RetentionCommitUnknown: The commit state is unknown and a re-read does not find it.
+    """
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        if before_commit is not None:
+            before_commit()
+        return call(), False
+    except Py4JJavaError as exc:
+        cls = java_exception_class(exc)
+        first = _java_message(exc, cls)
+        if cls in CONFLICT_CLASSES:
+            raise RetentionConflict(f"{cls.rsplit('.', 1)[-1]}: {first}") from exc
+        if cls == COMMIT_STATE_UNKNOWN:
+            if landed():
+                return None, True
+            raise RetentionCommitUnknown(
+                f"the catalog could not confirm the {what} and a re-read of the table does not show it; it may "
+                f"still land: {first}") from exc
+        raise
+
+
+# A commit is searched for among `main`'s snapshots no older than this before the call started.
+_SEARCH_MARGIN_MS = 300_000
+
+
+def _marked_snapshot(spark, catalog: str, table: TableName, key: str, value: str, since_ms: int):
+    """The snapshot on `main`'s lineage (as the catalog has it now) whose summary has `key` = `value`, or None.
+
+    The walk stops at the first snapshot committed before `since_ms`: the commit looked for is newer.
+    """
+    jtable = iceberg_table(spark, catalog, table)  # loaded afresh: the session's catalog caches no table
+    snap = jtable.currentSnapshot()
+    while snap is not None and int(snap.timestampMillis()) >= since_ms:
+        if str(snap.summary().get(key)) == value:
+            return snap
+        parent = snap.parentId()
+        snap = jtable.snapshot(parent) if parent is not None else None
+    return None
 
 
 def _catalog(catalog: str) -> str:
@@ -175,6 +263,9 @@ class ExpiryResult:
     files_left_unreferenced: int = 0
     bytes_left_unreferenced: int = 0
     procedure_counts: Mapping[str, int] = field(default_factory=dict)
+    # The catalog could not confirm the commit; a re-read found the planned snapshots gone. The files
+    # they released were not deleted (counted as left unreferenced, for orphan removal).
+    state_was_unknown: bool = False
 
 
 @dataclass(frozen=True)
@@ -230,12 +321,15 @@ def _check_plan_current(plan: ExpiryPlan, snapshots: list[SnapshotInfo], refs: M
 
 
 def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPlan, *,
-                     dry_run: bool = False) -> ExpiryResult:
-    """Expires the planned snapshots with Iceberg's `expire_snapshots`.
+                     dry_run: bool = False, before_commit: BeforeCommit | None = None) -> ExpiryResult:
+    """Expires exactly the planned snapshots with Iceberg's `expire_snapshots`.
 
-    The table is read again first; if Iceberg would now expire anything other than the planned
-    snapshots (the table moved on), nothing runs and `RetentionError` says so. With
-    `plan.keep_files` the snapshots are expired through the Java API with
+    The table is read again first; if Iceberg would now expire anything other than the
+    planned snapshots with the plan's arguments (the table moved on), nothing runs and
+    `StaleExpiryPlan` says so. The call names the planned snapshot ids (with a cutoff that expires
+    nothing else), so a writer's commit between that check and the commit cannot make Iceberg expire
+    a snapshot the plan kept (the current snapshot of the planning moment, an in-flight run's base).
+    With `plan.keep_files` the snapshots are expired through the Java API with
     `cleanExpiredFiles(false)` (the procedure has no such argument): files stay on disk and are
     left to orphan-file removal.
 
@@ -245,9 +339,19 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
         table: The table.
         plan: From `plan_expiry`.
         dry_run: Compute the same numbers and change nothing.
+        before_commit: Called right before the commit (a test seam).
 
     Returns:
         ExpiryResult with snapshot counts, files deleted per kind and bytes reclaimed.
+
+    Raises:
+        StaleExpiryPlan: The table moved since planning; nothing changed.
+        RetentionConflict: Iceberg refused the commit because of a writer's commit; nothing changed.
+        RetentionCommitUnknown: The catalog could not confirm the commit and the planned snapshots are
+            still there after a re-read.
+        ConcurrentExpiry: The commit landed but other snapshots are gone than planned (its `result`
+            says what the call did).
+        RetentionError: Bad plan arguments, or gc.enabled=false.
     """
     table = _table(table)
     catalog_sql = _catalog(catalog)
@@ -267,28 +371,38 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
         return ExpiryResult(**base, snapshots_after=len(snapshots) - len(expiring),
                             expired_snapshot_ids=tuple(sorted(expiring)), **_tally(gone, left))
 
-    counts: dict[str, int] = {}
-    if plan.keep_files:
-        (iceberg_table(spark, catalog, table).expireSnapshots()
-         .expireOlderThan(_ms(plan.older_than)).retainLast(plan.retain_last)
-         .cleanExpiredFiles(False).commit())
-    else:
+    ids = sorted(expiring)
+
+    def call() -> dict[str, int]:
+        if plan.keep_files:
+            # expireOlderThan(0): no snapshot is older, so only the named ones (and refs Iceberg drops) go.
+            update = iceberg_table(spark, catalog, table).expireSnapshots().expireOlderThan(0)
+            for sid in ids:
+                update = update.expireSnapshotId(int(sid))
+            update.cleanExpiredFiles(False).commit()
+            return {}
+        named = f"snapshot_ids => array({', '.join(f'{int(sid)}L' for sid in ids)}), " if ids else ""
         row = spark.sql(
             f"CALL {catalog_sql}.system.expire_snapshots(table => {table.procedure_arg()}, "
-            f"older_than => {_timestamp_literal(plan.older_than)}, retain_last => {int(plan.retain_last)}, "
-            "stream_results => true)").collect()[0]
-        counts = {k: int(v) for k, v in row.asDict().items()}
+            f"older_than => TIMESTAMP '1970-01-01 00:00:00.000Z', {named}stream_results => true)").collect()[0]
+        return {k: int(v) for k, v in row.asDict().items()}
+
+    def landed() -> bool:
+        now = {s.snapshot_id for s in read_snapshots(spark, catalog, table)[0]}
+        return bool(ids) and not (set(ids) & now)
+
+    counts, state_was_unknown = _commit(call, before_commit, landed, f"expiry of {table.key}")
     after, _ = read_snapshots(spark, catalog, table)
     expired = {s.snapshot_id for s in snapshots} - {s.snapshot_id for s in after}
     files = _Files(spark)
     gone = [f for f in released if not files.exists(f.path)]
     left = [f for f in released if files.exists(f.path)]
     result = ExpiryResult(**base, snapshots_after=len(after), expired_snapshot_ids=tuple(sorted(expired)),
-                          procedure_counts=counts, **_tally(gone, left))
+                          procedure_counts=counts or {}, state_was_unknown=state_was_unknown, **_tally(gone, left))
     if expired != expiring:
         raise ConcurrentExpiry(
             f"expire_snapshots on {table.key} expired {sorted(expired)} but the plan said "
-            f"{sorted(expiring)}: a concurrent commit changed the table; result: {result}")
+            f"{sorted(expiring)}: a concurrent commit changed the table; result: {result}", result=result)
     return result
 
 
@@ -432,6 +546,9 @@ class ManifestResult:
     bytes_after: int | None  # unknown in a dry run
     rewritten_manifests: int = 0
     added_manifests: int = 0
+    snapshot_id: int | None = None  # the rewrite's commit on main (None: nothing committed)
+    # The catalog could not confirm the commit; a re-read found it on main (counts from its summary).
+    state_was_unknown: bool = False
 
 
 def _manifest_stats(spark, catalog: str, table: TableName) -> list:
@@ -439,14 +556,33 @@ def _manifest_stats(spark, catalog: str, table: TableName) -> list:
                      f"{_metadata_table(catalog, table, 'manifests')}").collect()
 
 
-def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: bool = False) -> ManifestResult:
-    """Rewrites the current snapshot's data manifests into fewer, larger ones (`rewrite_manifests`).
+def _count(jvm, java_iterable) -> int:
+    return int(jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(java_iterable).size())
+
+
+def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: bool = False,
+                      properties: Mapping[str, str] | None = None,
+                      before_commit: BeforeCommit | None = None) -> ManifestResult:
+    """Rewrites the current snapshot's manifests into fewer, larger ones (Iceberg's RewriteManifests action,
+    what the `rewrite_manifests` procedure runs).
+
+    The rewrite is planned on the table as loaded when the call starts (snapshot S) and committed
+    against the table as it is then: Iceberg validates that every manifest it replaces is still in
+    the table, so a writer's commit since S that rewrote one (a copy-on-write delete or overwrite, a
+    compaction by another engine) makes it refuse (`RetentionConflict`); a writer's appends are kept.
+    The commit carries `properties`, `icemaint.maintenance=true` and a commit token in its snapshot
+    summary, so it is found on `main` again (its snapshot id, and whether it landed when the catalog
+    could not confirm it).
 
     A dry run reports the current manifests and an estimate of the count afterwards (data
     manifests merged per partition spec up to 8 MiB each; delete manifests are not rewritten).
+
+    Raises:
+        RetentionConflict: Iceberg refused the commit because of a writer's commit; nothing changed.
+        RetentionCommitUnknown: The commit state is unknown and the commit is not on `main` after a re-read.
     """
     table = _table(table)
-    catalog_sql = _catalog(catalog)
+    _catalog(catalog)
     before = _manifest_stats(spark, catalog, table)
     base = dict(table=table.key, dry_run=dry_run, manifests_before=len(before),
                 bytes_before=sum(int(r["length"]) for r in before))
@@ -459,8 +595,32 @@ def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: b
             max(1, math.ceil(total / _MANIFEST_TARGET_BYTES)) for total in by_spec.values())
         return ManifestResult(**base, manifests_after=estimate if before else 0,
                               bytes_after=None if before else 0)
-    row = spark.sql(f"CALL {catalog_sql}.system.rewrite_manifests(table => {table.procedure_arg()})").collect()[0]
+    marker = {MAINTENANCE_TAG: "true", COMMIT_TOKEN_KEY: uuid.uuid4().hex, **(properties or {})}
+    token = str(marker[COMMIT_TOKEN_KEY])
+    since_ms = _ms(datetime.now(timezone.utc)) - _SEARCH_MARGIN_MS
+    jvm = spark._jvm
+    planned = iceberg_table(spark, catalog, table)  # S: the action plans on this object's snapshot
+
+    def call():
+        action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteManifests(planned)
+        for key, value in marker.items():
+            action = action.snapshotProperty(str(key), str(value))
+        return action.execute()
+
+    def landed() -> bool:
+        return _marked_snapshot(spark, catalog, table, COMMIT_TOKEN_KEY, token, since_ms) is not None
+
+    result, state_was_unknown = _commit(call, before_commit, landed, f"manifest rewrite of {table.key}")
+    committed = _marked_snapshot(spark, catalog, table, COMMIT_TOKEN_KEY, token, since_ms)
+    if state_was_unknown and committed is not None:
+        summary = committed.summary()
+        rewritten, added = int(summary.get("manifests-replaced") or 0), int(summary.get("manifests-created") or 0)
+    elif state_was_unknown:
+        rewritten = added = 0
+    else:
+        rewritten, added = _count(jvm, result.rewrittenManifests()), _count(jvm, result.addedManifests())
     after = _manifest_stats(spark, catalog, table)
     return ManifestResult(**base, manifests_after=len(after), bytes_after=sum(int(r["length"]) for r in after),
-                          rewritten_manifests=int(row["rewritten_manifests_count"]),
-                          added_manifests=int(row["added_manifests_count"]))
+                          rewritten_manifests=rewritten, added_manifests=added,
+                          snapshot_id=None if committed is None else int(committed.snapshotId()),
+                          state_was_unknown=state_was_unknown)

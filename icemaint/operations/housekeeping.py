@@ -3,6 +3,11 @@
 Each run is policy-gated (read_only, allowed_operations, allowed_identities), claimed (a busy claim
 defers, naming the holder), decided (run / noop / refuse), carried out by `icemaint.engine.retention` on
 Spark, and recorded as exactly one audit record. Spark- and Dagster-agnostic, like `Compactor`.
+
+Writers need not take the claim, so expiry and manifest rewrites meet their commits as compaction
+does: a conflict (Iceberg refused the commit, or the table moved since planning) is planned again on
+the table as it is then, after `retry_backoff` (doubling), up to `max_commit_retries`, then deferred with
+the reason; an unknown commit state is settled by re-reading the table. Neither is a failed run.
 """
 
 from __future__ import annotations
@@ -16,14 +21,18 @@ from pathlib import Path
 from typing import Callable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.operations.contract import ContractRun, OperatingContract
+from icemaint.operations.contract import ContractRun, OperatingContract, first_line
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation, launched_by_a_person
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import (
-    ORPHAN_MIN_AGE, ConcurrentExpiry, QuarantineMoveFailed, RetentionError, StaleExpiryPlan, manifests_due, plan_expiry,
+    MAX_AGE_SECONDS, MAX_RETAIN_LAST, ORPHAN_MIN_AGE, ConcurrentExpiry, QuarantineMoveFailed, RetentionError,
+    StaleExpiryPlan, manifests_due, plan_expiry,
 )
-from icemaint.engine.retention import expire_snapshots, read_snapshots, remove_orphan_files, rewrite_manifests
+from icemaint.engine.retention import (
+    RetentionCommitUnknown, RetentionConflict, expire_snapshots, read_snapshots, remove_orphan_files, rewrite_manifests,
+)
+from icemaint.engine.staging import RUN_ID_KEY
 from icemaint.domain.units import format_duration
 
 log = logging.getLogger(__name__)
@@ -32,13 +41,15 @@ EXPIRE, ORPHANS, MANIFESTS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANI
 # Audit records keep at most this many paths; the counts are always complete.
 MAX_LISTED_PATHS = 100
 QUARANTINE_DIR = "quarantine"
+# Test seam: called with (operation, attempt) right before each expiry or manifest commit.
+BeforeCommit = Callable[[str, int], None]
 
 
 def check_age(seconds: float | None, setting: str) -> float | None:
     """A validated age in seconds (None passes through).
 
     Raises:
-        RetentionError: not a finite number of zero or more seconds.
+        RetentionError: not a finite number of zero or more seconds, at most 100 years.
     """
     if seconds is None:
         return None
@@ -46,6 +57,8 @@ def check_age(seconds: float | None, setting: str) -> float | None:
         raise RetentionError(f"{setting}={seconds!r} is not a number of seconds")
     if seconds < 0:
         raise RetentionError(f"{setting}={seconds!r} is negative; an age must be zero or more")
+    if seconds > MAX_AGE_SECONDS:
+        raise RetentionError(f"{setting}={seconds:g} seconds is more than 100 years; an age must be at most that")
     return float(seconds)
 
 
@@ -53,13 +66,16 @@ def check_retain_last(value: int | None) -> int | None:
     """A validated retain_last (None passes through).
 
     Raises:
-        RetentionError: not a whole number of at least 1.
+        RetentionError: not a whole number from 1 to MAX_RETAIN_LAST.
     """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RetentionError(f"retain_last={value!r} is not allowed; it must be a whole number of at least 1 "
                              "(the current snapshot is always kept)")
+    if value > MAX_RETAIN_LAST:
+        raise RetentionError(f"retain_last={value} is not allowed; it must be at most {MAX_RETAIN_LAST} "
+                             "(Iceberg counts snapshots in a Java int)")
     return value
 
 
@@ -131,6 +147,7 @@ class RetentionOutcome:
     metrics: dict = field(default_factory=dict)
     evidence: dict = field(default_factory=dict)
     durations: dict = field(default_factory=dict)
+    attempts: int = 0  # plan-and-commit attempts made (expiry and manifests; conflicts in evidence["conflicts"])
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -155,7 +172,8 @@ class Housekeeper:
     """Runs expiry, orphan removal and manifest rewrites, one request at a time. Not thread-safe."""
 
     def __init__(self, config: MaintenanceConfig, spark, reader: CatalogReader, claims, audit, *,
-                 clock: Callable[[], dt.datetime] = _utcnow, progress: Callable[[str], None] | None = None):
+                 clock: Callable[[], dt.datetime] = _utcnow, progress: Callable[[str], None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep, before_commit: BeforeCommit | None = None):
         self.config = config
         self.spark = spark
         self.reader = reader
@@ -164,6 +182,8 @@ class Housekeeper:
         self.clock = clock
         self.contract = OperatingContract(config, reader, claims)
         self.progress = progress or (lambda msg: log.info(msg))
+        self.sleep = sleep
+        self.before_commit = before_commit
 
     @property
     def catalog(self) -> str:
@@ -208,7 +228,7 @@ class Housekeeper:
                 settings=settings, metadata_location_before=run.metadata_location),
             act=lambda run, outcome: act(run.name, run.policy, request, outcome),
             record=lambda run, outcome: self._finish(request, outcome, run),
-            wait_for_claim=launched_by_a_person(request.trigger), progress=self.progress)
+            wait_for_claim=launched_by_a_person(request.trigger), progress=self.progress, sleep=self.sleep)
 
     def _finish(self, request, outcome: RetentionOutcome, run: ContractRun) -> RetentionOutcome:
         from icemaint.safety.audit import AuditRecord
@@ -233,10 +253,36 @@ class Housekeeper:
         ))
         return outcome
 
+    # -- conflicts --------------------------------------------------------------------------
+    def _seam(self, operation: str, attempt: int):
+        return None if self.before_commit is None else (lambda: self.before_commit(operation, attempt))
+
+    def _properties(self, request) -> dict[str, str]:
+        return {RUN_ID_KEY: request.run_id} if request.run_id else {}
+
+    def _try_again(self, what: str, name: TableName, policy, outcome: RetentionOutcome, attempt: int,
+                   planned_on: int | None, exc: Exception) -> bool:
+        """Records a conflict; True to plan again (after the backoff), False when the outcome is now a defer."""
+        log.warning("%s of %s conflicted (attempt %d): %s", what, name.key, attempt, exc)
+        conflict = first_line(exc)
+        outcome.evidence.setdefault("conflicts", []).append(f"attempt {attempt}: {conflict}")
+        if attempt > policy.max_commit_retries:
+            outcome.decision = DEFER
+            outcome.reason = (f"a writer's commit conflicted with the {what} (planned on snapshot {planned_on}) after "
+                              f"{attempt} attempts (max_commit_retries {policy.max_commit_retries}): {conflict}; "
+                              "nothing changed; the next run plans again")
+            return False
+        self.sleep(policy.retry_backoff_seconds * 2 ** (attempt - 1))
+        return True
+
     # -- expiry -----------------------------------------------------------------------------
     def _expire(self, name: TableName, policy, request: ExpiryRequest, outcome: RetentionOutcome) -> None:
-        # A non-cooperating writer may commit between planning and the call: plan once more, then defer.
-        for attempt in (1, 2):
+        # A writer that does not take the claim may commit between planning and the call: plan again on
+        # the table as it is then, up to max_commit_retries, then defer.
+        attempt = 0
+        while True:
+            attempt += 1
+            outcome.attempts = attempt
             t0 = time.perf_counter()
             snapshots, refs = read_snapshots(self.spark, self.catalog, name)
             main = refs.get("main")
@@ -252,12 +298,12 @@ class Housekeeper:
             outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
             outcome.settings.update(older_than=plan.older_than.isoformat(), retain_last=plan.retain_last,
                                     keep_files=plan.keep_files)
-            outcome.evidence = {
+            outcome.evidence.update({
                 "requested_older_than": plan.requested_older_than.isoformat(),
                 "older_than": plan.older_than.isoformat(),
                 "expiring_snapshot_ids": list(plan.expiring_snapshot_ids),
                 "protected": {str(k): v for k, v in plan.protected.items()},
-                "dropped_refs": list(plan.dropped_refs), "notes": list(plan.notes)}
+                "dropped_refs": list(plan.dropped_refs), "notes": list(plan.notes)})
             outcome.metrics = {"snapshots_before": plan.snapshot_count,
                                "snapshots_after": plan.snapshot_count - len(plan.expiring_snapshot_ids),
                                "snapshots_removed": len(plan.expiring_snapshot_ids)}
@@ -267,16 +313,22 @@ class Housekeeper:
                                   f"than {plan.older_than.isoformat()}")
                 return
             t1 = time.perf_counter()
+            note = ""
             try:
-                result = expire_snapshots(self.spark, self.catalog, name, plan, dry_run=request.dry_run)
-            except ConcurrentExpiry:
-                raise  # the call ran: not a refusal, the table changed under us
-            except StaleExpiryPlan as exc:
-                if attempt == 1:
-                    outcome.evidence["replanned"] = str(exc)
+                result = expire_snapshots(self.spark, self.catalog, name, plan, dry_run=request.dry_run,
+                                          before_commit=self._seam(EXPIRE, attempt))
+            except (StaleExpiryPlan, RetentionConflict) as exc:
+                if self._try_again("snapshot expiry", name, policy, outcome, attempt, outcome.before_snapshot_id, exc):
                     continue
-                outcome.decision, outcome.reason = DEFER, f"the table kept moving while planning: {exc}"
                 return
+            except RetentionCommitUnknown as exc:
+                outcome.decision, outcome.reason = DEFER, f"{exc}; not retried, the next run plans again"
+                return
+            except ConcurrentExpiry as exc:
+                # The commit landed: a run, with what the table did differently said in the reason.
+                result = exc.result
+                note = (f"; other snapshots are gone than the {len(plan.expiring_snapshot_ids)} planned "
+                        f"(a concurrent commit changed the table): planned {list(plan.expiring_snapshot_ids)}")
             except RetentionError as exc:
                 outcome.decision, outcome.reason = REFUSE, str(exc)  # e.g. gc.enabled=false
                 return
@@ -290,11 +342,16 @@ class Housekeeper:
                 "bytes_left_unreferenced": result.bytes_left_unreferenced}
             outcome.evidence["expired_snapshot_ids"] = list(result.expired_snapshot_ids)
             outcome.evidence["procedure_counts"] = dict(result.procedure_counts)
+            if result.state_was_unknown:
+                note += ("; the catalog could not confirm the commit, a re-read shows the planned snapshots gone "
+                         "(their files were not deleted: orphan removal reclaims them)")
             verb = "would expire" if request.dry_run else "expired"
             outcome.decision = RUN
             outcome.reason = (f"{verb} {len(result.expired_snapshot_ids)} of {result.snapshots_before} snapshots older "
                               f"than {plan.older_than.isoformat()} (retain_last={plan.retain_last}"
-                              f"{', files kept' if plan.keep_files else ''})")
+                              f"{', files kept' if plan.keep_files else ''}){note}")
+            if attempt > 1:
+                outcome.reason += f" [attempt {attempt}: planned again after {attempt - 1} conflict(s)]"
             if request.dry_run:
                 outcome.reason = f"dry-run: {outcome.reason}; nothing changed"
             return
@@ -340,37 +397,61 @@ class Housekeeper:
     # -- manifests --------------------------------------------------------------------------
     def _rewrite_manifests(self, name: TableName, policy, request: ManifestRequest,
                            outcome: RetentionOutcome) -> None:
-        refs = read_snapshots(self.spark, self.catalog, name)[1]
-        main = refs.get("main")
-        outcome.before_snapshot_id = outcome.after_snapshot_id = main.snapshot_id if main else None
-        lengths = [int(r["length"]) for r in self.spark.sql(
-            f"SELECT length FROM {name.sql(self.catalog)}.`manifests`").collect()]
-        small = sum(1 for n in lengths if n < policy.manifest_small_bytes)
-        due, why = manifests_due(len(lengths), small, policy)
-        outcome.evidence = {"due": due, "why": why, "small_manifests": small,
-                            "manifest_small_bytes": policy.manifest_small_bytes}
-        outcome.metrics = {"manifests_before": len(lengths), "bytes_before": sum(lengths)}
-        if not due and not request.force:
-            outcome.decision, outcome.reason = NOOP, f"not due: {why}"
-            return
-        t0 = time.perf_counter()
-        result = rewrite_manifests(self.spark, self.catalog, name, dry_run=request.dry_run)
-        outcome.durations["act_seconds"] = round(time.perf_counter() - t0, 3)
-        outcome.metrics = {"manifests_before": result.manifests_before, "manifests_after": result.manifests_after,
-                           "bytes_before": result.bytes_before, "bytes_after": result.bytes_after,
-                           "rewritten_manifests": result.rewritten_manifests,
-                           "added_manifests": result.added_manifests}
-        if not request.dry_run:
+        attempt = 0
+        while True:
+            attempt += 1
+            outcome.attempts = attempt
             refs = read_snapshots(self.spark, self.catalog, name)[1]
-            outcome.after_snapshot_id = refs["main"].snapshot_id if "main" in refs else None
-        trigger = why if due else f"forced ({why})"
-        outcome.decision = RUN
-        if request.dry_run:
-            outcome.reason = (f"dry-run: would rewrite {result.manifests_before} manifests into about "
-                              f"{result.manifests_after}: {trigger}; nothing changed")
-        elif not result.rewritten_manifests:
-            outcome.decision = NOOP
-            outcome.reason = f"rewrite_manifests found nothing to merge ({trigger})"
-        else:
-            outcome.reason = (f"rewrote {result.rewritten_manifests} manifests into {result.added_manifests}: "
-                              f"{trigger}")
+            main = refs.get("main")
+            planned_on = main.snapshot_id if main else None
+            if attempt == 1:
+                outcome.before_snapshot_id = outcome.after_snapshot_id = planned_on
+            lengths = [int(r["length"]) for r in self.spark.sql(
+                f"SELECT length FROM {name.sql(self.catalog)}.`manifests`").collect()]
+            small = sum(1 for n in lengths if n < policy.manifest_small_bytes)
+            due, why = manifests_due(len(lengths), small, policy)
+            outcome.evidence.update({"due": due, "why": why, "small_manifests": small,
+                                     "manifest_small_bytes": policy.manifest_small_bytes,
+                                     "planned_on_snapshot_id": planned_on})
+            outcome.metrics = {"manifests_before": len(lengths), "bytes_before": sum(lengths)}
+            if not due and not request.force:
+                outcome.decision = NOOP
+                outcome.reason = f"not due: {why}" + (f" (planned again after {attempt - 1} conflict(s))"
+                                                      if attempt > 1 else "")
+                return
+            t0 = time.perf_counter()
+            try:
+                result = rewrite_manifests(self.spark, self.catalog, name, dry_run=request.dry_run,
+                                           properties=self._properties(request),
+                                           before_commit=self._seam(MANIFESTS, attempt))
+            except RetentionConflict as exc:
+                if self._try_again("manifest rewrite", name, policy, outcome, attempt, planned_on, exc):
+                    continue
+                return
+            except RetentionCommitUnknown as exc:
+                outcome.decision, outcome.reason = DEFER, f"{exc}; not retried, the next run plans again"
+                return
+            outcome.durations["act_seconds"] = round(time.perf_counter() - t0, 3)
+            outcome.metrics = {"manifests_before": result.manifests_before, "manifests_after": result.manifests_after,
+                               "bytes_before": result.bytes_before, "bytes_after": result.bytes_after,
+                               "rewritten_manifests": result.rewritten_manifests,
+                               "added_manifests": result.added_manifests}
+            if not request.dry_run:
+                outcome.after_snapshot_id = result.snapshot_id if result.snapshot_id is not None else planned_on
+            trigger = why if due else f"forced ({why})"
+            outcome.decision = RUN
+            if request.dry_run:
+                outcome.reason = (f"dry-run: would rewrite {result.manifests_before} manifests into about "
+                                  f"{result.manifests_after}: {trigger}; nothing changed")
+            elif not result.rewritten_manifests:
+                outcome.decision = NOOP
+                outcome.reason = f"rewrite_manifests found nothing to merge ({trigger})"
+            else:
+                outcome.reason = (f"rewrote {result.rewritten_manifests} manifests into {result.added_manifests}: "
+                                  f"{trigger}")
+                if result.state_was_unknown:
+                    outcome.reason += (f"; the catalog could not confirm the commit, a re-read found it on main "
+                                       f"(snapshot {result.snapshot_id})")
+            if attempt > 1 and not request.dry_run:
+                outcome.reason += f" [attempt {attempt}: planned again after {attempt - 1} conflict(s)]"
+            return

@@ -6,6 +6,8 @@ date: the partitions of a table without a time column); it holds until a compact
 
 from __future__ import annotations
 
+import datetime as dt
+
 from icemaint.domain.decisions import refusal_for
 
 
@@ -20,7 +22,8 @@ def approve(config, audit, table: str, date: str | None, note: str | None = None
     from icemaint.domain.scope import parse_date
 
     key = TableName.parse(table).key
-    date = parse_date(date, config.dates_start).isoformat() if date is not None else None
+    tomorrow = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)  # the last date a run can target
+    date = parse_date(date, config.dates_start, tomorrow).isoformat() if date is not None else None
     identity = config.identity()
     why = refusal_for(config.policy(key), "compact", identity)
     if why:
