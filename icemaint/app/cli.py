@@ -16,6 +16,7 @@ from icemaint.app import cli_retention
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
 from icemaint.domain.layout import describe
 from icemaint.domain.names import TableName
+from icemaint.domain.scope import parse_date
 from icemaint.domain.units import human_size, shown
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -204,6 +205,29 @@ def cmd_audit(config: MaintenanceConfig, args) -> int:
     return EXIT_OK
 
 
+def cmd_explain(config: MaintenanceConfig, args) -> int:
+    from icemaint.app.explain import explain, explanation_lines
+
+    date = parse_date(args.date, config.dates_start).isoformat() if args.date else None
+    result = explain(config, args.table, date)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print("\n".join(explanation_lines(result)))
+    return EXIT_OK
+
+
+def cmd_plan(config: MaintenanceConfig, args) -> int:
+    from icemaint.app.explain import plan, plan_lines
+
+    result = plan(config)
+    if args.json:
+        _print_json(result)
+    else:
+        print("\n".join(plan_lines(result)))
+    return EXIT_FAILED if result["errors"] else EXIT_OK
+
+
 def cmd_tick(config: MaintenanceConfig, args) -> int:
     from icemaint.app.ticker import Ticker
 
@@ -325,6 +349,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="decide and print, request nothing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_tick)
+
+    s = sub.add_parser("explain", help="why a table is (not) maintained: every gate of its decisions with the "
+                                       "numbers compared, and the audit records that led here (read-only)")
+    s.add_argument("table")
+    s.add_argument("--date", help="one date (YYYY-MM-DD) instead of every date of the table")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_explain)
+
+    s = sub.add_parser("plan", help="what the next tick would do across the estate, ranked, with cost and "
+                                    "benefit (read-only: no claim, no audit record, no run)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("ui", help="open this instance in the Dagster UI (dagster dev on 127.0.0.1)")
     s.add_argument("--port", type=int, default=3000)

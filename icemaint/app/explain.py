@@ -1,0 +1,260 @@
+"""`icemaint explain TABLE [--date D]` and `icemaint plan`: the decisions, read-only.
+
+Both call the same pure decision code the sensors call (`icemaint.domain.decisions`, `.tick`,
+`.retention_tick`); neither takes a claim, writes the audit log, creates the Dagster instance or
+touches a table. `explain` lists every gate of one table's compaction and retention decisions with the
+numbers compared; `plan` ranks what the next tick would do across the estate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from icemaint.config import MaintenanceConfig
+from icemaint.domain.decisions import (DEFER, REFUSE, Decision, Gates, decide_table_compactions, measured_throughput,
+                                       partition_due, refusal_for, writer_check)
+from icemaint.domain.health import TableHealth
+from icemaint.domain.names import TableName
+from icemaint.domain.units import human_duration, human_size
+
+# The tick's own bound on runs requested at once (sensors/compaction.py MAX_RUNS_PER_TICK).
+MAX_RUNS_PER_TICK = 20
+
+
+@dataclass
+class Gate:
+    name: str
+    status: str     # "pass" | "blocks" | "n/a"
+    detail: str
+
+
+@dataclass
+class Explanation:
+    table: str
+    maintained_as: str
+    policy_source: str
+    compaction: list[dict] = field(default_factory=list)  # per decision: its gates and verdict
+    retention: list[dict] = field(default_factory=list)
+    audit: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class ReadOnlyEstate:
+    """The reads the decisions need, none of them a write: catalog, claim holders, the audit log and
+    (only when it exists already) the Dagster instance for retention's ordering marks."""
+
+    def __init__(self, config: MaintenanceConfig):
+        from icemaint.observe.catalog import CatalogReader
+        from icemaint.safety.audit import open_audit
+        from icemaint.safety.claims import open_claims
+
+        self.config = config
+        self.reader = CatalogReader(config)
+        self.claims = open_claims(config)
+        self.audit = open_audit(config)
+        self._records = None
+        self._instance = False
+
+    def holder(self, table: str) -> str | None:
+        info = self.claims.holder_of(table)
+        return info.holder if info else None
+
+    def records(self, table: str) -> list:
+        if self._records is None:
+            self._records = {}
+            for r in self.audit.records():
+                self._records.setdefault(r.table, []).append(r)
+        return self._records.get(table, [])
+
+    def past_runs(self, table: str) -> list[dict]:
+        return [r.details for r in self.records(table) if r.operation == "compact" and r.decision == "run"]
+
+    def approved(self, table: str, date: str | None) -> bool:
+        from icemaint.safety.approvals import is_approved
+
+        return is_approved([r for r in self.records(table) if r.operation in ("compact", "approve")], date)
+
+    def instance(self):
+        """The Dagster instance if it exists (opened, never created), else None."""
+        if self._instance is False:
+            home = Path(self.config.dagster_home).resolve()
+            self._instance = None
+            if (home / "dagster.yaml").exists():
+                from dagster import DagsterInstance
+
+                self._instance = DagsterInstance.from_config(str(home))
+        return self._instance
+
+    def latest_mark(self, operation: str, table: str) -> int | None:
+        import dagster as dg
+
+        from sensors.retention import ASSETS
+
+        instance = self.instance()
+        if instance is None:
+            return None
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(ASSETS[operation]), asset_partitions=[table]), limit=1).records
+        return records[0].storage_id if records else None
+
+    def in_flight(self) -> dict:
+        from sensors.retention import in_flight_jobs_by_table
+
+        instance = self.instance()
+        return in_flight_jobs_by_table(instance) if instance is not None else {}
+
+    def tables(self) -> list[str]:
+        return [t for t in self.reader.list_tables() if self.config.scope.admits(t)]
+
+
+def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approved: bool) -> list[Gate]:
+    """Every gate of one compaction decision, each with the numbers it compares (the same functions
+    the decision used; the decision itself stays authoritative for the verdict)."""
+    out = []
+    refused = refusal_for(policy, "compact", gates.identity)
+    out.append(Gate("policy", "blocks" if refused else "pass", refused or (
+        f"enabled, compaction allowed for {gates.identity}")))
+    scope_problem = health.time_column_problem or (None if decision.kind.value != "unsupported" else decision.reason)
+    out.append(Gate("scope", "blocks" if scope_problem else "pass", scope_problem or f"maintained {health.maintained_as}"))
+    part = health.partition(decision.date) if decision.date else None
+    if decision.date and part is not None:
+        due = partition_due(part, policy)
+        out.append(Gate("thresholds", "pass" if due.due else "blocks", due.why if due.due else due.why_not))
+        day_end = dt.datetime.combine(dt.date.fromisoformat(decision.date) + dt.timedelta(days=1), dt.time(),
+                                      dt.timezone.utc)
+        age = (gates.now - day_end).total_seconds()
+        when = f"date ended {human_duration(age)} ago" if age >= 0 else f"date ends in {human_duration(-age)}"
+        out.append(Gate("hot partition", "pass" if age >= policy.hot_partition_age_seconds else "blocks",
+                        f"{when} (hot_partition_age {human_duration(policy.hot_partition_age_seconds)})"))
+    elif not decision.date and decision.rationale.get("partitions") is not None:
+        chosen = decision.rationale.get("partitions", [])
+        out.append(Gate("thresholds", "pass", f"{len(chosen)} due partitions chosen by benefit: "
+                                             f"{', '.join(chosen[:5]) or '-'}"))
+    wc = writer_check(health, policy)
+    since = wc["seconds_since_writer_commit"]
+    out.append(Gate("writer idle", "pass" if wc["idle"] else "blocks",
+                    (f"last writer commit {human_duration(max(since, 0.0))} ago" if since is not None
+                     else "no writer commit on main") + f" (writer_idle {human_duration(policy.writer_idle_seconds)})"))
+    out.append(Gate("claim", "blocks" if gates.claim_holder else "pass",
+                    f"held by {gates.claim_holder}" if gates.claim_holder else "free"))
+    cost = decision.cost_estimate or {}
+    if cost:
+        over = cost["rewrite_bytes"] > policy.max_rewrite_bytes
+        out.append(Gate("cost", "blocks" if over and not approved else "pass",
+                        f"rewrite {human_size(cost['rewrite_bytes'])} of {cost['files']} files, about "
+                        f"{human_duration(cost['seconds'])} at {human_size(cost['bytes_per_second'])}/s "
+                        f"({cost['throughput_source']} throughput); max_rewrite_bytes "
+                        f"{human_size(policy.max_rewrite_bytes)}{'; approved' if approved else ''}"))
+    return out
+
+
+def explain(config: MaintenanceConfig, table: str, date: str | None = None, estate: ReadOnlyEstate | None = None,
+            audit_limit: int = 10) -> Explanation:
+    from icemaint.domain.retention_tick import decide_retention
+    from icemaint.observe.catalog import read_retention_signals
+
+    estate = estate or ReadOnlyEstate(config)
+    key = TableName.parse(table).key
+    tbl = estate.reader.load(key)
+    health = estate.reader.health(key, loaded=tbl)
+    policy = config.policy(key)
+    now = dt.datetime.now(dt.timezone.utc)
+    holder = estate.holder(key)
+    gates = Gates(now=now, identity=config.identity(), claim_holder=holder,
+                  bytes_per_second=measured_throughput(estate.past_runs(key)))
+    overridden = key in config.policies.tables
+    out = Explanation(key, health.maintained_as, "per-table policy (tables: in the config)" if overridden
+                      else "the defaults (no per-table policy)")
+    dates = [date] if date else None
+    for d in decide_table_compactions(health, policy, gates, dates):
+        approved = estate.approved(key, d.date) if d.needs_approval else False
+        if approved:
+            d = decide_table_compactions(health, policy, Gates(now=now, identity=gates.identity, approved=True,
+                                                               claim_holder=holder,
+                                                               bytes_per_second=gates.bytes_per_second),
+                                         [d.date] if d.date else None)[0]
+        out.compaction.append({"scope": d.scope, "verdict": str(d.verdict), "kind": str(d.kind), "reason": d.reason,
+                               "gates": [asdict(g) for g in _gates(health, d, policy, gates, approved)],
+                               "cost_estimate": d.cost_estimate, "benefit": d.benefit})
+    signals = read_retention_signals(tbl, key, policy)
+    for r in decide_retention(signals, policy, config.identity(), now, claim_holder=holder,
+                              in_flight_jobs=set(estate.in_flight().get(key, set())),
+                              expiry_mark=estate.latest_mark("expire", key),
+                              orphans_mark=estate.latest_mark("orphans", key)):
+        out.retention.append({"operation": str(r.operation), "verdict": str(r.verdict), "reason": r.reason})
+    records = [r for r in estate.records(key) if date is None or r.date in (date, None)]
+    out.audit = [{"ts": r.ts.isoformat(), "operation": r.operation, "decision": r.decision, "date": r.date,
+                  "reason": r.reason, "before": r.before_snapshot_id, "after": r.after_snapshot_id}
+                 for r in records[-audit_limit:]]
+    return out
+
+
+def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dict:
+    """What the next tick would do across the estate, ranked, without a cursor (every table evaluated)."""
+    from icemaint.domain.retention_tick import plan_retention_tick
+    from icemaint.domain.tick import plan_compaction_tick, policy_fingerprint
+    from icemaint.observe.catalog import read_retention_signals
+
+    estate = estate or ReadOnlyEstate(config)
+    now = dt.datetime.now(dt.timezone.utc)
+    tomorrow = (now.date() + dt.timedelta(days=1)).isoformat()
+    tables = estate.tables()
+    compaction = plan_compaction_tick(
+        config, tables, metadata_location=estate.reader.metadata_location, health=estate.reader.health,
+        claim_holder=estate.holder, approved=estate.approved, past_runs=estate.past_runs, cursor={}, now=now,
+        max_runs=MAX_RUNS_PER_TICK, valid_dates=lambda d: config.dates_start.isoformat() <= d <= tomorrow)
+    retention = plan_retention_tick(
+        tables, policy_of=config.policy, policy_fingerprint=policy_fingerprint, identity=config.identity(),
+        metadata_location=estate.reader.metadata_location,
+        read_signals=lambda t, p: read_retention_signals(estate.reader.load(t), t, p),
+        claim_holder=estate.holder, in_flight_jobs=estate.in_flight, latest_mark=estate.latest_mark,
+        cursor={}, now=now)
+    runs = [{"rank": i + 1, "table": d.table, "scope": d.scope, "operation": "compact", "reason": d.reason,
+             "benefit": round(d.benefit, 3), "rewrite_bytes": d.cost_estimate.get("rewrite_bytes"),
+             "seconds": d.cost_estimate.get("seconds")} for i, d in enumerate(r for r, _ in compaction.runs)]
+    runs += [{"rank": len(runs) + i + 1, "table": d.table, "scope": "(table)", "operation": str(d.operation),
+              "reason": d.reason} for i, d in enumerate(retention.runs)]
+    held = [{"table": d.table, "scope": d.scope, "operation": "compact", "verdict": str(d.verdict), "reason": d.reason}
+            for d in compaction.decisions if d.verdict in (DEFER, REFUSE)]
+    held += [{"table": d.table, "scope": "(table)", "operation": str(d.operation), "verdict": str(d.verdict),
+              "reason": d.reason} for d in retention.decisions if d.verdict in (DEFER, REFUSE)]
+    quiet = sorted({d.table for d in compaction.decisions} - {r["table"] for r in runs + held})
+    return {"tables": len(tables), "runs": runs, "held": held, "nothing_to_do": quiet,
+            "errors": {**compaction.errors, **retention.errors}}
+
+
+def plan_lines(result: dict) -> list[str]:
+    lines = [f"{result['tables']} tables; the next tick would request {len(result['runs'])} runs"]
+    for r in result["runs"]:
+        cost = (f" ({human_size(r['rewrite_bytes'])}, about {human_duration(r['seconds'])}, benefit {r['benefit']})"
+                if r.get("rewrite_bytes") is not None else "")
+        lines.append(f"  {r['rank']:>3}. {r['table']} {r['scope']} {r['operation']}: {r['reason']}{cost}")
+    for h in result["held"]:
+        lines.append(f"  -    {h['table']} {h['scope']} {h['operation']}: {h['verdict']}: {h['reason']}")
+    if result["nothing_to_do"]:
+        lines.append(f"  nothing to do: {', '.join(result['nothing_to_do'])}")
+    for table, error in result["errors"].items():
+        lines.append(f"  ERROR {table}: {error}")
+    return lines
+
+
+def explanation_lines(e: Explanation) -> list[str]:
+    lines = [f"{e.table}: maintained {e.maintained_as}; policy from {e.policy_source}"]
+    for c in e.compaction:
+        lines.append(f"  compact {c['scope']}: {c['verdict']}: {c['reason']}")
+        for g in c["gates"]:
+            lines.append(f"      {g['status']:<7}{g['name']:<14}{g['detail']}")
+    for r in e.retention:
+        lines.append(f"  {r['operation']}: {r['verdict']}: {r['reason']}")
+    if e.audit:
+        lines.append("  audit (latest first):")
+        for a in reversed(e.audit):
+            snaps = f" {a['before']}->{a['after']}" if a["after"] else ""
+            lines.append(f"    {a['ts'][:19]} {a['operation']:<9} {a['date'] or '':<10} {a['decision']:<13}{snaps} "
+                         f"{a['reason'][:160]}")
+    return lines
+

@@ -1,0 +1,104 @@
+"""`icemaint explain` and `icemaint plan`: every gate with its numbers, the estate's next tick ranked,
+and nothing written anywhere (metadata locations, audit log, claims and the state dir unchanged)."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+from conftest import streaming_table, write_config
+from icemaint.app.cli import main
+from icemaint.config import load_config
+from icemaint.domain.names import TableName
+from icemaint.observe.catalog import CatalogReader
+from icemaint.operations.compaction import CompactionRequest, Compactor
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims, table_claim
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def state_files(root) -> dict:
+    """Every file under the state dir with its size and modification time."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            stat = os.stat(path)
+            out[path] = (stat.st_size, stat.st_mtime_ns)
+    return out
+
+
+@pytest.fixture(scope="module")
+def estate(spark, lake_root, tmp_path_factory):
+    root = tmp_path_factory.mktemp("explain")
+    namespace = f"explain_{uuid.uuid4().hex[:8]}"
+    busy = streaming_table(spark, "lake", f"{namespace}.busy", batches=4, days=2, rows_per_day=6)
+    done = streaming_table(spark, "lake", f"{namespace}.done", batches=4, days=1, rows_per_day=6)
+    flat = f"{namespace}.flat"
+    sql = TableName.parse(flat).sql("lake")
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT, kind STRING) USING iceberg PARTITIONED BY (kind)")
+    for i in range(3):
+        spark.sql(f"INSERT INTO {sql} VALUES ({i}, 'a')")
+    path = write_config(root / "m.yaml", lake_root, state_dir=str(root / "state"),
+                        scope={"include": [f"{namespace}.*"]},
+                        tables={busy.name.key: {"max_rewrite_bytes": "1KiB"}})
+    config = load_config(path)
+    # one compaction already done, so its audit record is part of the story
+    outcome = Compactor(config, spark, CatalogReader(config), open_claims(config), open_audit(config)).run(
+        CompactionRequest(done.name.key, "2026-01-01"))
+    assert outcome.published, outcome.reason
+    return dict(path=str(path), config=config, root=root, busy=busy.name.key, done=done.name.key, flat=flat,
+                compacted=outcome)
+
+
+def test_explain_names_each_gate_with_its_numbers_and_the_audit(capsys, estate):
+    code, out, err = run_cli(capsys, "--config", estate["path"], "explain", estate["busy"], "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["policy_source"].startswith("per-table policy")
+    [first, second] = result["compaction"]
+    assert first["verdict"] == "defer" and first["kind"] == "awaiting_approval"
+    gates = {g["name"]: g for g in first["gates"]}
+    assert gates["cost"]["status"] == "blocks" and "max_rewrite_bytes 1 KiB" in gates["cost"]["detail"]
+    assert gates["thresholds"]["status"] == "pass" and "small files >= 3" in gates["thresholds"]["detail"]
+    assert gates["claim"]["detail"] == "free" and gates["writer idle"]["status"] == "pass"
+    assert {r["operation"] for r in result["retention"]} == {"expire", "orphans", "manifests"}
+
+    text_code, text, _ = run_cli(capsys, "--config", estate["path"], "explain", estate["done"])
+    assert text_code == 0 and "audit (latest first):" in text and " compact " in text
+    assert estate["compacted"].decision in text.split("audit (latest first):")[1]
+
+
+def test_explain_says_who_holds_the_claim(capsys, estate):
+    with table_claim(estate["config"], estate["flat"], holder="nightly-ingest"):
+        code, out, err = run_cli(capsys, "--config", estate["path"], "explain", estate["flat"], "--json")
+    [decision] = json.loads(out)["compaction"]
+    assert decision["scope"] == "(table)" and decision["verdict"] == "defer"
+    gates = {g["name"]: g for g in decision["gates"]}
+    assert gates["claim"] == {"name": "claim", "status": "blocks", "detail": "held by nightly-ingest"}
+
+
+def test_plan_ranks_the_next_tick_and_writes_nothing(capsys, estate):
+    reader = CatalogReader(estate["config"])
+    locations = {t: reader.metadata_location(t) for t in (estate["busy"], estate["done"], estate["flat"])}
+    before = state_files(estate["root"] / "state")
+    code, out, err = run_cli(capsys, "--config", estate["path"], "plan", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["tables"] == 3
+    assert [r["table"] for r in result["runs"] if r["operation"] == "compact"] == [estate["flat"]]
+    held = {(h["table"], h["scope"]) for h in result["held"]}
+    assert all(table == estate["busy"] for table, _ in held if _ != "(table)"), held
+    assert state_files(estate["root"] / "state") == before, "plan wrote under the state dir"
+    assert {t: reader.metadata_location(t) for t in locations} == locations
+    code, text, _ = run_cli(capsys, "--config", estate["path"], "plan")
+    assert "the next tick would request" in text and f"1. {estate['flat']} (table) compact" in text
