@@ -6,6 +6,7 @@ plain data; the decision functions read it, nothing here talks to Spark or Dagst
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
@@ -19,6 +20,21 @@ MiB = 2**20
 
 class PolicyError(ValueError):
     """A policy value that is not allowed; the message names the key and what is allowed."""
+
+
+# Snapshot summary keys writers put their resume point in: Flink's committed checkpoint (per job id),
+# Spark structured streaming's epoch (per query id) and the Kafka Connect sink's commit.
+DEFAULT_CHECKPOINT_MARKERS = ("flink.max-committed-checkpoint-id@flink.job-id",
+                              "spark.sql.streaming.epochId@spark.sql.streaming.queryId",
+                              "kafka.connect.commit-id")
+_MARKER = re.compile(r"[A-Za-z0-9_.\-]{1,200}(@[A-Za-z0-9_.\-]{1,200})?")
+
+
+def _markers(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, (list, tuple)) or not all(isinstance(m, str) and _MARKER.fullmatch(m) for m in v):
+        raise ValueError(f"{shown(v)} is not a list of snapshot summary keys, each optionally followed by "
+                         "@ and the key naming the writer's job (e.g. flink.max-committed-checkpoint-id@flink.job-id)")
+    return tuple(v)
 
 
 @dataclass(frozen=True)
@@ -58,6 +74,8 @@ class TablePolicy:
     orphan_older_than_seconds: float = 72 * 3600.0
     manifest_min_count: int = 20
     manifest_small_bytes: int = 8 * MiB
+    # expiry keeps each streaming writer job's newest checkpoint snapshot (summary key[@job key])
+    checkpoint_markers: tuple[str, ...] = DEFAULT_CHECKPOINT_MARKERS
 
     def allows_operation(self, operation: str) -> bool:
         return self.allowed_operations is None or operation in self.allowed_operations
@@ -178,6 +196,7 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "orphan_older_than": ("orphan_older_than_seconds", parse_duration),
     "manifest_min_count": ("manifest_min_count", _int(2)),
     "manifest_small_bytes": ("manifest_small_bytes", parse_size),
+    "checkpoint_markers": ("checkpoint_markers", _markers),
 }
 
 

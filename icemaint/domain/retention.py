@@ -6,7 +6,7 @@ manifest rewrite are due (`plan_expiry`, `procedure_retains`, `expiry_due`, `man
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping
 
@@ -61,6 +61,8 @@ class SnapshotInfo:
     timestamp_ms: int
     operation: str | None = None
     manifest_list: str | None = None
+    # The summary entries that name a streaming writer's checkpoint (policy `checkpoint_markers`).
+    markers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def committed_at(self) -> datetime:
@@ -243,6 +245,36 @@ def _cutoff_to_keep(snapshot_id: int, by_id: Mapping[int, SnapshotInfo], refs: M
     return best
 
 
+def marker_keys(markers: Iterable[str]) -> set[str]:
+    """The snapshot summary keys the markers read: `MARKER` or `MARKER@JOB_KEY` (see `checkpoint_snapshots`)."""
+    return {k for m in markers for k in m.split("@", 1)}
+
+
+def checkpoint_snapshots(snapshots: Iterable[SnapshotInfo], markers: Iterable[str]) -> dict[int, str]:
+    """The newest snapshot of each streaming writer job that carries its checkpoint marker.
+
+    A marker is a summary key (`flink.max-committed-checkpoint-id`), optionally with the key naming the
+    writer's job after `@` (`...@flink.job-id`): each job's newest such snapshot is where it resumes
+    after a restart, so expiry must keep it. Returns snapshot id -> why it stays.
+    """
+    newest: dict[tuple[str, str], SnapshotInfo] = {}
+    for snap in snapshots:
+        for marker in markers:
+            key, _, job_key = marker.partition("@")
+            if key not in snap.markers:
+                continue
+            job = snap.markers.get(job_key, "") if job_key else ""
+            current = newest.get((marker, job))
+            if current is None or (snap.timestamp_ms, snap.snapshot_id) > (current.timestamp_ms, current.snapshot_id):
+                newest[(marker, job)] = snap
+    out: dict[int, str] = {}
+    for (marker, job), snap in sorted(newest.items()):
+        key = marker.partition("@")[0]
+        out.setdefault(snap.snapshot_id, f"the newest checkpoint of writer job {job or '(unnamed)'} "
+                                         f"({key}={snap.markers[key]})")
+    return out
+
+
 def plan_expiry(snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef], now: datetime, policy: TablePolicy, *,
                 older_than_seconds: float | None = None, retain_last: int | None = None,
                 keep_files: bool | None = None, in_flight_snapshot_ids: Iterable[int] = frozenset()) -> ExpiryPlan:
@@ -325,6 +357,8 @@ def plan_expiry(snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef], 
             require(ref.snapshot_id, f"head of branch {name!r}" if ref.is_branch else f"tagged {name!r}")
     for sid in in_flight_snapshot_ids:
         require(int(sid), "an in-flight maintenance run is based on it")
+    for sid, why in checkpoint_snapshots(by_id.values(), policy.checkpoint_markers).items():
+        require(sid, why)
     for s in by_id.values():
         if s.timestamp_ms > window_ms:
             require(s.snapshot_id, f"younger than the owner's retention window ({human_duration(min_age)})")

@@ -30,9 +30,10 @@ from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.engine.staging import COMMIT_STATE_UNKNOWN, CONFLICT_CLASSES, java_exception_class
+from icemaint.domain.policy import DEFAULT_CHECKPOINT_MARKERS
 from icemaint.domain.retention import (
     ORPHAN_MIN_AGE, ConcurrentExpiry, ExpiryPlan, GcDisabled, QuarantineMoveFailed, RetentionError, SnapshotInfo,
-    SnapshotRef, StaleExpiryPlan, _aware, _ms, _retain_last, procedure_retains,
+    SnapshotRef, StaleExpiryPlan, _aware, _ms, _retain_last, marker_keys, procedure_retains,
 )
 
 _QUARANTINE_STAMP = "%Y%m%dT%H%M%S%fZ"
@@ -146,19 +147,23 @@ def _check_gc_enabled(spark, catalog: str, table: TableName) -> None:
                              "or remove files (they may belong to other tables)")
 
 
-def read_snapshots(spark, catalog: str, table: TableName | str) -> tuple[list[SnapshotInfo], dict[str, SnapshotRef]]:
+def read_snapshots(spark, catalog: str, table: TableName | str,
+                   markers: tuple[str, ...] = DEFAULT_CHECKPOINT_MARKERS) -> tuple[list[SnapshotInfo], dict[str, SnapshotRef]]:
     """The table's snapshots and refs from its `snapshots` and `refs` metadata tables.
 
     The table-wide `history.expire.max-ref-age-ms` is folded into refs that have no own setting,
-    so planning sees the same ref ages Iceberg applies.
+    so planning sees the same ref ages Iceberg applies. Each snapshot carries the summary entries the
+    checkpoint `markers` read (and no others).
     """
     table = _table(table)
     _catalog(catalog)
+    keys = marker_keys(markers)
     snaps = [
         SnapshotInfo(int(r["snapshot_id"]), None if r["parent_id"] is None else int(r["parent_id"]),
-                     int(r["ts_ms"]), r["operation"], r["manifest_list"])
+                     int(r["ts_ms"]), r["operation"], r["manifest_list"],
+                     {k: v for k, v in (r["summary"] or {}).items() if k in keys})
         for r in spark.sql(
-            "SELECT snapshot_id, parent_id, unix_millis(committed_at) AS ts_ms, operation, manifest_list "
+            "SELECT snapshot_id, parent_id, unix_millis(committed_at) AS ts_ms, operation, manifest_list, summary "
             f"FROM {_metadata_table(catalog, table, 'snapshots')}").collect()
     ]
     table_max_ref_age = _table_properties(spark, catalog, table).get("history.expire.max-ref-age-ms")

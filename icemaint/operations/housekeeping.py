@@ -284,7 +284,7 @@ class Housekeeper:
             attempt += 1
             outcome.attempts = attempt
             t0 = time.perf_counter()
-            snapshots, refs = read_snapshots(self.spark, self.catalog, name)
+            snapshots, refs = read_snapshots(self.spark, self.catalog, name, policy.checkpoint_markers)
             main = refs.get("main")
             outcome.before_snapshot_id = outcome.after_snapshot_id = main.snapshot_id if main else None
             try:
