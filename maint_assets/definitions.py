@@ -22,6 +22,7 @@ from resources.spark import SparkResource
 from sensors.alerts import build_alert_sensors
 from sensors.compaction import build_compaction_sensor
 from sensors.discovery import build_discovery_sensor
+from sensors.reaper import build_reaper_sensor
 from sensors.retention import build_retention_sensor
 from sensors.schedules import build_window_schedule
 
@@ -42,7 +43,7 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
                  build_compaction_sensor(jobs["compaction"], jobs["table_compaction"],
                                          date_partitions(config.dates_start)),
                  build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"]),
-                 *build_alert_sensors(jobs.values())],
+                 *build_alert_sensors(jobs.values()), build_reaper_sensor()],
         schedules=[build_window_schedule(jobs["compaction"], date_partitions(config.dates_start)),
                    build_window_schedule(jobs["table_compaction"], date_partitions(config.dates_start),
                                          per_table=True)],

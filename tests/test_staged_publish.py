@@ -430,9 +430,12 @@ def test_kill_9_between_staging_and_publish_leaves_main_untouched_and_is_cleaned
         assert staging_refs(config, table_name) == {staged["branch"]: staged["staged"]}
         # a flock claim dies with its holder: nothing to release
         assert claims.holder_of(table_name) is None
-        # the dead run recorded no outcome (at most deferrals of the writer-active race before it staged)
+        # the dead run recorded no outcome: the audit reads it back as interrupted (its started marker and
+        # a dead process); anything else is a deferral of the writer-active race before it staged
+        records = open_audit(config).records(table=table_name, operation="compact")
+        assert [r.run_id for r in records if r.decision == "interrupted"] == ["killed-run"]
         assert all(r.decision == "defer" and r.reason.startswith("writer active")
-                   for r in open_audit(config).records(table=table_name, operation="compact"))
+                   for r in records if r.decision != "interrupted")
         writer.wait_for_more(1)
 
         outcome = run_compaction(config, spark, CompactionRequest(table_name, DATE, run_id="after-the-kill"))

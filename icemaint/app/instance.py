@@ -27,6 +27,12 @@ def instance_settings(config: MaintenanceConfig) -> dict:
                 {"key": PARTITION_TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
             ],
         }},
+        # Dagster 1.13's DefaultRunLauncher cannot check a run worker's health, so monitoring fails only
+        # launched runs that never start (and cancels that never finish); a STARTED run whose process
+        # died is the reaper's (sensors/reaper.py). No max runtime: a compaction's length follows its data,
+        # and a long run is no proof of a dead one. DefaultRunLauncher cannot resume a run: 0 attempts.
+        "run_monitoring": {"enabled": True, "start_timeout_seconds": 300, "cancel_timeout_seconds": 300,
+                           "max_resume_run_attempts": 0, "poll_interval_seconds": 60},
     }
 
 

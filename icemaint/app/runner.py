@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 from dataclasses import dataclass, field
 
 from icemaint.config import MaintenanceConfig
@@ -16,6 +17,7 @@ from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
 from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG
+from sensors.reaper import process_tags
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +91,11 @@ class MaintenanceRunner:
         table = (tags or {}).get(TABLE_TAG)
         before = self._main(table)
         run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": self.log_level}}}}
-        result = job.execute_in_process(instance=self.instance, partition_key=partition_key,
-                                        run_config=run_config, tags=tags or {}, raise_on_error=False)
+        # This process executes the run: its pid, host and start let the reaper prove it dead if it dies.
+        run_id = str(uuid.uuid4())
+        result = job.execute_in_process(instance=self.instance, partition_key=partition_key, run_id=run_id,
+                                        run_config=run_config, tags={**(tags or {}), **process_tags(run_id)},
+                                        raise_on_error=False)
         outcome, error = {}, None
         for event in result.all_events:
             if event.is_step_materialization or event.event_type_value == "ASSET_OBSERVATION":

@@ -46,9 +46,13 @@ class Ticker:
         from sensors.compaction import evaluate_compaction
         from sensors.discovery import discover_tables
 
+        from sensors.reaper import reap_dead_runs
+
         instance = self.runner.instance
+        # First: a run left STARTED by a dead process would hold its table's slot in the run queue.
+        reaped = [d for d in reap_dead_runs(instance, dry_run=dry_run) if d.reap]
         now = dt.datetime.now(dt.timezone.utc)
-        lines, failed = [], False
+        lines, failed = [d.line() for d in reaped], False
         added, removed = discover_tables(instance, self.catalog)
         if added and not dry_run:
             instance.add_dynamic_partitions(table_partitions.name, added)
@@ -110,6 +114,7 @@ class Ticker:
         lines += retention_lines
         errors = {**plan.errors, **retention_errors}
         return {"decisions": decisions, "discovered": added, "removed": removed, "errors": errors,
+                "reaped": [d.run_id for d in reaped],
                 "lines": lines, "failed": failed or retention_failed or bool(errors)}
 
     def _tick_retention(self, dry_run: bool) -> tuple[list[dict], list[str], bool, dict]:

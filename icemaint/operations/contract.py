@@ -1,12 +1,21 @@
-"""The operating contract's shell, written once: check policy -> claim -> act -> record -> release.
+"""The operating contract's shell, written once: check policy -> claim -> verify -> mark started -> act ->
+record -> release.
 
 Every mutating operation runs through `OperatingContract.run`; compaction and housekeeping supply
 only their own act and record steps (as pyiceberg's update classes supply only their changes to one
 `commit`). The shell guarantees, whatever the act does:
 - a table the policy refuses is refused before the claim is even asked for;
 - a busy claim defers, naming its holder;
+- under the claim, before the act, `main`'s lineage is verified: a data rewrite of ours that carries
+  no passing proof (or a staging snapshot on `main`) cannot come from stage -> prove -> publish, so it
+  is reported loudly (an error in the log and one `lineage`/`unproven` audit record per snapshot);
+- before the act, a `started` marker naming this process is stored in the audit log, so a call
+  killed mid-act reads back as `interrupted` instead of missing;
 - an act that raises is recorded as failed, then the error propagates;
-- the claim is always released, and exactly one audit record is written per call.
+- the claim is always released, and exactly one audit record is read back per call: the call's
+  decision (its `record` step writes it once), or `interrupted` when its process died before that,
+  or `started` while it runs. Refusals and deferrals never act and store no marker. Records the act
+  writes itself (a staging cleanup, an approval) are decisions of their own, one record each.
 
 A pass over one table (`icemaint maintain`) takes the table's claim once and runs its steps inside
 `under_pass(claim)`: each step's shell then works under that claim instead of taking its own, so no
@@ -15,19 +24,29 @@ other maintenance run (or cooperating writer) gets in between the steps.
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Iterable, Mapping, TypeVar
 
+from icemaint.safety.audit import STARTED, AuditRecord, ProcessRef, audit_call, open_audit
 from icemaint.safety.claims import ClaimBusy
 from icemaint.domain.decisions import DEFER, FAILED, REFUSE, refusal_for
+from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.units import format_duration
+from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, STAGE_KEY, STAGED_SNAPSHOT_KEY
 
+log = logging.getLogger(__name__)
 Outcome = TypeVar("Outcome")
+LINEAGE, UNPROVEN = "lineage", "unproven"
+# Summary counts that say a replace changed data or delete files (a manifest rewrite changes none).
+_FILE_CHANGES = ("added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files",
+                 "removed-position-delete-files", "removed-equality-delete-files")
 CLAIM_POLL_SECONDS = 2.0
 _PASS_CLAIM: ContextVar = ContextVar("icemaint_pass_claim", default=None)
 
@@ -63,10 +82,19 @@ class ContractRun:
 class OperatingContract(Generic[Outcome]):
     """Runs one operation on one table under the contract (see `run`)."""
 
-    def __init__(self, config, reader, claims):
+    def __init__(self, config, reader, claims, audit=None):
+        """`audit` receives the started markers and lineage reports; by default the config's audit log
+        (the one the operations' record steps write to)."""
         self.config = config
         self.reader = reader
         self.claims = claims
+        self._audit = audit
+
+    @property
+    def audit(self):
+        if self._audit is None:
+            self._audit = open_audit(self.config)
+        return self._audit
 
     def run(self, operation: str, table: str, run_id: str | None, *,
             new_outcome: Callable[[ContractRun], Outcome],
@@ -88,6 +116,11 @@ class OperatingContract(Generic[Outcome]):
             InvalidTableName, TableNotFound: bad input, before anything is touched.
             Whatever `act` raised, after the failure was recorded and the claim released.
         """
+        with audit_call(uuid.uuid4().hex):  # pairs the started marker with the record step's decision
+            return self._run(operation, table, run_id, new_outcome=new_outcome, act=act, record=record,
+                             wait_for_claim=wait_for_claim, progress=progress, sleep=sleep)
+
+    def _run(self, operation, table, run_id, *, new_outcome, act, record, wait_for_claim, progress, sleep):
         started = time.perf_counter()
         name = TableName.parse(table)
         location = self.reader.metadata_location(name.key)  # TableNotFound before anything else
@@ -118,6 +151,7 @@ class OperatingContract(Generic[Outcome]):
                 sleep(step)
                 waited += step
         try:
+            self._begin(run, outcome, claim.holder, run_id, progress)
             act(run, outcome)
         except Exception as exc:
             outcome.decision = FAILED
@@ -128,6 +162,92 @@ class OperatingContract(Generic[Outcome]):
             if claim is not passed:
                 claim.release()
         return record(run, outcome)
+
+    def _begin(self, run: ContractRun, outcome, holder: str, run_id: str | None,
+               progress: Callable[[str], None]) -> None:
+        """Under the claim, before the act: verify main's lineage, then store the started marker."""
+        main_id, lineage = None, {}
+        try:
+            table = self.reader.load(run.name.key)
+            snapshot = table.current_snapshot()
+            main_id = snapshot.snapshot_id if snapshot else None
+            snapshots = list(main_lineage(table))
+            unproven = unproven_rewrites(snapshots)
+            lineage = {"checked_snapshots": len(snapshots), "unproven": [u["snapshot_id"] for u in unproven]}
+        except Exception as exc:  # the act reads the table too and fails loudly if it cannot; noted here
+            log.warning("%s: main's lineage could not be verified: %s", run.name.key, exc)
+            unproven, lineage = [], {"error": f"{type(exc).__name__}: {first_line(exc)}"}
+        if unproven:
+            self._report_unproven(run, unproven, run_id, progress)
+        self.audit.append(AuditRecord(
+            table=run.name.key, operation=run.operation, decision=STARTED, identity=run.identity, run_id=run_id,
+            date=getattr(outcome, "date", None), before_snapshot_id=main_id,
+            reason=f"started under claim {holder} with main at snapshot {main_id}",
+            details={"process": ProcessRef.current().to_dict(), "claim_holder": holder,
+                     "metadata_location": run.metadata_location, "lineage": lineage}))
+
+    def _report_unproven(self, run: ContractRun, unproven: list[dict], run_id: str | None,
+                         progress: Callable[[str], None]) -> None:
+        reported = {r.after_snapshot_id for r in self.audit.records(table=run.name.key, operation=LINEAGE)
+                    if r.decision == UNPROVEN}
+        for found in unproven:
+            message = f"{run.name.key}: {found['what']}"
+            log.error(message)
+            progress(f"UNPROVEN REWRITE ON MAIN: {message}")
+            if found["snapshot_id"] in reported:
+                continue
+            self.audit.append(AuditRecord(
+                table=run.name.key, operation=LINEAGE, decision=UNPROVEN, identity=run.identity, run_id=run_id,
+                before_snapshot_id=found["parent_id"], after_snapshot_id=found["snapshot_id"],
+                reason=found["what"], details=found))
+
+
+def main_lineage(table) -> Iterable[tuple[int, int | None, str | None, Mapping[str, str]]]:
+    """(snapshot id, parent id, operation, summary properties) of a pyiceberg table's `main`, newest first."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}  # one pass, however long the history
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        summary = snapshot.summary
+        operation = summary.operation.value if summary is not None else None
+        yield (snapshot.snapshot_id, snapshot.parent_snapshot_id, operation,
+               dict(summary.additional_properties) if summary is not None else {})
+        snapshot = by_id.get(snapshot.parent_snapshot_id)
+
+
+def unproven_rewrites(lineage: Iterable[tuple[int, int | None, str | None, Mapping[str, str]]]) -> list[dict]:
+    """Snapshots on `main` that stage -> prove -> publish cannot have produced, newest first.
+
+    Our data rewrite (`replace` tagged as maintenance or with a run id, changing data or delete files)
+    without `icemaint.proof=passed`; or a staging snapshot (it duplicates the rows it rewrites) that
+    reached `main`. A manifest rewrite changes no file and needs no proof.
+    """
+    out = []
+    for snapshot_id, parent_id, operation, summary in lineage:
+        ours = summary.get(MAINTENANCE_TAG) == "true" or RUN_ID_KEY in summary
+        evidence = {"snapshot_id": snapshot_id, "parent_id": parent_id, "operation": operation,
+                    "summary": {k: summary[k] for k in (MAINTENANCE_TAG, RUN_ID_KEY, PROOF_KEY, PROOF_ID_KEY,
+                                                        STAGED_SNAPSHOT_KEY, STAGE_KEY, *_FILE_CHANGES)
+                                if k in summary}}
+        if STAGE_KEY in summary:
+            out.append({**evidence, "what": (
+                f"snapshot {snapshot_id} on main is a staging snapshot ({STAGE_KEY}={summary[STAGE_KEY]}): "
+                "staged files were never meant to reach main, they hold a second copy of the rows they rewrite")})
+        elif ours and operation == "replace" and summary.get(PROOF_KEY) != "passed" \
+                and any(_count(summary.get(k)) for k in _FILE_CHANGES):
+            proof = summary.get(PROOF_KEY)
+            out.append({**evidence, "what": (
+                f"snapshot {snapshot_id} on main is an icemaint rewrite (run {summary.get(RUN_ID_KEY, 'unknown')}) "
+                f"without a passing proof ({PROOF_KEY}={proof if proof is not None else 'missing'}): it did not "
+                f"come through stage -> prove -> publish; the files it replaced stay readable as of snapshot "
+                f"{parent_id} until expiry removes that snapshot")})
+    return out
+
+
+def _count(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def first_line(exc: BaseException, limit: int = 500) -> str:

@@ -1,5 +1,11 @@
 """The audit log: one append-only record per maintenance decision (run, defer, refuse, noop,
 rollback, failed, approved, ...), kept in a JSON-lines file or a PostgreSQL table.
+
+A call of the operating contract that acts also stores a `started` marker before its act, naming its
+process (pid, host and the process's start, so a reused pid is never taken for it). `records()` reads
+every call back as exactly one record: its decision once written; else `started` while its process
+runs; else `interrupted` (the process died before it could record what it did). Marker and decision
+are paired by `call_id`, which every record written inside the call carries (`audit_call`).
 """
 
 from __future__ import annotations
@@ -11,9 +17,13 @@ import json
 import logging
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
+import socket
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, field, fields, replace
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from icemaint.config import ConfigError
 from icemaint.safety.postgres import PostgresConnector, dsn_from_env
@@ -23,7 +33,8 @@ if TYPE_CHECKING:
 
 # The usual values; others are allowed (lowercase words), so a new step needs no change here.
 OPERATIONS = ("compact", "expire", "orphans", "manifests", "approve", "purge_quarantine", "cleanup")
-DECISIONS = ("run", "defer", "refuse", "noop", "not_published", "failed", "approved")
+DECISIONS = ("run", "defer", "refuse", "noop", "not_published", "failed", "approved", "started", "interrupted")
+STARTED, INTERRUPTED = "started", "interrupted"
 
 _log = logging.getLogger(__name__)
 _WORD = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -35,6 +46,132 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+# -- the process behind a record ----------------------------------------------------------------
+
+class ProcessState(str, Enum):
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNKNOWN = "unknown"  # on another host, or no way to tell here
+
+
+_PROC = Path("/proc")
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) of a Linux process; None when there is none."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields_ = text.rsplit(")", 1)[1].split()  # the command name (in parentheses) may hold spaces
+    return fields_[0], int(fields_[19])
+
+
+def _boot_id() -> str | None:
+    try:
+        return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _boot_time() -> float | None:
+    try:
+        for line in (_PROC / "stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process as another process can check it later: pid and host, plus how to tell a reused pid.
+
+    `start` ("<boot id>:<start ticks>", Linux) identifies the process exactly; without it, `existed_at`
+    (epoch seconds at which the process is known to have run, e.g. an event it wrote) rules out a
+    process that started later under the same pid.
+    """
+
+    pid: int
+    host: str | None = None
+    start: str | None = None
+    existed_at: float | None = None
+
+    @classmethod
+    def current(cls) -> "ProcessRef":
+        """This process."""
+        pid, stat, boot = os.getpid(), _proc_stat(os.getpid()), _boot_id()
+        return cls(pid, socket.gethostname(), f"{boot}:{stat[1]}" if stat and boot else None)
+
+    def to_dict(self) -> dict:
+        return {"pid": self.pid, "host": self.host, "start": self.start}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "ProcessRef | None":
+        if not isinstance(data, Mapping) or isinstance(data.get("pid"), bool) or not isinstance(data.get("pid"), int):
+            return None
+        return cls(data["pid"], data.get("host"), data.get("start"))
+
+    def describe(self) -> str:
+        return f"pid {self.pid}" + (f" on {self.host}" if self.host else "")
+
+    def probe(self) -> tuple[ProcessState, str]:
+        """Whether the process still runs, and why we say so.
+
+        DEAD only on proof: no process has the pid, it is a zombie, the host rebooted since, or the pid
+        belongs to a process that started later. A process on another host is UNKNOWN, never DEAD.
+        """
+        here = socket.gethostname()
+        if self.host and self.host != here:
+            return ProcessState.UNKNOWN, f"{self.describe()} runs on another host than this one ({here})"
+        if not _PROC.joinpath("self").exists():  # no procfs: existence only, a reused pid looks alive
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return ProcessState.DEAD, f"no process has pid {self.pid}"
+            except PermissionError:
+                pass
+            return ProcessState.ALIVE, f"a process with pid {self.pid} exists"
+        stat = _proc_stat(self.pid)
+        if stat is None:
+            return ProcessState.DEAD, f"no process has pid {self.pid}"
+        state, ticks = stat
+        if state in ("Z", "X"):
+            return ProcessState.DEAD, f"pid {self.pid} has exited (a zombie)"
+        if self.start:
+            boot, _, started = self.start.partition(":")
+            if boot != _boot_id():
+                return ProcessState.DEAD, f"the host has rebooted since {self.describe()} ran"
+            if started != str(ticks):
+                return ProcessState.DEAD, f"pid {self.pid} now belongs to another process (started later)"
+        elif self.existed_at is not None:
+            booted = _boot_time()
+            # btime is whole seconds: allow 2 s before calling a process younger than the evidence
+            if booted is not None and booted + ticks / os.sysconf("SC_CLK_TCK") > self.existed_at + 2:
+                return ProcessState.DEAD, f"pid {self.pid} now belongs to another process (started later)"
+        return ProcessState.ALIVE, f"{self.describe()} is running"
+
+
+# -- calls: a started marker and the decision that ends it -----------------------------------
+
+_CALL: ContextVar[str | None] = ContextVar("icemaint_audit_call", default=None)
+
+
+@contextmanager
+def audit_call(call_id: str) -> Iterator[str]:
+    """Every record built in the block carries `call_id` (the contract's calls use it)."""
+    token = _CALL.set(call_id)
+    try:
+        yield call_id
+    finally:
+        _CALL.reset(token)
+
+
+def _current_call() -> str | None:
+    return _CALL.get()
+
+
 class AuditLogCorrupt(RuntimeError):
     """A stored audit line that cannot be read back; the message names where it is."""
 
@@ -44,7 +181,8 @@ class AuditRecord:
     """One maintenance decision: what was decided for which table, why, and the evidence.
 
     The dict fields hold JSON-serialisable evidence (they are copied on construction, so the
-    record does not change when the caller's dicts do).
+    record does not change when the caller's dicts do). `call_id` defaults to the contract call the
+    record is built in (`audit_call`), which pairs a call's `started` marker with its decision.
     """
 
     ts: dt.datetime = field(default_factory=_utcnow)
@@ -65,6 +203,7 @@ class AuditRecord:
     rollback: dict = field(default_factory=dict)
     durations: dict = field(default_factory=dict)
     details: dict = field(default_factory=dict)
+    call_id: str | None = field(default_factory=_current_call)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ts, dt.datetime) or self.ts.tzinfo is None:
@@ -80,7 +219,7 @@ class AuditRecord:
             object.__setattr__(self, name, str(value))  # a Verdict or Operation is stored as its word
         if not isinstance(self.reason, str):
             raise ValueError(f"audit reason {self.reason!r} must be a string")
-        for name in ("date", "trigger", "identity", "run_id"):
+        for name in ("date", "trigger", "identity", "run_id", "call_id"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"audit {name} {value!r} must be a string or None")
@@ -114,14 +253,24 @@ class AuditRecord:
             raise TypeError(f"an audit record is a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs.setdefault("call_id", None)  # a stored record is never stamped with the reader's call
         ts = kwargs.get("ts")
         if isinstance(ts, str):
             kwargs["ts"] = dt.datetime.fromisoformat(ts)
         return cls(**kwargs)
 
 
+Probe = Callable[[ProcessRef], tuple[ProcessState, str]]
+
+
+def probe_process(ref: ProcessRef) -> tuple[ProcessState, str]:
+    return ref.probe()
+
+
 class AuditLog(abc.ABC):
     """Where audit records go. Append-only: there is no way to change or delete a record."""
+
+    probe: Probe = staticmethod(probe_process)  # how an open call's process is checked (tests swap it)
 
     @abc.abstractmethod
     def append(self, record: AuditRecord) -> None:
@@ -130,7 +279,11 @@ class AuditLog(abc.ABC):
     @abc.abstractmethod
     def records(self, table: str | None = None, operation: str | None = None,
                 since: dt.datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
-        """Stored records in the order they were appended, optionally filtered.
+        """Stored records in the order they were appended, optionally filtered; one per call.
+
+        A call's `started` marker is left out once its decision is stored. A marker with no decision
+        reads as `interrupted` when its process is provably dead (see `ProcessRef.probe`), else as
+        `started` (still running, or on a host where that cannot be checked), its reason saying which.
 
         Args:
             table: only this table.
@@ -138,6 +291,22 @@ class AuditLog(abc.ABC):
             since: only records with `ts >= since` (timezone-aware).
             limit: only the most recent `limit` matching records (still oldest first).
         """
+
+    def _open_call(self, marker: AuditRecord, seen: dict) -> AuditRecord:
+        """A `started` marker whose call stored no decision: `interrupted` if its process is dead."""
+        ref = ProcessRef.from_dict(marker.details.get("process"))
+        if ref is None:
+            return marker
+        if ref not in seen:
+            seen[ref] = self.probe(ref)
+        state, why = seen[ref]
+        if state is ProcessState.DEAD:
+            return replace(marker, decision=INTERRUPTED, reason=(
+                f"interrupted: the {marker.operation} started at {marker.ts:%Y-%m-%d %H:%M:%S} UTC by "
+                f"{ref.describe()} ended without recording an outcome ({why}); its claim ended with its "
+                f"process. At its start: {marker.reason}"))
+        still = "still running" if state is ProcessState.ALIVE else "cannot be checked from here"
+        return replace(marker, reason=f"{marker.reason} [no outcome yet; {why}: {still}]")
 
 
 def _check_filters(since: dt.datetime | None, limit: int | None) -> None:
@@ -151,8 +320,10 @@ class FileAuditLog(AuditLog):
     """JSON lines at `<state_dir>/audit/audit.jsonl`, appended under an exclusive `flock` so
     concurrent processes never interleave lines."""
 
-    def __init__(self, state_dir: str | os.PathLike):
+    def __init__(self, state_dir: str | os.PathLike, probe: Probe | None = None):
         self.path = Path(state_dir) / "audit" / "audit.jsonl"
+        if probe is not None:
+            self.probe = probe
 
     def append(self, record: AuditRecord) -> None:
         line = (json.dumps(record.to_dict(), sort_keys=True, allow_nan=False) + "\n").encode()
@@ -187,7 +358,7 @@ class FileAuditLog(AuditLog):
             # A shared lock: no appender is halfway through a line while we read.
             fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
             data = fh.read()
-        out = []
+        stored = []
         for number, raw in enumerate(data.splitlines(), start=1):
             if not raw.strip():
                 continue
@@ -198,9 +369,17 @@ class FileAuditLog(AuditLog):
                 _log.warning("%s:%d: skipping a torn (incomplete) audit line", self.path, number)
                 continue
             try:
-                record = AuditRecord.from_dict(data)
+                stored.append(AuditRecord.from_dict(data))
             except (ValueError, TypeError) as exc:
                 raise AuditLogCorrupt(f"{self.path}:{number}: not an audit record: {exc}") from None
+        # Decided over the whole log, so a filter (since, limit) never reopens a call that ended.
+        ended = {(r.call_id, r.operation) for r in stored if r.call_id and r.decision != STARTED}
+        out, seen = [], {}
+        for record in stored:
+            if record.decision == STARTED:
+                if (record.call_id, record.operation) in ended:
+                    continue
+                record = self._open_call(record, seen)
             if table is not None and record.table != table:
                 continue
             if operation is not None and record.operation != operation:
@@ -229,6 +408,8 @@ _AUDIT_DDL = (
     )
     """,
     "CREATE INDEX IF NOT EXISTS icemaint_audit_table_ts ON icemaint_audit (table_name, ts)",
+    # pairs a call's started marker with its decision (see PostgresAuditLog.records)
+    "CREATE INDEX IF NOT EXISTS icemaint_audit_call ON icemaint_audit ((record->>'call_id'))",
     """
     CREATE OR REPLACE FUNCTION icemaint_audit_append_only() RETURNS trigger
     LANGUAGE plpgsql AS $$
@@ -263,8 +444,10 @@ class PostgresAuditLog(AuditLog):
     """Rows of `icemaint_audit`; triggers in the database refuse UPDATE, DELETE and TRUNCATE,
     so the log stays append-only whoever connects."""
 
-    def __init__(self, dsn: str, connect_timeout_s: int = 10):
+    def __init__(self, dsn: str, connect_timeout_s: int = 10, probe: Probe | None = None):
         self._db = PostgresConnector(dsn, connect_timeout_s)
+        if probe is not None:
+            self.probe = probe
 
     def _connect(self):
         conn = self._db.connect("icemaint audit")
@@ -292,18 +475,18 @@ class PostgresAuditLog(AuditLog):
     def records(self, table: str | None = None, operation: str | None = None,
                 since: dt.datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
         _check_filters(since, limit)
-        where, params = [], []
+        # A started marker whose call stored its decision is left out here, so LIMIT counts calls.
+        where, params = ["NOT (a.decision = 'started' AND EXISTS (SELECT 1 FROM icemaint_audit e "
+                         "WHERE e.record->>'call_id' = a.record->>'call_id' AND e.operation = a.operation "
+                         "AND e.decision <> 'started'))"], []
         for column, value in (("table_name", table), ("operation", operation)):
             if value is not None:
-                where.append(f"{column} = %s")  # column names are constants of this module
+                where.append(f"a.{column} = %s")  # column names are constants of this module
                 params.append(value)
         if since is not None:
-            where.append("ts >= %s")
+            where.append("a.ts >= %s")
             params.append(since)
-        sql = "SELECT id, record FROM icemaint_audit"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY id DESC"
+        sql = "SELECT a.id, a.record FROM icemaint_audit a WHERE " + " AND ".join(where) + " ORDER BY a.id DESC"
         if limit is not None:
             sql += " LIMIT %s"
             params.append(limit)
@@ -314,12 +497,13 @@ class PostgresAuditLog(AuditLog):
                 rows = cur.fetchall()
         finally:
             conn.close()
-        out = []
+        out, seen = [], {}
         for row_id, data in reversed(rows):
             try:
-                out.append(AuditRecord.from_dict(data))
+                record = AuditRecord.from_dict(data)
             except (ValueError, TypeError) as exc:
                 raise AuditLogCorrupt(f"icemaint_audit id {row_id}: not an audit record: {exc}") from None
+            out.append(self._open_call(record, seen) if record.decision == STARTED else record)
         return out
 
 

@@ -1,0 +1,570 @@
+"""Crash recovery, per phase, with real processes: `icemaint` killed with SIGKILL (its whole process
+group, Spark's JVM included) while it holds the claim, while its staging branch exists and while it
+expires snapshots. After each kill the table reads the writer's rows (pyiceberg, an independent
+reader), `main` never moved backwards, the claim is free, the Dagster run is reaped (by the real
+daemon's sensor, with a queued run waiting on the table's slot), `icemaint audit` shows the run as
+`interrupted`, and the next run succeeds and cleans up after the dead one.
+
+Also: the audit's started/interrupted folding on both sinks, the proof of death, the reaper's pure
+decisions and a real instance, and the lineage check that reports an unproven rewrite on `main`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import make_config, streaming_table, write_config
+from icemaint.config import load_config
+from icemaint.engine.staging import PROOF_KEY, RUN_ID_KEY, STAGE_KEY, STAGE_PREFIX
+from icemaint.observe.catalog import CatalogReader
+from icemaint.operations.contract import LINEAGE, UNPROVEN, unproven_rewrites
+from icemaint.safety.audit import (AuditRecord, FileAuditLog, ProcessRef, ProcessState, audit_call, open_audit,
+                                   probe_process)
+from icemaint.safety.claims import open_claims
+from sensors.reaper import (GRPC_INFO_TAG, HOST_TAG, PID_TAG, PROCESS_RUN_TAG, PROCESS_START_TAG, RunFacts,
+                            decide_reaping, reap_dead_runs, run_worker)
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+DATE = "2026-01-02"
+PHASE_TIMEOUT_S = 240
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def marker(table="db.events", operation="compact", process=None, call_id="c1", **kw) -> AuditRecord:
+    process = process or ProcessRef.current()
+    return AuditRecord(table=table, operation=operation, decision="started", reason="started under claim x",
+                       call_id=call_id, details={"process": process.to_dict()}, **kw)
+
+
+def ended(table="db.events", operation="compact", call_id="c1", decision="run") -> AuditRecord:
+    return AuditRecord(table=table, operation=operation, decision=decision, reason="done", call_id=call_id)
+
+
+def raw_audit(state_dir: Path) -> list[dict]:
+    """The audit file's stored lines as they are (no folding)."""
+    path = state_dir / "audit" / "audit.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass  # a line being written
+    return out
+
+
+def reader_ids(config, table: str) -> list[int]:
+    return CatalogReader(config).load(table).scan().to_arrow().column("event_id").to_pylist()
+
+
+def assert_rows(config, table: str, expected: set[int]) -> None:
+    ids = reader_ids(config, table)
+    duplicated = sorted(i for i, n in Counter(ids).items() if n > 1)
+    assert not duplicated, f"{len(duplicated)} duplicated rows, e.g. {duplicated[:5]}"
+    missing, extra = expected - set(ids), set(ids) - expected
+    assert not missing and not extra, f"{len(missing)} lost rows, e.g. {sorted(missing)[:5]}; {len(extra)} unexpected"
+
+
+def main_chain(config, table: str) -> list[int]:
+    """main's snapshot ids, newest first (pyiceberg)."""
+    tbl = CatalogReader(config).load(table)
+    out, snap = [], tbl.current_snapshot()
+    while snap is not None:
+        out.append(snap.snapshot_id)
+        snap = tbl.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    return out
+
+
+def assert_forward(config, table: str, head_before: int) -> None:
+    assert head_before in main_chain(config, table), f"main moved backwards: {head_before} left main's lineage"
+
+
+def staging_refs(config, table: str) -> dict[str, int]:
+    refs = CatalogReader(config).load(table).metadata.refs
+    return {name: ref.snapshot_id for name, ref in refs.items() if name.startswith(STAGE_PREFIX)}
+
+
+def icemaint(config_path: Path, *args: str, log: Path) -> subprocess.Popen:
+    """`icemaint --config PATH ARGS` in its own process group (so a kill reaches Spark's JVM too)."""
+    out = open(log, "ab")
+    try:
+        return subprocess.Popen([str(BIN / "icemaint"), "--config", str(config_path), *args], cwd=REPO,
+                                env={**os.environ, "ICEMAINT_IDENTITY": "maint-test"}, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        out.close()
+
+
+def icemaint_run(config_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "icemaint"), "--config", str(config_path), *args], cwd=REPO,
+                          env={**os.environ, "ICEMAINT_IDENTITY": "maint-test"}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def wait_for(what: str, probe, proc: subprocess.Popen, log: Path, poll: float = 0.02):
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        if proc.poll() is not None:
+            pytest.fail(f"icemaint exited ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
+        time.sleep(poll)
+    pytest.fail(f"icemaint never reached {what} in {PHASE_TIMEOUT_S}s:\n{log.read_text()[-3000:]}")
+
+
+def freeze(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGSTOP)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL to the whole group (Python and Spark's JVM): no cleanup runs anywhere."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+
+
+def started_markers(state_dir: Path, table: str, operation: str) -> list[dict]:
+    return [r for r in raw_audit(state_dir) if r["table"] == table and r["operation"] == operation
+            and r["decision"] == "started"]
+
+
+def instance_for(config):
+    from dagster import DagsterInstance
+
+    from icemaint.app.instance import ensure_dagster_home
+
+    return DagsterInstance.from_config(str(ensure_dagster_home(config)))
+
+
+def run_of(instance, pid: int):
+    """The Dagster run an in-process `icemaint` with this pid executed."""
+    runs = [r for r in instance.get_runs() if r.tags.get(PID_TAG) == str(pid)]
+    assert len(runs) == 1, [(r.run_id, r.status) for r in runs]
+    return runs[0]
+
+
+# -- the audit: started markers fold into one record per call ----------------------------------------
+
+@pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.postgres)])
+def audit_log(request, tmp_path, monkeypatch):
+    if request.param == "postgres":
+        from pg_server import fresh_database
+
+        with fresh_database(request.getfixturevalue("postgres_dsn"), f"crash_{uuid.uuid4().hex[:8]}") as dsn:
+            monkeypatch.setenv("ICEMAINT_TEST_CRASH_DSN", dsn)
+            yield open_audit(make_config(tmp_path, audit={"sink": "postgres", "dsn_env": "ICEMAINT_TEST_CRASH_DSN"}))
+        return
+    yield open_audit(make_config(tmp_path))
+
+
+def test_a_call_reads_back_as_one_record_started_running_or_interrupted(audit_log):
+    audit_log.append(marker(call_id="ended"))
+    audit_log.append(AuditRecord(table="db.events", operation="cleanup", decision="run", reason="branch removed",
+                                 call_id="ended"))  # written by the act: a decision of its own
+    audit_log.append(ended(call_id="ended"))
+    audit_log.append(marker(call_id="running"))  # this process: alive
+    audit_log.append(marker(call_id="dead", process=ProcessRef(dead_pid(), ProcessRef.current().host)))
+    audit_log.append(marker(call_id="elsewhere", process=ProcessRef(1, "another-host")))
+    audit_log.append(marker(operation="expire", call_id="dead-expiry",
+                            process=ProcessRef(dead_pid(), ProcessRef.current().host)))
+
+    got = [(r.call_id, r.operation, r.decision) for r in audit_log.records()]
+    assert got == [("ended", "cleanup", "run"), ("ended", "compact", "run"), ("running", "compact", "started"),
+                   ("dead", "compact", "interrupted"), ("elsewhere", "compact", "started"),
+                   ("dead-expiry", "expire", "interrupted")]
+    by_call = {r.call_id: r for r in audit_log.records(operation="compact")}
+    assert "still running" in by_call["running"].reason
+    assert by_call["dead"].reason.startswith("interrupted: the compact started at ")
+    assert "no process has pid" in by_call["dead"].reason
+    assert "another host" in by_call["elsewhere"].reason and "cannot be checked" in by_call["elsewhere"].reason
+    # limit counts calls: an ended call's marker is left out before the limit applies
+    assert [r.call_id for r in audit_log.records(limit=2)] == ["elsewhere", "dead-expiry"]
+    assert [r.decision for r in audit_log.records(operation="expire")] == ["interrupted"]
+
+
+def test_records_built_inside_a_call_carry_its_id_and_stored_ones_never_take_the_readers(tmp_path):
+    log = FileAuditLog(tmp_path)
+    log.append(AuditRecord(table="db.events", operation="compact", decision="run", reason="old record"))
+    with audit_call("abc"):
+        inside = AuditRecord(table="db.events", operation="compact", decision="run", reason="x")
+        assert inside.call_id == "abc"
+        assert [r.call_id for r in log.records()] == [None]  # read inside a call: not stamped with it
+    assert AuditRecord(table="db.events", operation="compact", decision="run", reason="x").call_id is None
+
+
+def test_a_process_is_dead_only_on_proof():
+    me = ProcessRef.current()
+    assert me.probe()[0] is ProcessState.ALIVE
+    state, why = ProcessRef(dead_pid(), me.host).probe()
+    assert state is ProcessState.DEAD and "no process has pid" in why
+    if me.start:  # Linux: the same pid with another start is another process
+        boot, _, ticks = me.start.partition(":")
+        state, why = ProcessRef(me.pid, me.host, f"{boot}:{int(ticks) + 1}").probe()
+        assert state is ProcessState.DEAD and "another process" in why
+        state, why = ProcessRef(me.pid, me.host, f"not-this-boot:{ticks}").probe()
+        assert state is ProcessState.DEAD and "rebooted" in why
+        # a pid known to have run long before this process started belongs to someone else now
+        assert ProcessRef(me.pid, existed_at=time.time() - 3600).probe()[0] is ProcessState.DEAD
+        assert ProcessRef(me.pid, existed_at=time.time()).probe()[0] is ProcessState.ALIVE
+    assert ProcessRef(me.pid, "another-host").probe()[0] is ProcessState.UNKNOWN
+
+
+# -- the reaper's decisions --------------------------------------------------------------------------
+
+def _facts(status="STARTED", run_id="r1", **tags) -> RunFacts:
+    return RunFacts(run_id, "compaction_job", status, {"icemaint/table": "db.events", **tags})
+
+
+DEAD = lambda ref: (ProcessState.DEAD, f"no process has pid {ref.pid}")  # noqa: E731
+ALIVE = lambda ref: (ProcessState.ALIVE, f"pid {ref.pid} is running")  # noqa: E731
+
+
+@pytest.mark.parametrize("facts, probe, reap, says", [
+    (_facts(**{PID_TAG: "42", HOST_TAG: "h", PROCESS_RUN_TAG: "r1"}), DEAD, True, "in-process run's process is gone"),
+    (_facts(**{PID_TAG: "42", HOST_TAG: "h", PROCESS_RUN_TAG: "r1"}), ALIVE, False, "is running"),
+    (_facts("STARTING", **{PID_TAG: "42", HOST_TAG: "h", PROCESS_RUN_TAG: "r1"}), DEAD, True, "gone"),
+    # a re-execution that copied its parent's process tags is not judged by them
+    (_facts(**{PID_TAG: "42", HOST_TAG: "h", PROCESS_RUN_TAG: "parent"}), DEAD, False, "no record of the process"),
+    (_facts(), DEAD, False, "no record of the process"),
+    (_facts("QUEUED", **{PID_TAG: "42", PROCESS_RUN_TAG: "r1"}), DEAD, False, "status QUEUED"),
+    (RunFacts("r1", "compaction_job", "STARTED", {GRPC_INFO_TAG: '{"host": "localhost", "port": 1}'}, 42, 1.0),
+     DEAD, True, "run worker's process is gone"),
+    (RunFacts("r1", "compaction_job", "STARTED", {GRPC_INFO_TAG: '{"host": "localhost", "socket": "/s"}'}),
+     DEAD, False, "has not reported a pid"),
+    (RunFacts("r1", "compaction_job", "STARTED", {GRPC_INFO_TAG: '{"host": "10.0.0.9", "port": 1}'}, 42, 1.0),
+     DEAD, False, "not on this host"),
+])
+def test_reaper_reaps_only_a_run_whose_process_is_proven_dead(facts, probe, reap, says):
+    decision = decide_reaping(facts, probe)
+    assert decision.reap is reap and says in decision.reason, decision.reason
+    assert decision.table == "db.events" or GRPC_INFO_TAG in facts.tags
+
+
+HANGING_RUN = textwrap.dedent("""
+    import os, sys, time, uuid
+    import dagster as dg
+    from sensors.reaper import process_tags
+
+    @dg.op
+    def hang():
+        open(sys.argv[2], "w").write(str(os.getpid()))
+        time.sleep(600)
+
+    @dg.job
+    def stuck():
+        hang()
+
+    run_id = str(uuid.uuid4())
+    stuck.execute_in_process(instance=dg.DagsterInstance.from_config(sys.argv[1]), run_id=run_id,
+                             tags={"icemaint/table": sys.argv[3], **process_tags(run_id)})
+""")
+
+
+def test_reaper_marks_failed_the_run_of_a_killed_process_and_leaves_a_live_one(tmp_path, lake_root):
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"))
+    instance = instance_for(config)
+    home = str(config.dagster_home.resolve())
+    procs = []
+    for name in ("killed", "alive"):
+        ready = tmp_path / name
+        procs.append((subprocess.Popen([sys.executable, "-c", HANGING_RUN, home, str(ready), f"t.{name}"], cwd=REPO),
+                      ready))
+    try:
+        for proc, ready in procs:
+            deadline = time.monotonic() + 120
+            while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert ready.exists(), f"the run never started (rc {proc.poll()})"
+        killed, alive = procs[0][0], procs[1][0]
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert {r.tags["icemaint/table"]: r.status.value for r in instance.get_runs()} == \
+            {"t.killed": "STARTED", "t.alive": "STARTED"}
+
+        assert [d.run_id for d in reap_dead_runs(instance, dry_run=True) if d.reap] == [run_of(instance, killed.pid).run_id]
+        assert instance.get_run_by_id(run_of(instance, killed.pid).run_id).status.value == "STARTED"  # dry run
+        decisions = {d.table: d for d in reap_dead_runs(instance)}
+        assert decisions["t.killed"].reap and not decisions["t.alive"].reap, decisions
+        runs = {r.tags["icemaint/table"]: r for r in instance.get_runs()}
+        assert runs["t.killed"].status.value == "FAILURE" and runs["t.alive"].status.value == "STARTED"
+        failure = instance.all_logs(runs["t.killed"].run_id)[-1]
+        assert "icemaint reaper" in failure.dagster_event.message and str(killed.pid) in failure.dagster_event.message
+        assert not [d for d in reap_dead_runs(instance) if d.reap]  # nothing more to reap
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+# -- the lineage check ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("operation, summary, unproven", [
+    ("replace", {"icemaint.maintenance": "true", RUN_ID_KEY: "r", PROOF_KEY: "passed", "added-data-files": "1",
+                 "deleted-data-files": "4"}, False),
+    ("replace", {"icemaint.maintenance": "true", RUN_ID_KEY: "r", "added-data-files": "1",
+                 "deleted-data-files": "4"}, True),
+    ("replace", {RUN_ID_KEY: "r", PROOF_KEY: "failed", "added-data-files": "1", "deleted-data-files": "4"}, True),
+    # a manifest rewrite of ours changes no file: no proof needed
+    ("replace", {"icemaint.maintenance": "true", RUN_ID_KEY: "r", "manifests-created": "1"}, False),
+    # somebody else's rewrite is not ours to judge
+    ("replace", {"added-data-files": "1", "deleted-data-files": "4"}, False),
+    ("append", {"added-data-files": "1"}, False),
+    ("append", {"icemaint.maintenance": "true", STAGE_KEY: "icemaint_stage_x_1", "added-data-files": "1"}, True),
+])
+def test_lineage_check_finds_what_stage_prove_publish_cannot_produce(operation, summary, unproven):
+    found = unproven_rewrites([(2, 1, operation, summary), (1, None, "append", {"added-data-files": "3"})])
+    assert [f["snapshot_id"] for f in found] == ([2] if unproven else [])
+
+
+# -- real processes killed at a phase --------------------------------------------------------------
+
+@pytest.fixture
+def estate(spark, lake_root, tmp_path, table_name):
+    """A day-partitioned table of many small files (and merge-on-read deletes), with a config of its own
+    state dir, as an operator's `icemaint` would use it."""
+    from types import SimpleNamespace
+
+    writer = streaming_table(spark, "lake", table_name, batches=8, days=3, rows_per_day=15, delete_every=3)
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    return SimpleNamespace(table=table_name, path=path, config=load_config(path), state=tmp_path / "state",
+                           expected=writer.ledger.expected_ids(), tmp=tmp_path)
+
+
+def assert_recovered(estate, proc: subprocess.Popen, head_before: int, operation: str):
+    """After a kill: rows as the writer left them, main forward, claim free, the run STARTED (a zombie
+    until reaped), and the call read back from the audit as `interrupted`. Returns (run, record)."""
+    assert_rows(estate.config, estate.table, estate.expected)
+    assert_forward(estate.config, estate.table, head_before)
+    assert open_claims(estate.config).holder_of(estate.table) is None, "the dead run's claim is still held"
+    run = run_of(instance_for(estate.config), proc.pid)
+    assert run.status.value == "STARTED", run.status
+    [record] = [r for r in open_audit(estate.config).records(table=estate.table, operation=operation)
+                if r.details.get("process", {}).get("pid") == proc.pid]
+    assert record.decision == "interrupted" and record.run_id == run.run_id, record
+    assert f"pid {proc.pid}" in record.reason and "no process has pid" in record.reason
+    return run, record
+
+
+def launch_queued_health_run(estate, workspace: Path, env: dict) -> str:
+    """A health run for the table submitted to the run queue (QueuedRunCoordinator), as the UI would."""
+    run_id = str(uuid.uuid4())
+    tags = json.dumps({"dagster/partition": estate.table, "icemaint/table": estate.table})
+    done = subprocess.run([str(BIN / "dagster"), "job", "launch", "-w", str(workspace), "-j", "health_job",
+                           "--tags", tags, "--run-id", run_id], cwd=workspace.parent, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return run_id
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.mark.slow
+def test_compaction_killed_under_the_claim_and_while_staging_recovers_and_the_daemon_reaps(estate, lake_root):
+    config, table, state = estate.config, estate.table, estate.state
+    head = main_chain(config, table)[0]
+
+    # 1. killed while holding the claim, after its started marker, before any staging
+    log1 = estate.tmp / "kill-claim.log"
+    first = icemaint(estate.path, "compact", table, "--date", DATE, log=log1)
+    try:
+        wait_for("the started marker", lambda: started_markers(state, table, "compact"), first, log1, poll=0.005)
+        freeze(first)
+        assert not staging_refs(config, table), "too late: staging had begun before the freeze"
+        holder = open_claims(config).holder_of(table)
+        assert holder is not None and holder.pid == first.pid, holder
+    finally:
+        kill(first)
+    run1, _ = assert_recovered(estate, first, head, "compact")
+
+    # 2. killed while its staged files are on the branch: proving them (main never saw them)
+    log2 = estate.tmp / "kill-staging.log"
+    second = icemaint(estate.path, "compact", table, "--date", DATE, log=log2)
+    try:
+        wait_for("staged files on a branch", lambda: set(staging_refs(config, table).values()) - {head}, second,
+                 log2, poll=0.02)
+        freeze(second)
+        branches = staging_refs(config, table)
+        assert branches, "too late: the run discarded its branch before the freeze"
+        assert main_chain(config, table)[0] == head, "the rewrite was published before the freeze"
+    finally:
+        kill(second)
+    run2, _ = assert_recovered(estate, second, head, "compact")
+    assert staging_refs(config, table) == branches  # left behind by the dead run, not on main
+    assert not set(branches.values()) & set(main_chain(config, table))
+
+    # 3. the real daemon: its reaper sensor frees the table's queue slot the two dead runs held
+    workspace = estate.tmp / "daemon" / "workspace.yaml"
+    workspace.parent.mkdir()
+    workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {
+        "module_name": "maint_assets.definitions", "working_directory": str(REPO)}}]}))
+    # The daemon's own sensors must not compact the table meanwhile: it is disabled for them.
+    daemon_config = write_config(estate.tmp / "daemon.yaml", lake_root, state_dir=str(state),
+                                 scope={"include": [table]}, tables={table: {"enabled": False}})
+    env = {**os.environ, "DAGSTER_HOME": str(config.dagster_home.resolve()), "ICEMAINT_CONFIG": str(daemon_config),
+           "ICEMAINT_IDENTITY": "maint-test"}
+    queued = launch_queued_health_run(estate, workspace, env)
+    instance = instance_for(config)
+    assert instance.get_run_by_id(queued).status.value == "QUEUED"
+    daemon_log = estate.tmp / "daemon" / "daemon.log"
+    with open(daemon_log, "wb") as out:
+        daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], cwd=workspace.parent,
+                                  env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            statuses = {r: instance.get_run_by_id(r).status.value for r in (run1.run_id, run2.run_id, queued)}
+            if statuses[queued] in ("SUCCESS", "FAILURE", "CANCELED"):
+                break
+            assert daemon.poll() is None, daemon_log.read_text()[-3000:]
+            time.sleep(1.0)
+        else:
+            pytest.fail(f"the queue never ran the health run: {statuses}\n{daemon_log.read_text()[-3000:]}")
+    finally:
+        stop_group(daemon)
+    assert statuses == {run1.run_id: "FAILURE", run2.run_id: "FAILURE", queued: "SUCCESS"}, statuses
+    for dead in (run1, run2):
+        [failure] = [e for e in instance.all_logs(dead.run_id) if e.dagster_event and e.dagster_event.is_run_failure]
+        assert "icemaint reaper" in failure.dagster_event.message, failure.dagster_event.message
+        # the queued run of the same table waited for the reaper: one run per table
+        assert instance.get_run_record_by_id(queued).start_time >= failure.timestamp
+    # a launched run is judged by its run worker's pid, as Dagster recorded it (the worker has exited now)
+    launched = instance.get_run_by_id(queued)
+    pid, seen = run_worker(instance, queued)
+    assert GRPC_INFO_TAG in launched.tags and pid is not None and seen is not None, launched.tags
+    verdict = decide_reaping(RunFacts(queued, launched.job_name, "STARTED", dict(launched.tags), pid, seen),
+                             probe_process)
+    assert verdict.reap and "run worker's process is gone" in verdict.reason, verdict
+
+    # 4. `icemaint audit` shows both dead runs as interrupted, not missing
+    shown = icemaint_run(estate.path, "audit", "--table", table, "--json")
+    assert shown.returncode == 0, shown.stderr
+    interrupted = {r["run_id"]: r for r in json.loads(shown.stdout) if r["decision"] == "interrupted"}
+    assert set(interrupted) == {run1.run_id, run2.run_id}, interrupted
+    text = icemaint_run(estate.path, "audit", "--table", table)
+    assert text.stdout.count("interrupted") >= 2, text.stdout
+
+    # 5. the next compaction runs as usual: it removes the dead run's branch (audited) and publishes
+    done = icemaint_run(estate.path, "compact", table, "--date", DATE, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [outcome] = json.loads(done.stdout)
+    assert outcome["decision"] == "run" and outcome["published"], outcome
+    assert outcome["cleaned_staging"] == [{"branch": b, "staged_snapshot_id": s} for b, s in branches.items()]
+    cleanup = open_audit(config).records(table=table, operation="cleanup")
+    assert [r.details["branch"] for r in cleanup] == list(branches)
+    assert not staging_refs(config, table)
+    assert_rows(config, table, estate.expected)
+    assert_forward(config, table, head)
+    last = [r for r in raw_audit(state) if r["decision"] == "started" and r["run_id"] == outcome["run_id"]]
+    assert last and last[0]["details"]["lineage"]["unproven"] == [], last
+    assert [r.decision for r in open_audit(config).records(table=table, operation="compact")][-1] == "run"
+
+
+@pytest.mark.slow
+def test_expiry_killed_mid_act_recovers(estate):
+    config, table, state = estate.config, estate.table, estate.state
+    head = main_chain(config, table)[0]
+    reader = CatalogReader(config)
+    location = reader.metadata_location(table)  # cheap for the hadoop catalog: one small file
+    log = estate.tmp / "kill-expiry.log"
+    proc = icemaint(estate.path, "expire", table, "--older-than", "0s", log=log)
+    try:
+        wait_for("the started marker", lambda: started_markers(state, table, "expire"), proc, log, poll=0.005)
+        # the expiry commit (metadata) lands first, its file deletions follow: kill in between if we can
+        deadline = time.monotonic() + 120
+        while reader.metadata_location(table) == location and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.002)
+        freeze(proc)
+        ends = [r for r in raw_audit(state) if r["operation"] == "expire" and r["decision"] != "started"]
+        assert not ends, f"too late: the expiry ended before the freeze: {ends}"
+    finally:
+        kill(proc)
+    committed = reader.metadata_location(table) != location
+    print(f"expiry killed {'after its commit' if committed else 'before its commit'}")
+    assert_recovered(estate, proc, head, "expire")
+    assert main_chain(config, table)[0] == head  # expiry never moves main
+
+    done = icemaint_run(estate.path, "expire", table, "--older-than", "0s", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["decision"] in (("run", "noop") if committed else ("run",)), outcome
+    assert_rows(config, table, estate.expected)
+    assert main_chain(config, table) == [head], "every older snapshot expired, main unchanged"
+    assert [r.decision for r in open_audit(config).records(table=table, operation="expire")][-1] == outcome["decision"]
+
+
+@pytest.mark.slow
+def test_an_unproven_rewrite_on_main_is_reported_loudly_by_the_next_run(spark, lake_root, tmp_path, table_name,
+                                                                       caplog):
+    """stage -> prove -> publish cannot put an unproven rewrite on main, so the next run checks that it
+    did not happen: a rewrite tagged as ours without `icemaint.proof=passed` (forged here with Iceberg's
+    own rewrite action) is reported as an error and audited once; a proven publish is not."""
+    from icemaint.domain.names import TableName
+    from icemaint.engine.spark_session import iceberg_table
+    from icemaint.operations.compaction import CompactionRequest, Compactor
+
+    writer = streaming_table(spark, "lake", table_name, batches=6, days=3, rows_per_day=10, delete_every=0)
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"))
+
+    def compact(date: str, run_id: str):
+        return Compactor(config, spark, CatalogReader(config), open_claims(config), open_audit(config)).run(
+            CompactionRequest(table_name, date, run_id=run_id))
+
+    proven = compact("2026-01-01", "proven-run")
+    assert proven.decision == "run" and proven.published, proven.reason
+    jtable = iceberg_table(spark, "lake", TableName.parse(table_name))
+    (spark._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(jtable)
+     .option("min-input-files", "2").snapshotProperty("icemaint.maintenance", "true")
+     .snapshotProperty(RUN_ID_KEY, "forged-run").execute())
+    forged = main_chain(config, table_name)[0]
+    assert forged != proven.after_snapshot_id
+
+    with caplog.at_level("ERROR", logger="icemaint.operations.contract"):
+        compact("2026-01-02", "next-run")
+        compact("2026-01-03", "run-after")
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 2 and all(f"snapshot {forged} on main is an icemaint rewrite (run forged-run) without a "
+                                    f"passing proof ({PROOF_KEY}=missing)" in e for e in errors), errors
+    [reported] = open_audit(config).records(table=table_name, operation=LINEAGE)  # audited once, not per run
+    assert reported.decision == UNPROVEN and reported.after_snapshot_id == forged and reported.run_id == "next-run"
+    assert reported.details["summary"][RUN_ID_KEY] == "forged-run"
+    markers = {r["run_id"]: r["details"]["lineage"] for r in raw_audit(tmp_path / "state") if r["decision"] == "started"}
+    assert markers["proven-run"]["unproven"] == [] and markers["next-run"]["unproven"] == [forged]
+    assert_rows(config, table_name, writer.ledger.expected_ids())
