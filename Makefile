@@ -28,9 +28,10 @@ PORT ?= 3000
 ui: setup java
 	$(BIN)/icemaint ui --port $(PORT)
 
-# The production-profile tests need a real PostgreSQL: installed from Debian when missing.
+# The production-profile tests need a real PostgreSQL, the UI tests Chromium: installed from Debian when missing.
 test: setup java
 	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_chromium.sh
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The pure and Dagster-only tests, with no Java on PATH (the `java` marker is set by tests/conftest.py

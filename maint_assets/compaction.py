@@ -66,7 +66,8 @@ def check_result(name: str, outcome: dict, asset_key: str = "compaction") -> dg.
             metadata={"rewritten": dg.MetadataValue.bool(False),
                       "snapshot_id": dg.MetadataValue.text(str(outcome.get("after_snapshot_id")))})
     passed = bool(per_commit) and all(c["passed"] for c in per_commit)
-    # Dagster 1.13 does not attach a check evaluation to a partition: the description names it.
+    # The evaluation is attached to the run's partition; the description names it too (a batched run's
+    # combined result has no single partition).
     sides = ", ".join(f"{c.get('before_snapshot_id')} -> staged {c.get('after_snapshot_id')}" for c in commits)
     return dg.AssetCheckResult(
         check_name=name,
@@ -99,13 +100,18 @@ def combined_check_result(name: str, outcomes: list[dict], asset_key: str) -> dg
                   "failed": dg.MetadataValue.int(len(failed))})
 
 
-def validation_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
+def validation_check_specs(asset: str, partitions_def: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
     """A blocking check per GX proof. The proofs run inside the compaction, under the table's claim and
     before anything is published, so a failed proof leaves `main` untouched; the asset reports each
     verdict as its check result (one per run, over every date a batched run did), which fails the run
     and stops downstream assets when a proof failed."""
-    return [dg.AssetCheckSpec(name, asset=asset, description=description, blocking=True)
-            for name, description in VALIDATION_CHECKS.items()]
+    # Partitioned like their asset: a one-partition run's evaluations are attached to its partition (a
+    # batched backfill run's, which cover several, to none: their description names each date).
+    with warnings.catch_warnings():  # partitioned checks are a preview in Dagster 1.13
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return [dg.AssetCheckSpec(name, asset=asset, description=description, blocking=True,
+                                  partitions_def=partitions_def)
+                for name, description in VALIDATION_CHECKS.items()]
 
 
 def table_dimension_mapping() -> dg.MultiToSingleDimensionPartitionMapping:
@@ -184,7 +190,7 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
                     "each staged on a branch, proven with Great Expectations and published only when proven. "
                     "Tables with a time column are compacted per date by `compaction`.")],
     partitions_def=table_partitions,
-    check_specs=validation_check_specs("table_compaction"),
+    check_specs=validation_check_specs("table_compaction", table_partitions),
     can_subset=True,
 )
 def table_compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
@@ -248,7 +254,7 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
                         "Materializes when a rewrite was staged (published or not); defers and refusals are "
                         "observations.")],
         partitions_def=partitions_def,
-        check_specs=validation_check_specs("compaction"),
+        check_specs=validation_check_specs("compaction", partitions_def),
         can_subset=True,
         backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_DATES_PER_RUN),
     )

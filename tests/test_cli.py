@@ -118,6 +118,13 @@ def test_compact_json_reports_the_proof_and_keeps_every_row(capsys, spark, estat
     assert CatalogReader(estate.config).load(estate.table).current_snapshot().snapshot_id == outcome["after_snapshot_id"]
     assert event_ids(spark, estate) == ids_before
     assert event_ids(spark, estate, outcome["before_snapshot_id"]) == ids_before
+    # the three proofs are check evaluations attached to the (date, table) partition they proved
+    from dagster._core.events import DagsterEventType
+
+    checks = [e.dagster_event.event_specific_data for e in get_instance(estate.config).all_logs(
+        outcome["run_id"], of_type=DagsterEventType.ASSET_CHECK_EVALUATION)]
+    assert sorted((c.check_name, c.passed, c.partition) for c in checks) == [
+        (name, True, f"{date}|{estate.table}") for name in ("column_aggregates", "row_count_parity", "sample_comparison")]
 
     code, out, err = run_cli(capsys, "--config", estate.path, "audit", "--table", estate.table, "--json")
     assert code == 0, err

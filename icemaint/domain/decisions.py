@@ -159,6 +159,18 @@ def estimate_cost(rewrite_bytes: int, files: int, bytes_per_second: float | None
             "seconds": round(rewrite_bytes / rate, 3)}
 
 
+def _busy(base: Decision, policy: TablePolicy, gates: Gates) -> Decision | None:
+    """The deferral when a writer is still active or someone holds the claim, else None."""
+    wc = base.writer_check
+    if not wc["idle"]:
+        return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE, reason=(
+            f"writer active: last writer commit {human_duration(max(wc['seconds_since_writer_commit'], 0.0))} ago, "
+            f"within the {human_duration(policy.writer_idle_seconds)} idle window"))
+    if gates.claim_holder:
+        return replace(base, verdict=DEFER, kind=ReasonKind.CLAIM_BUSY, reason=f"claim busy: held by {gates.claim_holder}")
+    return None
+
+
 def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates: Gates) -> Decision:
     """Whether one date partition of a table should be compacted now, and why (or why not)."""
     base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="", date=date,
@@ -194,13 +206,9 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
         ended = f"ended {human_duration(age)} ago" if age >= 0 else f"has not ended yet (ends in {human_duration(-age)})"
         return replace(base, verdict=DEFER, kind=ReasonKind.HOT_PARTITION, reason=(
             f"hot partition: {date} {ended}, within hot_partition_age {human_duration(policy.hot_partition_age_seconds)}"))
-    wc = base.writer_check
-    if not wc["idle"]:
-        return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE, reason=(
-            f"writer active: last writer commit {human_duration(max(wc['seconds_since_writer_commit'], 0.0))} ago, "
-            f"within the {human_duration(policy.writer_idle_seconds)} idle window"))
-    if gates.claim_holder:
-        return replace(base, verdict=DEFER, kind=ReasonKind.CLAIM_BUSY, reason=f"claim busy: held by {gates.claim_holder}")
+    busy = _busy(base, policy, gates)
+    if busy is not None:
+        return busy
     if rewrite_bytes > policy.max_rewrite_bytes and not gates.approved:
         return replace(base, verdict=DEFER, needs_approval=True, kind=ReasonKind.AWAITING_APPROVAL, reason=(
             f"awaiting approval: rewrite of {human_size(rewrite_bytes)} exceeds max_rewrite_bytes "
@@ -324,13 +332,9 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
                  "small_file_size_bytes": policy.small_file_size_bytes}
     base = replace(base, rationale=rationale, benefit=chosen[0].benefit, cost_estimate=estimate_cost(
         choice.rewrite_bytes, sum(p.rewrite_files for p in chosen), gates.bytes_per_second))
-    wc = base.writer_check
-    if not wc["idle"]:
-        return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE, reason=(
-            f"writer active: last writer commit {human_duration(max(wc['seconds_since_writer_commit'], 0.0))} ago, "
-            f"within the {human_duration(policy.writer_idle_seconds)} idle window"))
-    if gates.claim_holder:
-        return replace(base, verdict=DEFER, kind=ReasonKind.CLAIM_BUSY, reason=f"claim busy: held by {gates.claim_holder}")
+    busy = _busy(base, policy, gates)
+    if busy is not None:
+        return busy
     waiting = f"; {len(choice.waiting)} more due partitions wait for the next run (max_rewrite_bytes " \
               f"{human_size(policy.max_rewrite_bytes)})" if choice.waiting else ""
     if scope == "the whole table":

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
-from icemaint.engine.staging import (CONFLICT_CLASSES, PROOF_KEY, PublishConflict, StagingArea, iterate_java,
-                                     java_exception_class, java_root_message, listed_java)
+from icemaint.engine.staging import (CONFLICT_CLASSES, PROOF_KEY, PublishConflict, StagingArea, find_on_main,
+                                     iterate_java, java_exception_class, java_root_message, listed_java)
 
 REVERT_OF_KEY = "icemaint.revert-of"
 
@@ -158,13 +158,10 @@ class Reverter:
                 raise PublishConflict(java_root_message(exc)) from exc
             raise
         tbl.refresh()
-        snap = tbl.currentSnapshot()
-        while snap is not None:  # main's newest snapshot carrying this revert (a writer may have committed since)
-            if str(snap.summary().get(REVERT_OF_KEY)) == str(plan.published_snapshot_id):
-                return int(snap.snapshotId())
-            parent = snap.parentId()
-            snap = tbl.snapshot(parent) if parent is not None else None
-        raise PublishConflict(f"the revert of {plan.published_snapshot_id} returned but is not on main")
+        snap = find_on_main(tbl, REVERT_OF_KEY, str(plan.published_snapshot_id))  # a writer may have committed since
+        if snap is None:
+            raise PublishConflict(f"the revert of {plan.published_snapshot_id} returned but is not on main")
+        return int(snap.snapshotId())
 
     def release(self) -> None:
         self.staging.release_reads()

@@ -86,6 +86,17 @@ def java_root_message(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
+def find_on_main(tbl, key: str, value: str):
+    """The newest snapshot of `main`'s lineage whose summary has `key` = `value` (a Java Snapshot), or None."""
+    snap = tbl.currentSnapshot()
+    while snap is not None:
+        if str(snap.summary().get(key)) == value:
+            return snap
+        parent = snap.parentId()
+        snap = tbl.snapshot(parent) if parent is not None else None
+    return None
+
+
 def iterate_java(java_iterable):
     it = java_iterable.iterator()
     while it.hasNext():
@@ -399,14 +410,8 @@ class StagingArea:
 
     def find_published(self, staged_snapshot_id: int) -> Published | None:
         """The `main` snapshot that published `staged_snapshot_id`, searched on main's lineage."""
-        tbl = self.table()
-        snap = tbl.currentSnapshot()
-        while snap is not None:
-            if str(snap.summary().get(STAGED_SNAPSHOT_KEY)) == str(staged_snapshot_id):
-                return Published(int(snap.snapshotId()), int(snap.sequenceNumber()))
-            parent = snap.parentId()
-            snap = tbl.snapshot(parent) if parent is not None else None
-        return None
+        snap = find_on_main(self.table(), STAGED_SNAPSHOT_KEY, str(staged_snapshot_id))
+        return None if snap is None else Published(int(snap.snapshotId()), int(snap.sequenceNumber()))
 
     def discard(self, branch: str) -> None:
         """Removes a staging branch (no-op when it is gone); its files are reclaimed by expiry."""

@@ -1,0 +1,305 @@
+"""The Dagster UI itself, rendered: `dagster dev` on a free loopback port serves an instance that holds two
+compacted dates of a small table, and headless Chromium (Debian `chromium`, `--dump-dom`) renders the
+`maintenance` group's lineage, one `compaction` partition and the asset's checks. The assertions are on
+the DOM the browser built (graph nodes and edges, the partition's materialization and metadata, the
+checks' names and results), not on GraphQL answers.
+
+Routes (Dagster 1.13.27): the group's lineage is `/locations/<repo>@<location>/asset-groups/<group>`
+(`/asset-groups/<group>` alone shows the global lineage); a partition of an asset is
+`/assets/<key>?view=partitions&partition=<key>`; the checks tab is `/assets/<key>?view=checks&checkDetail=<name>`.
+The partition view shows no check results in 1.13, hence the checks tab.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import urllib.parse
+import uuid
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import streaming_table, write_config
+from icemaint.app.instance import ensure_dagster_home
+from icemaint.config import load_config
+from test_daemon_e2e import dagster_dev
+from test_dagster_dev import REPO, graphql, group_alive
+
+pytestmark = pytest.mark.slow
+
+REPOSITORY, LOCATION, GROUP = "__repository__", "maint_assets.definitions", "maintenance"
+CHECKS = ("column_aggregates", "row_count_parity", "sample_comparison")
+DATES = ("2026-01-01", "2026-01-02")  # the writer's days; the second is compacted last
+# The flags of ../shared/STACK.md, and a window wide enough that the graph draws full asset nodes
+# (at the default 800x600 it zooms out to bare names, truncated in the middle).
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--virtual-time-budget=20000", "--window-size=1920,1080"]
+RENDER_TIMEOUT_S = 120
+RENDER_ATTEMPTS = 3
+GROUP_QUERY = """{ assetNodes(group: {groupName: "%s", repositoryName: "%s", repositoryLocationName: "%s"})
+  { assetKey { path } dependencyKeys { path } } }""" % (GROUP, REPOSITORY, LOCATION)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Debian's chromium, installed by scripts/ensure_chromium.sh when missing; skips only if that fails."""
+    found = shutil.which("chromium")
+    if found:
+        return found
+    result = subprocess.run(["bash", str(REPO / "scripts" / "ensure_chromium.sh")], capture_output=True, text=True,
+                            timeout=900)
+    found = shutil.which("chromium")
+    if result.returncode != 0 or not found:
+        reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        pytest.skip(f"chromium is not installed and scripts/ensure_chromium.sh could not install it: {reason}")
+    return found
+
+
+# -- the rendered DOM ---------------------------------------------------------------------------
+
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+@dataclass
+class Element:
+    tag: str
+    attrs: dict
+    children: list = field(default_factory=list)  # Element | str
+
+    def iter(self, tag: str):
+        for child in self.children:
+            if isinstance(child, Element):
+                if child.tag == tag:
+                    yield child
+                yield from child.iter(tag)
+
+    def texts(self) -> list[str]:
+        """The element's visible text, one entry per text node, in document order."""
+        out = []
+        for child in self.children:
+            if isinstance(child, str):
+                if child.strip():
+                    out.append(child.strip())
+            elif child.tag not in ("script", "style"):
+                out.extend(child.texts())
+        return out
+
+
+class DomTree(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.root = Element("#document", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag, attrs):
+        element = Element(tag, dict(attrs))
+        self.stack[-1].children.append(element)
+        if tag not in VOID_TAGS:
+            self.stack.append(element)
+
+    def handle_startendtag(self, tag, attrs):
+        self.stack[-1].children.append(Element(tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        for i in range(len(self.stack) - 1, 0, -1):
+            if self.stack[i].tag == tag:
+                del self.stack[i:]
+                return
+
+    def handle_data(self, data):
+        self.stack[-1].children.append(data)
+
+
+def parse(html: str) -> Element:
+    tree = DomTree()
+    tree.feed(html)
+    tree.close()
+    return tree.root
+
+
+def after(texts: list[str], label: str, start: int = 0) -> str:
+    """The text right after the first `label` at or after `start` (a label/value pair as the UI lays it out)."""
+    try:
+        i = texts.index(label, start)
+    except ValueError:
+        raise AssertionError(f"{label!r} is not on the page: {texts[start:start + 200]}") from None
+    assert i + 1 < len(texts), f"nothing follows {label!r}"
+    return texts[i + 1]
+
+
+def render(chromium: str, url: str, keep_as: Path, ready) -> Element:
+    """The DOM headless Chromium built for `url`, once `ready(dom)` holds (re-rendered up to RENDER_ATTEMPTS
+    times: a busy machine can leave a page's data still loading when the virtual-time budget ends).
+    The last DOM is kept in `keep_as` for whoever reads a failure."""
+    html, dom = "", Element("#document", {})
+    for _ in range(RENDER_ATTEMPTS):
+        profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=keep_as.parent)
+        proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                start_new_session=True)
+        try:
+            html, _ = proc.communicate(timeout=RENDER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            html = ""
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if group_alive(proc.pid):  # its renderer and zygote processes
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            shutil.rmtree(profile, ignore_errors=True)
+        dom = parse(html)
+        if ready(dom):
+            break
+    keep_as.write_text(html)
+    return dom
+
+
+# -- the lineage graph as drawn -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Box:
+    name: str
+    x: float
+    y: float
+    width: float
+    height: float
+    texts: tuple[str, ...]
+
+
+EDGE = re.compile(r"^M\s*([-\d.]+)[ ,]([-\d.]+)\s*C.*[ ,]([-\d.]+)[ ,]([-\d.]+)$")
+
+
+def graph_paths(element: Element):
+    """The SVG paths drawn on the graph itself: not those inside a node or a marker definition."""
+    for child in element.children:
+        if isinstance(child, Element) and child.tag not in ("foreignobject", "defs"):
+            if child.tag == "path":
+                yield child
+            yield from graph_paths(child)
+
+
+def drawn_graph(dom: Element) -> tuple[dict[str, Box], set[tuple[str, str]]]:
+    """The asset graph as the browser drew it: each node's box (an SVG foreignObject) and each edge, an
+    SVG path from the right side of one box to the left side of another, named by the boxes it joins."""
+    svgs = [svg for svg in dom.iter("svg") if any(True for _ in svg.iter("foreignobject"))]
+    assert len(svgs) == 1, f"expected one asset graph, found {len(svgs)}"
+    boxes = {}
+    for fo in svgs[0].iter("foreignobject"):
+        texts = fo.texts()
+        assert texts, f"an empty graph node at {fo.attrs}"
+        boxes[texts[0]] = Box(texts[0], float(fo.attrs["x"]), float(fo.attrs["y"]), float(fo.attrs["width"]),
+                              float(fo.attrs["height"]), tuple(texts))
+
+    def box_at(x: float, y: float, side: str) -> str:
+        for b in boxes.values():
+            edge_x = b.x + b.width if side == "right" else b.x
+            if abs(x - edge_x) <= 12 and b.y <= y <= b.y + b.height:
+                return b.name
+        raise AssertionError(f"an edge ends at ({x}, {y}), beside no node's {side} side: {boxes}")
+
+    edges = set()
+    for path in graph_paths(svgs[0]):
+        match = EDGE.match(path.attrs.get("d", "").strip())
+        assert match, f"a path on the graph that is no edge: {path.attrs}"
+        x1, y1, x2, y2 = map(float, match.groups())
+        edges.add((box_at(x1, y1, "right"), box_at(x2, y2, "left")))
+    return boxes, edges
+
+
+# -- the test -----------------------------------------------------------------------------------
+
+def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chromium, tmp_path, lake_root,
+                                                                       monkeypatch):
+    from icemaint.app.runner import MaintenanceRunner
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))  # the runner repoints it
+    namespace = f"ui_{uuid.uuid4().hex[:8]}"
+    table = f"{namespace}.events"
+    # Only this test's namespace is in scope: the daemon leaves the shared warehouse's other tables alone.
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        scope={"include": [f"{namespace}.*"]})
+    # Three small files and a delete file per date, then each date compacted as `icemaint compact` does.
+    streaming_table(spark, "lake", table, batches=3, days=len(DATES), rows_per_day=10, delete_every=3)
+    runner = MaintenanceRunner(load_config(path), str(path))
+    assert runner.health(table).success
+    reports = {date: runner.compact(table, date) for date in DATES}
+    assert all(r.success and r.outcome["published"] for r in reports.values()), reports
+    runner.instance.dispose()
+    home = ensure_dagster_home(load_config(path))
+    date = DATES[-1]
+    key = f"{date}|{table}"
+    outcome = reports[date].outcome
+
+    workdir = tmp_path / "pages"
+    workdir.mkdir()
+    # Every date is compacted: the daemon's sensors find nothing to run while the pages render.
+    with dagster_dev(tmp_path / "dev", path, home) as (proc, port, log_path):
+        base = f"http://127.0.0.1:{port}"
+        declared = {("/".join(d["path"]), "/".join(n["assetKey"]["path"]))
+                    for n in graphql(port, GROUP_QUERY)["assetNodes"] for d in n["dependencyKeys"]}
+        declared_assets = {a for edge in declared for a in edge}
+
+        # (a) The group's lineage: every asset of the group drawn as a node, every dependency as an edge.
+        group_url = f"{base}/locations/{REPOSITORY}@{LOCATION}/asset-groups/{GROUP}"
+        dom = render(chromium, group_url, workdir / "lineage.html",
+                     ready=lambda d: "3 / 3 Passed" in d.texts() and any(True for _ in d.iter("foreignobject")))
+        texts = dom.texts()
+        heading = texts.index("Asset Group in")
+        assert texts[heading - 1:heading + 2] == [GROUP, "Asset Group in", LOCATION], texts[:40]
+        boxes, edges = drawn_graph(dom)
+        assert {"table_health", "compaction", "validation_report"} <= set(boxes), sorted(boxes)
+        assert set(boxes) == declared_assets, (sorted(boxes), sorted(declared_assets))
+        assert edges == declared, (sorted(edges), sorted(declared))
+        assert {("table_health", "compaction"), ("compaction", "validation_report")} <= edges, edges
+        node = {name: list(b.texts) for name, b in boxes.items()}
+        assert after(node["compaction"], "Asset checks") == "3 / 3 Passed", node["compaction"]
+        for name in ("table_health", "compaction", "validation_report"):  # each has materialized
+            assert after(node[name], "Latest event").endswith("ago"), node[name]
+        assert after(node["table_health"], "Partitions") == "100% filled", node["table_health"]  # our one table
+
+        # (b) One `compaction` partition: its key, its materialization by our run, and the run's evidence.
+        partition_url = f"{base}/assets/compaction?view=partitions&partition={urllib.parse.quote(key, safe='')}"
+        dom = render(chromium, partition_url, workdir / "partition.html",
+                     ready=lambda d: "Latest materialization" in d.texts())
+        texts = dom.texts()
+        detail = texts.index("Latest materialization")
+        assert texts[detail - 2:detail] == [key, "Materialized"], texts[detail - 4:detail + 2]
+        assert f"Materialized ({len(DATES)})" in texts, [t for t in texts if t.startswith("Materialized")]
+        assert table in texts and all(d in texts for d in DATES)  # the two dimensions' keys
+        assert after(texts, "Run", detail) == reports[date].run_id[:8]
+        assert after(texts, "Job", detail) == "compaction_job"
+        for label, expected in (("files_before", outcome["files_before"]), ("files_after", 1),
+                                ("delete_files_before", outcome["delete_files_before"]), ("delete_files_after", 0),
+                                ("decision", "run"), ("published", "true"),
+                                ("before_snapshot_id", outcome["before_snapshot_id"]),
+                                ("after_snapshot_id", outcome["after_snapshot_id"])):
+            assert after(texts, label, detail) == str(expected), label
+
+        # (c) The asset's three blocking checks, each passed on that partition's staged rewrite.
+        for check in CHECKS:
+            checks_url = f"{base}/assets/compaction?view=checks&checkDetail={check}"
+            dom = render(chromium, checks_url, workdir / f"checks-{check}.html",
+                         ready=lambda d: "Latest execution" in d.texts())
+            texts = dom.texts()
+            assert f"Checks ({len(CHECKS)})" in texts, texts[:60]
+            listed = [t for t in texts[texts.index(f"Checks ({len(CHECKS)})"):texts.index("Latest execution")]
+                      if t in CHECKS or t in ("Succeeded", "Failed")]
+            # Each name is rendered twice by the list's truncating label, then its status.
+            assert listed == [t for name in CHECKS for t in (name, name, "Succeeded")] + [check], listed
+            assert "blocking" in texts
+            description = after(texts, "Latest execution")
+            assert description.startswith(f"{key}: {check} passed"), description
+            assert f"published as {outcome['after_snapshot_id']}" in description, description
+            assert after(texts, "Evaluation result") == "Passed"
+            assert after(texts, "partition", texts.index("Metadata")) == key
