@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui test test-fast bench bench-quick clean
+.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill clean
 
 setup: $(STAMP)
 
@@ -43,9 +43,14 @@ test-fast: setup
 
 bench: setup java
 	$(BIN)/python -m benchmarks.run
+	$(MAKE) --no-print-directory bench-backfill
 
 bench-quick: setup java
 	$(BIN)/python -m benchmarks.run --quick
+
+# 10 dates of one table as one batched backfill run vs 10 separate runs (a process each): BACKFILL.md
+bench-backfill: setup java
+	$(BIN)/python -m benchmarks.backfill_batch
 
 clean:
 	rm -rf .icemaint

@@ -17,6 +17,9 @@ PARTITION_TABLE_TAG = f"dagster/partition/{TABLE_DIMENSION}"
 TRIGGER_TAG = "icemaint/trigger"
 PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
 PLANNED_SCHEMA_TAG = "icemaint/planned_schema_id"
+PARTITION_TAG = "dagster/partition"
+# A batched backfill run (several dates of one table) names its range instead of a partition.
+RANGE_START_TAG = "dagster/asset_partition_range_start"
 
 table_partitions = dg.DynamicPartitionsDefinition(name=TABLE_DIMENSION)
 
@@ -43,3 +46,18 @@ def split_table_date(partition_key) -> tuple[str, str]:
         return keys[TABLE_DIMENSION], keys[DATE_DIMENSION]
     date, table = str(partition_key).split("|", 1)
     return table, date
+
+
+def table_of(tags) -> str | None:
+    """The table a run maintains, from its tags (ours, or the partition or range Dagster set); None when
+    it names none."""
+    from icemaint.domain.names import InvalidTableName, TableName
+
+    if tags.get(TABLE_TAG):
+        return tags[TABLE_TAG]
+    candidate = tags.get(PARTITION_TABLE_TAG) or tags.get(PARTITION_TAG) or tags.get(RANGE_START_TAG, "")
+    candidate = candidate.split("|", 1)[1] if "|" in candidate else candidate  # "<date>|<table>"
+    try:
+        return TableName.parse(candidate).key if candidate else None
+    except InvalidTableName:
+        return None

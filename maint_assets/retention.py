@@ -9,7 +9,7 @@ from typing import Optional
 
 import dagster as dg
 
-from icemaint.domain.decisions import DEFER, REFUSE, launched_by_a_person
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, launched_by_a_person
 from icemaint.operations.housekeeping import (
     ExpiryRequest,
     Housekeeper,
@@ -19,10 +19,10 @@ from icemaint.operations.housekeeping import (
 )
 from icemaint.domain.units import parse_duration
 from maint_assets.compaction import table_dimension_mapping
-from maint_assets.partitions import PARTITION_TABLE_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG
+from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TRIGGER_TAG
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, numeric, report_outcome
-from maint_assets.partitions import split_table_date, table_partitions
+from maint_assets.partitions import table_of, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.spark import SparkResource
@@ -52,16 +52,8 @@ class ManifestConfig(dg.Config):
 
 
 def run_table(run) -> Optional[str]:
-    """The table a run maintains: its `icemaint/table` tag, else its partition's table."""
-    tags = run.tags
-    if tags.get(TABLE_TAG):
-        return tags[TABLE_TAG]
-    if tags.get(PARTITION_TABLE_TAG):
-        return tags[PARTITION_TABLE_TAG]
-    partition = tags.get("dagster/partition")
-    if not partition:
-        return None
-    return split_table_date(partition)[0] if "|" in partition else partition
+    """The table a run maintains: its `icemaint/table` tag, else its partition's (or range's) table."""
+    return table_of(run.tags)
 
 
 def runs_in_flight(instance, job_name: Optional[str] = None) -> list:
@@ -106,6 +98,9 @@ def _report(context: dg.AssetExecutionContext, asset_key: str, outcome: Retentio
     failure = {REFUSE: f"refused {outcome.operation} on {outcome.table}: {outcome.reason}",
                DEFER: f"{outcome.operation} on {outcome.table} not done: {outcome.reason}" if person else None,
                }.get(outcome.decision)
+    # As for compaction: a run a person or a backfill asked for that found nothing to do materializes the
+    # table as it is, so its partition's state is known (a backfill fails a partition left unmaterialized).
+    materialize = materialize or (person and outcome.decision == NOOP and not outcome.dry_run)
     yield from report_outcome(context, asset_key, outcome_metadata(outcome), materialize=materialize,
                               refusal=failure)
 

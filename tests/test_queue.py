@@ -7,7 +7,8 @@ import pytest
 
 from conftest import make_config
 from icemaint.app.instance import ensure_dagster_home
-from icemaint.app.queue import TableTaggingRunCoordinator, table_of
+from icemaint.app.queue import TableTaggingRunCoordinator
+from maint_assets.partitions import table_of
 
 
 @pytest.mark.parametrize("tags, table", [
@@ -15,6 +16,8 @@ from icemaint.app.queue import TableTaggingRunCoordinator, table_of
     ({"dagster/partition/table": "db.events", "dagster/partition": "2026-01-02|db.events"}, "db.events"),
     ({"dagster/partition": "db.events"}, "db.events"),              # a table-partitioned asset's backfill run
     ({"dagster/partition": "2026-01-02|db.events"}, "db.events"),
+    ({"dagster/asset_partition_range_start": "2026-01-01|db.events",   # a batched backfill run
+      "dagster/asset_partition_range_end": "2026-01-09|db.events"}, "db.events"),
     ({"dagster/partition": "2026-01-02"}, None),                    # not a table
     ({"dagster/partition": "x; DROP TABLE y"}, None),
     ({}, None),

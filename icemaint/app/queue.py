@@ -2,34 +2,18 @@
 
 The instance limits maintenance runs to one per table on the `icemaint/table` run tag. Sensors, the
 CLI and the tick set it; runs Dagster creates itself (UI materializations, partition backfills) carry
-only Dagster's partition tags: `dagster/partition/table` for table x date runs, and for runs of a
-table-partitioned asset only `dagster/partition`, which no per-table limit on the other tags covers.
+only Dagster's partition tags: `dagster/partition/table` for table x date runs, for runs of a
+table-partitioned asset only `dagster/partition`, and for a batched backfill run only its range
+(`dagster/asset_partition_range_start`), which no per-table limit on the other tags covers.
 This coordinator adds `icemaint/table` to each run from its partition when it is enqueued, so a
 retention run and a backfill of the same table wait for each other in the queue.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
-
 from dagster._core.run_coordinator.queued_run_coordinator import QueuedRunCoordinator
 
-from icemaint.domain.names import InvalidTableName, TableName
-from maint_assets.partitions import PARTITION_TABLE_TAG, TABLE_TAG
-
-PARTITION_TAG = "dagster/partition"
-
-
-def table_of(tags: Mapping[str, str]) -> str | None:
-    """The table a run maintains, from its tags; None when it names none (not a maintenance run)."""
-    if tags.get(TABLE_TAG):
-        return tags[TABLE_TAG]
-    candidate = tags.get(PARTITION_TABLE_TAG) or tags.get(PARTITION_TAG, "")
-    candidate = candidate.split("|", 1)[1] if "|" in candidate else candidate  # "<date>|<table>"
-    try:
-        return TableName.parse(candidate).key if candidate else None
-    except InvalidTableName:
-        return None
+from maint_assets.partitions import TABLE_TAG, table_of
 
 
 class TableTaggingRunCoordinator(QueuedRunCoordinator):
