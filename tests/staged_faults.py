@@ -53,3 +53,12 @@ def main_lineage(spark, table_sql: str) -> list[dict]:
         out.append(snaps[cursor])
         cursor = snaps[cursor]["parent_id"]
     return out
+
+
+def staging_refs(config, table: str) -> dict[str, int]:
+    """Staging branches on the table, read by pyiceberg: name -> snapshot id."""
+    from icemaint.engine.staging import STAGE_PREFIX
+    from icemaint.observe.catalog import CatalogReader
+
+    refs = CatalogReader(config).load(table).metadata.refs
+    return {name: ref.snapshot_id for name, ref in refs.items() if name.startswith(STAGE_PREFIX)}

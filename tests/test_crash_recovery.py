@@ -11,7 +11,6 @@ decisions and a real instance, and the lineage check that reports an unproven re
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import signal
@@ -28,14 +27,15 @@ import yaml
 
 from conftest import make_config, streaming_table, write_config
 from icemaint.config import load_config
-from icemaint.engine.staging import PROOF_KEY, RUN_ID_KEY, STAGE_KEY, STAGE_PREFIX
+from icemaint.engine.staging import PROOF_KEY, RUN_ID_KEY, STAGE_KEY
+from staged_faults import staging_refs
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.contract import LINEAGE, UNPROVEN, unproven_rewrites
 from icemaint.safety.audit import (AuditRecord, FileAuditLog, ProcessRef, ProcessState, audit_call, open_audit,
                                    probe_process)
 from icemaint.safety.claims import open_claims
-from sensors.reaper import (GRPC_INFO_TAG, HOST_TAG, PID_TAG, PROCESS_RUN_TAG, PROCESS_START_TAG, RunFacts,
-                            decide_reaping, reap_dead_runs, run_worker)
+from sensors.reaper import (GRPC_INFO_TAG, HOST_TAG, PID_TAG, PROCESS_RUN_TAG, RunFacts, decide_reaping,
+                            reap_dead_runs, run_worker)
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -100,11 +100,6 @@ def main_chain(config, table: str) -> list[int]:
 
 def assert_forward(config, table: str, head_before: int) -> None:
     assert head_before in main_chain(config, table), f"main moved backwards: {head_before} left main's lineage"
-
-
-def staging_refs(config, table: str) -> dict[str, int]:
-    refs = CatalogReader(config).load(table).metadata.refs
-    return {name: ref.snapshot_id for name, ref in refs.items() if name.startswith(STAGE_PREFIX)}
 
 
 def icemaint(config_path: Path, *args: str, log: Path) -> subprocess.Popen:
@@ -301,7 +296,7 @@ def test_reaper_marks_failed_the_run_of_a_killed_process_and_leaves_a_live_one(t
             while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert ready.exists(), f"the run never started (rc {proc.poll()})"
-        killed, alive = procs[0][0], procs[1][0]
+        killed = procs[0][0]
         killed.send_signal(signal.SIGKILL)
         killed.wait(timeout=30)
         assert {r.tags["icemaint/table"]: r.status.value for r in instance.get_runs()} == \

@@ -30,10 +30,10 @@ from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.app.simulator import StreamingWriter
-from icemaint.engine.staging import MAINTENANCE_TAG, STAGE_PREFIX
+from icemaint.engine.staging import MAINTENANCE_TAG
 
 from conftest import make_config, streaming_table, write_config
-from staged_faults import corrupt_long, main_lineage, uncompressed
+from staged_faults import corrupt_long, main_lineage, staging_refs, uncompressed
 
 DATE = "2026-01-02"
 OTHER_DATE = "2026-01-03"
@@ -168,12 +168,6 @@ def assert_not_ours(snapshots: list[dict]) -> None:
     ours = [(s["snapshot_id"], s["operation"]) for s in snapshots
             if s["operation"] == "replace" or MAINTENANCE_TAG in (s["summary"] or {})]
     assert not ours, f"maintenance committed to main: {ours}"
-
-
-def staging_refs(config, table: str) -> dict[str, int]:
-    """Staging branches on the table, read by pyiceberg: name -> snapshot id."""
-    refs = CatalogReader(config).load(table).metadata.refs
-    return {name: ref.snapshot_id for name, ref in refs.items() if name.startswith(STAGE_PREFIX)}
 
 
 # -- (a) + (e): a passing proof publishes while the writer appends -------------------------------
