@@ -1,8 +1,11 @@
-"""Faults injected (issue 12): maintenance never mutates a table it cannot record. When the audit sink is
+"""Faults injected (issue 12). Maintenance never mutates a table it cannot record. When the audit sink is
 unavailable (a file that cannot be appended to, PostgreSQL down) the run stops before acting: one readable
 line names the sink, `main` and the metadata location are unchanged, no staging branch is left.
 
-Chosen way: refuse to act. The contract stores its `started` marker in the audit log under the claim and
+A quarantine move that fails halfway leaves each orphan whole, either in place or in quarantine, and says
+which; a rerun finishes.
+
+Chosen way for the audit: refuse to act. The contract stores its `started` marker in the audit log under the claim and
 before the act; if that write fails the act never runs (an unrecorded rewrite is worse than a late one).
 """
 
@@ -64,3 +67,56 @@ def test_postgresql_down_for_the_audit_stops_the_run_before_it_acts(capsys, spar
     assert "127.0.0.1" in line or "connect" in line.lower(), line
     assert "main is unchanged" in line, line
     assert_untouched(spark, config, table_name, sql, location, head)
+
+
+def test_a_quarantine_move_that_fails_halfway_loses_nothing_and_says_what_moved(spark, lake_root, tmp_path,
+                                                                                 table_name):
+    """Three orphans; the place of the second in quarantine is already taken (a failing rename): the first
+    is whole in quarantine, the other two whole in place, the error says so, and a rerun finishes."""
+    import datetime as dt
+    import os
+
+    from icemaint.operations.housekeeping import Housekeeper, OrphanRequest
+    from icemaint.safety.audit import open_audit
+    from icemaint.safety.claims import open_claims
+
+    writer = streaming_table(spark, "lake", table_name, batches=2, days=1)
+    config = load_config(write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state")))
+    ns, name = table_name.split(".")
+    data = lake_root / "warehouse" / ns / name / "data"
+    orphans = []
+    for i in range(3):
+        path = data / f"orphan-{i}.parquet"
+        path.write_bytes(b"not a table file" * (10 + i))
+        stamp = dt.datetime.now().timestamp() - 5 * 86400
+        os.utime(path, (stamp, stamp))
+        orphans.append(path)
+    now = dt.datetime.now(dt.timezone.utc)
+    quarantine = tmp_path / "state" / "quarantine" / table_name / now.strftime("%Y%m%dT%H%M%S%fZ")
+    blocker = quarantine / "data" / "orphan-1.parquet"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("a file already stands where orphan-1 would go")
+    location = CatalogReader(config).metadata_location(table_name)
+    rows = spark.sql(f"SELECT count(*) FROM {writer.name.sql('lake')}").first()[0]
+
+    keeper = Housekeeper(config, spark, CatalogReader(config), open_claims(config), open_audit(config),
+                         clock=lambda: now)
+    with pytest.raises(Exception) as failed:
+        keeper.remove_orphans(OrphanRequest(table_name, quarantine=True))
+    message = str(failed.value)
+    assert "1 of 3 orphan files are already in quarantine" in message and "still in place" in message, message
+    moved = quarantine / "data" / "orphan-0.parquet"
+    assert moved.read_bytes() == b"not a table file" * 10 and not orphans[0].exists()
+    assert orphans[1].exists() and orphans[2].exists(), "the files not moved are whole, in place"
+    [record] = [r for r in open_audit(config).records(table=table_name) if r.operation == "orphans"]
+    assert record.decision == "failed" and "already in quarantine" in record.reason
+    assert CatalogReader(config).metadata_location(table_name) == location
+    assert spark.sql(f"SELECT count(*) FROM {writer.name.sql('lake')}").first()[0] == rows
+
+    blocker.unlink()  # the obstacle cleared: a rerun (its own stamp) moves the other two
+    later = now + dt.timedelta(seconds=1)
+    keeper = Housekeeper(config, spark, CatalogReader(config), open_claims(config), open_audit(config),
+                         clock=lambda: later)
+    outcome = keeper.remove_orphans(OrphanRequest(table_name, quarantine=True))
+    assert outcome.decision == "run" and outcome.metrics["removed"] == 2, outcome.reason
+    assert not any(p.exists() for p in orphans)

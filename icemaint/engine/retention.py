@@ -505,7 +505,14 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
         moved = []
         for path in candidates:
             target = f"{target_root}/{relative[path]}"
-            files.move(path, target)
+            try:
+                files.move(path, target)
+            except QuarantineMoveFailed as exc:
+                # One rename a file: each is either still in place or whole in quarantine.
+                raise QuarantineMoveFailed(
+                    f"{exc}; {len(moved)} of {len(candidates)} orphan files are already in quarantine under "
+                    f"{target_root} (each whole), the other {len(candidates) - len(moved)} are still in place; "
+                    "nothing is lost: run orphan removal again to finish") from None
             moved.append((path, target))
         return OrphanResult(**base, quarantined_to=target_root, moved=tuple(moved))
     deleted = tuple(path for path in candidates if files.delete(path))
