@@ -63,6 +63,9 @@ class CatalogConfig:
     warehouse: str = ".icemaint/warehouse"
     uri: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
+    # Every metadata read through the catalog (REST, JDBC) gives up after this: a catalog that accepts a
+    # connection and never answers must not hang a sensor tick forever.
+    timeout_seconds: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     _only(doc, _TOP_KEYS, "config")
 
     cat = _mapping(doc.get("catalog"), "catalog")
-    _only(cat, ("name", "type", "warehouse", "uri", "properties"), "catalog")
+    _only(cat, ("name", "type", "warehouse", "uri", "properties", "timeout"), "catalog")
     catalog_name = _string(cat.get("name", "lake"), "catalog.name")
     if not _IDENTIFIER.match(catalog_name):
         raise ConfigError(f"catalog.name: {_shown.repr(catalog_name)} must be a plain identifier "
@@ -283,8 +286,14 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
                 f"catalog.properties.{key}: secrets are not read from the file; set "
                 f"{secret_env_name(key)} in the environment instead"
             )
+    try:
+        timeout = parse_duration(cat.get("timeout", "30s"))
+    except ValueError as exc:
+        raise ConfigError(f"catalog.timeout: {exc}") from None
+    if timeout <= 0:
+        raise ConfigError("catalog.timeout: must be more than 0s (e.g. 30s)")
     catalog = CatalogConfig(catalog_name, catalog_type, warehouse, uri and _string(uri, "catalog.uri"),
-                            _string_map(cat.get("properties"), "catalog.properties"))
+                            _string_map(cat.get("properties"), "catalog.properties"), timeout)
 
     sp = _mapping(doc.get("spark"), "spark")
     _only(sp, ("master", "conf", "iceberg_runtime"), "spark")

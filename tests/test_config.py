@@ -63,6 +63,8 @@ BAD_CONFIGS = [
      ["defaults.snapshot_older_than", "'-3d'", "negative"]),
     ("infinite size", {"defaults": {"max_rewrite_bytes": float("inf")}},
      ["defaults.max_rewrite_bytes", "inf", "not a size"]),
+    ("catalog timeout zero", {"catalog": {"timeout": "0s"}}, ["catalog.timeout", "more than 0s"]),
+    ("catalog timeout not a duration", {"catalog": {"timeout": "soon"}}, ["catalog.timeout", "'soon'"]),
     ("retain_last 0", {"defaults": {"retain_last": 0}},
      ["defaults.retain_last", "0", "at least 1"]),
     ("min_input_files 1", {"defaults": {"min_input_files": 1}},

@@ -120,3 +120,42 @@ def test_a_quarantine_move_that_fails_halfway_loses_nothing_and_says_what_moved(
     outcome = keeper.remove_orphans(OrphanRequest(table_name, quarantine=True))
     assert outcome.decision == "run" and outcome.metrics["removed"] == 2, outcome.reason
     assert not any(p.exists() for p in orphans)
+
+
+def test_a_catalog_that_never_answers_fails_in_one_line_within_its_timeout(capsys, tmp_path):
+    """A REST catalog that accepts the connection and never answers: `icemaint health` gives up after
+    `catalog.timeout` with one line naming what timed out, instead of hanging."""
+    import socket
+    import threading
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held, stop = [], threading.Event()
+
+    def accept():  # take connections, read nothing, answer nothing
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.getsockname()[1]}"
+    path = write_config(tmp_path / "m.yaml", tmp_path, state_dir=str(tmp_path / "state"),
+                        catalog={"name": "silent", "type": "rest", "uri": uri, "warehouse": "w", "timeout": "2s"})
+    try:
+        started = time.monotonic()
+        code, out, err = run_cli(capsys, "--config", str(path), "health", "db.t")
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        for conn in held:
+            conn.close()
+        server.close()
+    assert code != 0 and "Traceback" not in err, err
+    [line] = err.strip().splitlines()
+    assert "timed out" in line.lower() and "127.0.0.1" in line, line
+    assert took < 20, f"took {took:.0f}s for a 2s timeout"

@@ -380,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from icemaint.observe.catalog import TableNotFound
+    from icemaint.observe.catalog import CatalogUnavailable, TableNotFound
     from icemaint.domain.names import InvalidTableName
     from icemaint.domain.scope import InvalidDate
 
@@ -391,6 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, InvalidTableName, InvalidDate, TableNotFound, ValueError, PermissionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except CatalogUnavailable as exc:  # not the user's input: the catalog is down or slow; nothing was done
+        print(f"error: {exc}; nothing was done", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -72,6 +72,10 @@ def first_line(exc: BaseException) -> str:
     Connection refused`, not the HTTP pool's paragraph around it); a Py4J error by its Java exception;
     a SQLAlchemy error by the driver's error it wraps.
     """
+    from icemaint.observe.catalog import CatalogUnavailable
+
+    if isinstance(exc, CatalogUnavailable) and exc.__cause__ is not None:
+        exc = exc.__cause__  # the catalog's own error says most; the check line names the catalog already
     if isinstance(exc, OSError):
         seen, cause = {id(exc)}, exc
         while True:

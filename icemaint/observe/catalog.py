@@ -26,6 +26,10 @@ class TableNotFound(LookupError):
     """The catalog has no table of that name."""
 
 
+class CatalogUnavailable(RuntimeError):
+    """The catalog could not be reached or did not answer in time (named with its URI, never a secret)."""
+
+
 @dataclass(frozen=True)
 class TimePartitioning:
     column: str | None
@@ -88,6 +92,30 @@ def time_partitioning(table, time_column: str | None = None) -> TimePartitioning
     return TimePartitioning(None, None, "no day/hour/month/year partition and no time_column in policy")
 
 
+def bounded_rest_catalog(name: str, timeout: float, **properties):
+    """pyiceberg's REST catalog with a timeout on every HTTP request, its first config call included.
+
+    pyiceberg 0.12 sets none, so a catalog that accepts the connection and never answers would hang the
+    caller (a sensor tick, the CLI) for good.
+    """
+    from pyiceberg.catalog.rest import RestCatalog
+
+    class BoundedRestCatalog(RestCatalog):
+        def _create_session(self):
+            session = super()._create_session()
+            unbounded = session.request
+
+            def request(method, url, **kwargs):
+                if kwargs.get("timeout") is None:
+                    kwargs["timeout"] = timeout
+                return unbounded(method, url, **kwargs)
+
+            session.request = request
+            return session
+
+    return BoundedRestCatalog(name, **properties)
+
+
 class CatalogReader:
     """Spark-free access to the configured catalog's tables and their metadata."""
 
@@ -96,7 +124,21 @@ class CatalogReader:
         self._catalog = None
 
     # -- catalog ---------------------------------------------------------------------------
+    def _unavailable(self, exc: BaseException) -> CatalogUnavailable:
+        cat = self.config.catalog
+        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        return CatalogUnavailable(f"catalog {cat.name!r} ({cat.type} at {cat.uri or cat.warehouse}) did not answer: "
+                                  f"{type(exc).__name__}: {text}")
+
     def _pyiceberg_catalog(self):
+        try:
+            return self._open_catalog()
+        except (ValueError, TypeError):
+            raise  # a configuration mistake, named by pyiceberg
+        except Exception as exc:  # network, timeout, refused connection, authentication
+            raise self._unavailable(exc) from exc
+
+    def _open_catalog(self):
         if self._catalog is None:
             from pyiceberg.catalog import load_catalog
 
@@ -106,7 +148,8 @@ class CatalogReader:
                 self._catalog = load_catalog(cat.name, type="sql", uri=jdbc_to_sqlalchemy(cat.uri, props),
                                              warehouse=cat.warehouse or "")
             elif cat.type == "rest":
-                self._catalog = load_catalog(cat.name, type="rest", uri=cat.uri, warehouse=cat.warehouse or "", **props)
+                self._catalog = bounded_rest_catalog(cat.name, cat.timeout_seconds, uri=cat.uri,
+                                                     warehouse=cat.warehouse or "", **props)
             elif cat.type == "glue":
                 self._catalog = load_catalog(cat.name, type="glue", **props)
             else:
@@ -163,10 +206,17 @@ class CatalogReader:
             return StaticTable.from_metadata(self.metadata_location(table))
         from pyiceberg.exceptions import NoSuchTableError
 
+        catalog = self._pyiceberg_catalog()
         try:
-            return self._pyiceberg_catalog().load_table((*name.namespace, name.name))
+            return catalog.load_table((*name.namespace, name.name))
         except NoSuchTableError:
             raise TableNotFound(f"table {table} not found in catalog {self.config.catalog.name!r}") from None
+        except (OSError, ConnectionError) as exc:
+            raise self._unavailable(exc) from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith(("requests", "urllib3", "sqlalchemy")):
+                raise self._unavailable(exc) from exc
+            raise
 
     # -- health ----------------------------------------------------------------------------
     def health(self, table: str, now: dt.datetime | None = None, loaded=None) -> TableHealth:
