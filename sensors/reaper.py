@@ -1,4 +1,5 @@
-"""The run reaper: a maintenance run left STARTING or STARTED by a process that died is marked failed,
+"""The run reaper: a maintenance run left STARTING or STARTED (or, in process, NOT_STARTED) by a process
+that died is marked failed,
 so it stops holding its table's slot in the run queue (one run per table) and the UI stops showing it
 as running.
 
@@ -34,7 +35,9 @@ HOST_TAG = "icemaint/host"
 PROCESS_START_TAG = "icemaint/process_start"  # "<boot id>:<start ticks>": tells a reused pid apart
 PROCESS_RUN_TAG = "icemaint/process_run"  # the run id the process tags were written for
 GRPC_INFO_TAG = ".dagster/grpc_info"  # set by DefaultRunLauncher when it launches a run
-REAPED_STATUSES = ("STARTING", "STARTED")
+# NOT_STARTED: an in-process run whose process died after creating it and before starting it (a tick
+# killed at that instant); the retention sensor counts such a run as in flight for good otherwise.
+REAPED_STATUSES = ("NOT_STARTED", "STARTING", "STARTED")
 _LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
@@ -101,6 +104,8 @@ def decide_reaping(run: RunFacts, probe: Callable[[ProcessRef], tuple[ProcessSta
     process, source = run_process(run)
     if process is None:
         return Reaping(run.run_id, run.job_name, table, False, f"cannot prove its process dead: {source}")
+    if run.status == "NOT_STARTED" and source != "in-process run":
+        return Reaping(run.run_id, run.job_name, table, False, "not started, and not an in-process run")
     state, why = probe(process)
     if state is not ProcessState.DEAD:
         return Reaping(run.run_id, run.job_name, table, False, why)
@@ -126,7 +131,8 @@ def run_worker(instance, run_id: str) -> tuple[int | None, float | None]:
 
 
 def active_runs(instance) -> list[RunFacts]:
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTING,
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.NOT_STARTED,
+                                                             dg.DagsterRunStatus.STARTING,
                                                              dg.DagsterRunStatus.STARTED]))
     out = []
     for run in runs:

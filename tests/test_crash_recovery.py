@@ -248,6 +248,11 @@ ALIVE = lambda ref: (ProcessState.ALIVE, f"pid {ref.pid} is running")  # noqa: E
     (_facts(**{PID_TAG: "42", HOST_TAG: "h", PROCESS_RUN_TAG: "parent"}), DEAD, False, "no record of the process"),
     (_facts(), DEAD, False, "no record of the process"),
     (_facts("QUEUED", **{PID_TAG: "42", PROCESS_RUN_TAG: "r1"}), DEAD, False, "status QUEUED"),
+    # an in-process run whose process died between creating and starting it (found by the soak)
+    (_facts("NOT_STARTED", **{PID_TAG: "42", HOST_TAG: "h", PROCESS_RUN_TAG: "r1"}), DEAD, True, "gone"),
+    (_facts("NOT_STARTED", **{PID_TAG: "42", HOST_TAG: "h", PROCESS_RUN_TAG: "r1"}), ALIVE, False, "is running"),
+    (RunFacts("r1", "compaction_job", "NOT_STARTED", {GRPC_INFO_TAG: '{"host": "localhost", "port": 1}'}, 42, 1.0),
+     DEAD, False, "not an in-process run"),
     (RunFacts("r1", "compaction_job", "STARTED", {GRPC_INFO_TAG: '{"host": "localhost", "port": 1}'}, 42, 1.0),
      DEAD, True, "run worker's process is gone"),
     (RunFacts("r1", "compaction_job", "STARTED", {GRPC_INFO_TAG: '{"host": "localhost", "socket": "/s"}'}),

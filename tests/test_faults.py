@@ -159,3 +159,46 @@ def test_a_catalog_that_never_answers_fails_in_one_line_within_its_timeout(capsy
     [line] = err.strip().splitlines()
     assert "timed out" in line.lower() and "127.0.0.1" in line, line
     assert took < 20, f"took {took:.0f}s for a 2s timeout"
+
+
+def test_a_hadoop_commit_in_flight_is_not_a_missing_table(spark, lake_root, table_name):
+    """For an instant in every Hadoop-catalog commit the version hint is missing (deleted, then the new one
+    renamed in; found by the soak, where it ended whole ticks with "table not found"): the metadata location
+    is then the highest vN.metadata.json, as Iceberg's HadoopTableOperations reads it."""
+    from icemaint.config import parse_config
+    from icemaint.domain.names import TableName
+    from icemaint.observe.catalog import TableNotFound
+    from conftest import config_doc
+
+    config = parse_config(config_doc(lake_root), lake_root)
+    sql = TableName.parse(table_name).sql("lake")
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO {sql} VALUES (1)")
+    reader = CatalogReader(config)
+    before = reader.metadata_location(table_name)
+    ns, name = table_name.split(".")
+    hint = lake_root / "warehouse" / ns / name / "metadata" / "version-hint.text"
+    text = hint.read_text()
+    hint.unlink()
+    try:
+        assert reader.metadata_location(table_name) == before
+        hint.write_text("")
+        assert reader.metadata_location(table_name) == before
+    finally:
+        hint.write_text(text)
+    with pytest.raises(TableNotFound):
+        reader.metadata_location(f"{ns}.no_such_table")
+
+
+def test_a_run_the_tick_cannot_launch_fails_alone():
+    """A table that vanished (or whose catalog went down) between the tick's decision and its run is that
+    table's failed entry, not the end of the tick for every other table (the soak saw whole ticks end)."""
+    from icemaint.app.ticker import Ticker
+    from icemaint.observe.catalog import TableNotFound
+
+    def gone(table, date, trigger):
+        raise TableNotFound(f"table {table} not found in catalog 'lake'")
+
+    report = Ticker._launch(gone, "db.t", "2026-01-01", trigger="tick")
+    assert not report.success and report.error == "TableNotFound: table db.t not found in catalog 'lake'"
+    assert report.failure_line.startswith("TableNotFound: table db.t not found")

@@ -40,6 +40,18 @@ class Ticker:
         self.cursor_path.parent.mkdir(parents=True, exist_ok=True)
         self.cursor_path.write_text(json.dumps(data))
 
+    @staticmethod
+    def _launch(run, *args, **kwargs):
+        """One requested run; a table that cannot even be launched (gone, its catalog down) fails alone,
+        reported in its entry, and never ends the tick for every other table."""
+        from icemaint.app.runner import RunReport
+
+        try:
+            return run(*args, **kwargs)
+        except Exception as exc:
+            text = (str(exc).strip().splitlines() or [""])[0][:300]
+            return RunReport(run_id="-", success=False, error=f"{type(exc).__name__}: {text}")
+
     def tick(self, dry_run: bool = False) -> dict:
         """One tick: discovery, compaction and retention decisions, requested runs. Returns a JSON-able report."""
         from maint_assets.partitions import date_partitions, table_partitions
@@ -68,7 +80,7 @@ class Ticker:
             entry = {"table": d.table, "date": d.date, "operation": d.operation, "decision": d.verdict,
                      "reason": d.reason}
             if d.verdict == RUN and not dry_run:
-                report = self.runner.compact(d.table, d.date, trigger="tick")
+                report = self._launch(self.runner.compact, d.table, d.date, trigger="tick")
                 outcome = report.outcome
                 entry.update({"run_id": report.run_id, "success": report.success,
                               "result": outcome.get("decision", "failed"),
@@ -131,7 +143,7 @@ class Ticker:
                      "reason": d.reason}
             line = f"{d.table} {d.operation}: {d.verdict}: {d.reason}"
             if d.verdict == RUN and not dry_run:
-                report = run[d.operation](d.table, trigger="tick")
+                report = self._launch(run[d.operation], d.table, trigger="tick")
                 outcome = report.outcome
                 entry.update({"run_id": report.run_id, "success": report.success,
                               "result": outcome.get("decision", "failed"),

@@ -192,8 +192,16 @@ class CatalogReader:
             try:
                 version = hint.read_text().strip()
             except FileNotFoundError:
-                raise TableNotFound(f"table {table} not found in catalog {self.config.catalog.name!r} "
-                                    f"(no {hint})") from None
+                version = ""
+            if not version.isdigit():
+                # A commit replaces the hint (delete, then rename): for that instant it is missing or
+                # empty. Iceberg's own HadoopTableOperations then takes the highest vN.metadata.json.
+                versions = [int(p.name[1:-len(".metadata.json")]) for p in hint.parent.glob("v*.metadata.json")
+                            if p.name[1:-len(".metadata.json")].isdigit()]
+                if not versions:
+                    raise TableNotFound(f"table {table} not found in catalog {self.config.catalog.name!r} "
+                                        f"(no {hint})") from None
+                version = str(max(versions))
             return str(hint.parent / f"v{version}.metadata.json")
         return self.load(table).metadata_location
 
