@@ -52,5 +52,12 @@ bench-quick: setup java
 bench-backfill: setup java
 	$(BIN)/python -m benchmarks.backfill_batch
 
+# A soak, not part of `make test`: writers with and without the claim on three tables, the real tick
+# loop, random SIGKILLs of the maintenance process; a one-line verdict, appended to reliability/RESULTS.md.
+MINUTES ?= 30
+.PHONY: soak
+soak: setup java
+	$(BIN)/python -m reliability.soak --minutes $(MINUTES)
+
 clean:
 	rm -rf .icemaint
