@@ -202,3 +202,32 @@ def test_a_run_the_tick_cannot_launch_fails_alone():
     report = Ticker._launch(gone, "db.t", "2026-01-01", trigger="tick")
     assert not report.success and report.error == "TableNotFound: table db.t not found in catalog 'lake'"
     assert report.failure_line.startswith("TableNotFound: table db.t not found")
+
+
+def test_a_staging_branch_change_is_retried_when_a_writer_committed_first(spark, lake_root, table_name):
+    """Creating or removing a staging branch touches no data: when a writer's commit lands between reading
+    the table and committing the ref change (CI saw `CommitFailedException: Table metadata refresh is
+    required` turn a deferred conflict into a failed run), the change is retried on the fresh table."""
+    from icemaint.domain.names import TableName
+    from icemaint.engine.staging import StagingArea
+
+    name = TableName.parse(table_name)
+    sql = name.sql("lake")
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO {sql} VALUES (1)")
+    head = current_snapshot(spark, sql)
+    staging, calls = StagingArea(spark, "lake", name, "retry"), []
+
+    def change(table):
+        update = table.manageSnapshots().createBranch("icemaint_stage_retry_0", head)
+        if not calls:
+            spark.sql(f"INSERT INTO {sql} VALUES (2)")  # a writer commits after the change was prepared
+        calls.append(1)
+        return update
+
+    staging._ref_commit(change)
+    refs = {r[0]: r[1] for r in spark.sql(f"SELECT name, snapshot_id FROM {sql}.refs").collect()}
+    assert len(calls) == 2 and refs["icemaint_stage_retry_0"] == head
+    staging.discard("icemaint_stage_retry_0")
+    assert "icemaint_stage_retry_0" not in {r[0] for r in spark.sql(f"SELECT name FROM {sql}.refs").collect()}
+    assert spark.sql(f"SELECT count(*) FROM {sql}").first()[0] == 2

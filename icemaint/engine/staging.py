@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -270,9 +271,9 @@ class StagingArea:
     def stage(self, group: FileGroup, tasks_by_path: dict, base_snapshot_id: int, *, target_file_size_bytes: int,
               strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0) -> StagedRewrite:
         """Writes the group's replacement files to a new staging branch at `base_snapshot_id`."""
-        tbl = self.table()
         branch = f"{STAGE_PREFIX}{self.run_token}_{index}"
-        tbl.manageSnapshots().createBranch(branch, int(base_snapshot_id)).commit()
+        self._ref_commit(lambda t: t.manageSnapshots().createBranch(branch, int(base_snapshot_id)))
+        tbl = self.table(refresh=False)
         tasks = [tasks_by_path[f.path] for f in group.files]
         expected = max(1, -(-group.total_bytes // max(1, target_file_size_bytes)))
         # A task's size counts its delete files too: split by what the reader will weigh.
@@ -415,9 +416,27 @@ class StagingArea:
 
     def discard(self, branch: str) -> None:
         """Removes a staging branch (no-op when it is gone); its files are reclaimed by expiry."""
-        tbl = self.table()
-        if tbl.refs().containsKey(branch):
-            tbl.manageSnapshots().removeBranch(branch).commit()
+        self._ref_commit(lambda t: t.manageSnapshots().removeBranch(branch) if t.refs().containsKey(branch) else None)
+
+    def _ref_commit(self, change, attempts: int = 6) -> None:
+        """Commits a change of the table's refs, re-reading the table when a writer's commit got in first.
+
+        A branch change touches no data, so it is simply retried on the fresh table (Hadoop tables raise
+        `CommitFailedException: Table metadata refresh is required` when another commit landed meanwhile).
+        """
+        from py4j.protocol import Py4JJavaError
+
+        for attempt in range(1, attempts + 1):
+            update = change(self.table())
+            if update is None:
+                return
+            try:
+                update.commit()
+                return
+            except Py4JJavaError as exc:
+                if java_exception_class(exc) not in CONFLICT_CLASSES or attempt == attempts:
+                    raise
+                time.sleep(0.05 * attempt)
 
     def release_reads(self) -> None:
         manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
