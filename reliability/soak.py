@@ -330,6 +330,30 @@ def staging_branches(config, table: str) -> list[str]:
     return sorted(n for n in CatalogReader(config).load(table).metadata.refs if n.startswith(STAGE_PREFIX))
 
 
+# -- which code ran ---------------------------------------------------------------------------------------------
+
+PRODUCT = ("icemaint", "maint_assets", "sensors", "resources")
+
+
+def product_code() -> dict:
+    """The commit checked out and a hash of every product source file: each tick is a new process that loads
+    the working tree as it is then, so an edit during a soak changes what later ticks run."""
+    import hashlib
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    files = {str(path.relative_to(REPO)): hashlib.sha1(path.read_bytes()).hexdigest()
+             for package in PRODUCT for path in sorted((REPO / package).rglob("*.py"))}
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *PRODUCT], cwd=REPO, capture_output=True, text=True)
+    return {"head": head.stdout.strip() or None, "dirty": bool(dirty.stdout.strip()), "files": files}
+
+
+def code_changes(start: dict, end: dict) -> dict:
+    changed = sorted(f for f in start["files"].keys() | end["files"].keys()
+                     if start["files"].get(f) != end["files"].get(f))
+    return {"head_start": start["head"], "head_end": end["head"], "dirty_start": start["dirty"],
+            "changed_files": changed}
+
+
 # -- the run -------------------------------------------------------------------------------------------------
 
 def prepare(work_root: Path, seed: int, keep_old: bool) -> Path:
@@ -383,7 +407,7 @@ def soak(args) -> int:
     config_path = work / "maintenance.yaml"
     config = load_config(str(config_path))
     tables = [w["table"] for w in WRITERS]
-    started_at, load_start = _utc(), load_average()
+    started_at, load_start, code_start = _utc(), load_average(), product_code()
     say(f"soak: {args.minutes:g} min of writing and killing, seed {args.seed}, work dir {work}")
     writers = start_group([sys.executable, "-m", "reliability.writers", "--config", str(config_path),
                            "--work", str(work)], work / "writers.log")
@@ -422,14 +446,15 @@ def soak(args) -> int:
         final["ticks"].append(tick.number)
         say(f"final tick {tick.number}: {tick.seconds:.0f}s, {tick.summary()}")
         log_tick(work, tick)
-    # What the automated loop left undone once everything was idle: retention it still defers, and history.
+    # What the automated loop left undone once everything was idle: retention still waiting on runs in flight
+    # (nothing runs any more, so those runs are stuck; an "orphans first" ordering defer only waits one tick).
     last = ticks[-1].report or {}
-    final["retention_deferred"] = [f"{d['table']} {d['operation']}: {d['reason']}" for d in last.get("decisions", [])
-                                   if d.get("operation") in ("expire", "orphans", "manifests")
-                                   and d.get("decision") == "defer"]
+    final["retention_stuck"] = [f"{d['table']} {d['operation']}: {d['reason']}" for d in last.get("decisions", [])
+                                if d.get("operation") in ("expire", "orphans", "manifests")
+                                and d.get("decision") == "defer" and "runs in flight" in (d.get("reason") or "")]
     final["snapshots_after_ticks"] = {t: snapshot_count(config, t) for t in tables}
-    for line in final["retention_deferred"]:
-        say(f"after the final ticks, still deferred: {line}")
+    for line in final["retention_stuck"]:
+        say(f"after the final ticks, still waiting on runs in flight: {line}")
     for table in tables:
         done = icemaint(config_path, "maintain", table, "--expire-snapshots", "--orphans", "--json")
         (work / "final" / f"maintain-{table}.json").write_text(done.stdout + done.stderr)
@@ -473,6 +498,7 @@ def soak(args) -> int:
             c["lost"] or c["duplicated"] or c["resurrected"] for c in m["checks"])]},
         "load_average": {"start": load_start, "end": load_average()},
         "snapshot_max_count": config.policy(tables[0]).snapshot_max_count,
+        "code": code_changes(code_start, product_code()),
         "machine": describe_machine(None),
     }
     (work / "figures.json").write_text(json.dumps(figures, indent=2, default=str))
@@ -505,6 +531,7 @@ def append_results(path: Path, f: dict, args) -> None:
         "including the writers' start and the final ticks and passes)",
         f"- Machine: {m['cores']} cores, {m['memory_gib']} GiB, {m['cpu_model']}; load average "
         f"{f['load_average']['start']} at the start, {f['load_average']['end']} at the end (shared with other work)",
+        f"- Code: {_code_line(f['code'])}",
         f"- Software: Python {m['python']}, Java {m['java']}, Spark {m['spark']} (local[2]), pyiceberg {m['pyiceberg']}, "
         f"Dagster {m['dagster']}, Great Expectations {m['great_expectations']}; Hadoop catalog, file claims and audit",
         "", "| table | writer | batches | appends | deletes (rows) | commit errors (landed / not) | claim waits "
@@ -539,7 +566,8 @@ def append_results(path: Path, f: dict, args) -> None:
         f"| Dagster runs of dead processes failed by the reaper | {len(runs['reaped'])} |",
         f"| Dagster runs left in flight at the end (not reaped) | {len(runs['left_in_flight'])}"
         f"{' (' + _kinds(_count_by(runs['left_in_flight'], 'status')) + ')' if runs['left_in_flight'] else ''} |",
-        f"| retention decisions still deferred after the final ticks | {len(f['final']['retention_deferred'])} |",
+        f"| retention decisions still waiting on runs in flight after the final ticks | "
+        f"{len(f['final']['retention_stuck'])} |",
         f"| snapshots per table after the final ticks (snapshot_max_count {f['snapshot_max_count']}) | "
         f"{', '.join(f'{k} {v}' for k, v in f['final']['snapshots_after_ticks'].items())} |",
         f"| expiries / manifest rewrites / orphan removals | {a['expiries']} / {a['manifest_rewrites']} / {a['orphan_runs']} |",
@@ -554,9 +582,9 @@ def append_results(path: Path, f: dict, args) -> None:
         lines += ["", "Dagster runs left in flight at the end:"]
         lines += [f"- {r['run_id']} {r['job']} on {r['table']}: {r['status']} since {r['created']} (pid {r['pid']})"
                   for r in runs["left_in_flight"]]
-    if f["final"]["retention_deferred"]:
-        lines += ["", "Retention the tick still deferred after the writers stopped:"]
-        lines += [f"- {line}" for line in f["final"]["retention_deferred"]]
+    if f["final"]["retention_stuck"]:
+        lines += ["", "Retention the tick still deferred for runs in flight after the writers stopped:"]
+        lines += [f"- {line}" for line in f["final"]["retention_stuck"]]
     if t["aborted"]:
         lines += ["", "Ticks that ended without a report (exit status, last line):"]
         lines += [f"- tick {x['tick']}: rc {x['returncode']}: `{x['error']}`" for x in t["aborted"]]
@@ -578,6 +606,15 @@ def append_results(path: Path, f: dict, args) -> None:
     with open(path, "a") as fh:
         fh.write(text)
     say(f"results appended to {path}")
+
+
+def _code_line(code: dict) -> str:
+    if code["head_start"] == code["head_end"] and not code["changed_files"]:
+        dirty = " with uncommitted product changes" if code["dirty_start"] else ""
+        return f"commit {code['head_start']}{dirty}, unchanged during the run"
+    files = ", ".join(f"`{f}`" for f in code["changed_files"][:12]) + (" ..." if len(code["changed_files"]) > 12 else "")
+    return (f"**changed during the run**: commit {code['head_start']} at the start, {code['head_end']} at the end; "
+            f"product files changed: {files or 'none'} (each tick loads the tree as it is when it starts)")
 
 
 def _count_by(items: list[dict], key: str) -> dict:
