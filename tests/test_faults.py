@@ -231,3 +231,32 @@ def test_a_staging_branch_change_is_retried_when_a_writer_committed_first(spark,
     staging.discard("icemaint_stage_retry_0")
     assert "icemaint_stage_retry_0" not in {r[0] for r in spark.sql(f"SELECT name FROM {sql}.refs").collect()}
     assert spark.sql(f"SELECT count(*) FROM {sql}").first()[0] == 2
+
+
+def test_a_damaged_tick_cursor_is_read_as_none_and_replaced_whole(tmp_path, lake_root):
+    from icemaint.app.ticker import Ticker
+
+    config = load_config(write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state")))
+    ticker = Ticker(config, str(tmp_path / "m.yaml"))
+    ticker.cursor_path.parent.mkdir(parents=True, exist_ok=True)
+    ticker.cursor_path.write_text('{"compaction": "{\\"db.t\\": [')  # cut off mid-write
+    assert ticker._cursor("compaction") is None
+    ticker._save_cursor("compaction", "{}")
+    assert ticker._cursor("compaction") == "{}" and not ticker.cursor_path.with_suffix(".json.partial").exists()
+
+
+def test_discovery_keeps_a_hadoop_table_whose_version_hint_is_mid_commit(spark, lake_root, table_name):
+    from conftest import config_doc
+    from icemaint.config import parse_config
+    from icemaint.domain.names import TableName
+
+    config = parse_config(config_doc(lake_root), lake_root)
+    spark.sql(f"CREATE TABLE {TableName.parse(table_name).sql('lake')} (id BIGINT) USING iceberg")
+    ns, name = table_name.split(".")
+    hint = lake_root / "warehouse" / ns / name / "metadata" / "version-hint.text"
+    text = hint.read_text()
+    hint.unlink()
+    try:
+        assert table_name in CatalogReader(config).list_tables()
+    finally:
+        hint.write_text(text)

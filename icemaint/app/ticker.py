@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
@@ -29,16 +30,27 @@ class Ticker:
         self.audit = AuditResource(settings=settings)
         self.cursor_path = Path(config.state_dir, "tick_cursor.json")
 
+    def _cursors(self) -> dict:
+        """The saved cursors; a damaged file (a tick killed mid-write before writes were atomic) is
+        treated as none: the next tick evaluates every table once, which is always safe."""
+        try:
+            data = json.loads(self.cursor_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (ValueError, UnicodeDecodeError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def _cursor(self, name: str) -> str | None:
-        if self.cursor_path.exists():
-            return json.loads(self.cursor_path.read_text()).get(name)
-        return None
+        return self._cursors().get(name)
 
     def _save_cursor(self, name: str, value: str) -> None:
-        data = json.loads(self.cursor_path.read_text()) if self.cursor_path.exists() else {}
+        data = self._cursors()
         data[name] = value
         self.cursor_path.parent.mkdir(parents=True, exist_ok=True)
-        self.cursor_path.write_text(json.dumps(data))
+        partial = self.cursor_path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(data))
+        os.replace(partial, self.cursor_path)  # atomic: a kill leaves the old cursor or the new one
 
     @staticmethod
     def _launch(run, *args, **kwargs):

@@ -165,8 +165,10 @@ class CatalogReader:
             root = Path(self.config.catalog.warehouse)
             found = []
             if root.is_dir():
-                for hint in root.glob("**/metadata/version-hint.text"):
-                    parts = hint.parent.parent.relative_to(root).parts
+                # A commit replaces the version hint (delete, then rename): a table is also known by its
+                # metadata files, so discovery never drops a live table for the instant of a commit.
+                for marker in (*root.glob("**/metadata/version-hint.text"), *root.glob("**/metadata/v*.metadata.json")):
+                    parts = marker.parent.parent.relative_to(root).parts
                     found.append(".".join(parts))
         else:
             catalog = self._pyiceberg_catalog()
