@@ -64,7 +64,7 @@ def check_rows_while_writing(table: str, ids: Iterable[int], before: tuple[set[i
     - an id read that `after` does not know yet may be a commit whose ledger save is still to come, so
       `unexpected` is only counted by the final check (it is 0 here).
     """
-    (written_before, deleted_before), (_written_after, deleted_after) = before, after
+    (written_before, deleted_before), deleted_after = before, after[1]
     counts = Counter(ids)
     present = set(counts)
     lost = (written_before - deleted_after) - present
