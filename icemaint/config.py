@@ -25,6 +25,7 @@ from icemaint.domain.units import parse_duration, parse_size
 
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "glue")
 CLAIM_BACKENDS = ("file", "postgres")
+DAGSTER_STORAGES = ("sqlite", "postgres")
 AUDIT_SINKS = ("file", "postgres")
 DEFAULT_CONFIG_NAME = "maintenance.yaml"
 CONFIG_ENV = "ICEMAINT_CONFIG"
@@ -93,6 +94,15 @@ class AuditConfig:
 
 
 @dataclass(frozen=True)
+class DagsterConfig:
+    """Where the Dagster instance under `state_dir` keeps runs, event logs and schedules: SQLite files
+    (one machine) or PostgreSQL (`dagster-postgres`; the DSN is read from `dsn_env`, never the file)."""
+
+    storage: str = "sqlite"
+    dsn_env: str = "ICEMAINT_PG_DSN"
+
+
+@dataclass(frozen=True)
 class OwnerAlerts:
     """One owner's alert route: `enabled: false` silences it; an unset key falls back to `alerts`'s."""
 
@@ -135,6 +145,7 @@ class MaintenanceConfig:
     policies: PolicyBook = field(default_factory=PolicyBook)
     source: str | None = None
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    dagster: DagsterConfig = field(default_factory=DagsterConfig)
 
     def policy(self, table: str) -> TablePolicy:
         return self.policies.for_table(table)
@@ -153,7 +164,7 @@ class MaintenanceConfig:
 
 
 _TOP_KEYS = ("catalog", "spark", "state_dir", "claims", "audit", "scope", "dates_start",
-             "max_runs_total", "defaults", "tables", "alerts")
+             "max_runs_total", "defaults", "tables", "alerts", "dagster")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -230,6 +241,14 @@ def _env_name(value: Any, where: str) -> str:
     return value
 
 
+def _env_name_plain(value: Any, where: str) -> str:
+    """A variable's name (the DSN itself stays in the environment, never in the file)."""
+    if not isinstance(value, str) or not _ENV_NAME.match(value):
+        raise ConfigError(f"{where}: {_shown.repr(value)} is not an environment variable name (the DSN itself "
+                          "stays in that variable, never in the file)")
+    return value
+
+
 def _flag(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{where}: {_shown.repr(value)} is not a boolean; use true or false")
@@ -298,6 +317,9 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     sp = _mapping(doc.get("spark"), "spark")
     _only(sp, ("master", "conf", "iceberg_runtime"), "spark")
     conf = _string_map(sp.get("conf"), "spark.conf")
+    if "spark.jars" in conf:  # local jar paths, like every path in the file, are relative to the file
+        conf["spark.jars"] = ",".join(_resolve(jar.strip(), base_dir) for jar in conf["spark.jars"].split(",")
+                                      if jar.strip())
     runtime = _choice(sp.get("iceberg_runtime", "auto"), ICEBERG_RUNTIMES, "spark.iceberg_runtime")
     spark = SparkConfig(_string(sp.get("master", "local[*]"), "spark.master"), conf, runtime)
 
@@ -312,6 +334,11 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     _only(au, ("sink", "dsn_env"), "audit")
     audit = AuditConfig(_choice(au.get("sink", "file"), AUDIT_SINKS, "audit.sink"),
                         _string(au.get("dsn_env", "ICEMAINT_PG_DSN"), "audit.dsn_env"))
+
+    dg = _mapping(doc.get("dagster"), "dagster")
+    _only(dg, ("storage", "dsn_env"), "dagster")
+    dagster = DagsterConfig(_choice(dg.get("storage", "sqlite"), DAGSTER_STORAGES, "dagster.storage"),
+                            _env_name_plain(dg.get("dsn_env", "ICEMAINT_PG_DSN"), "dagster.dsn_env"))
 
     sc = _mapping(doc.get("scope"), "scope")
     _only(sc, ("include", "exclude"), "scope")
@@ -353,7 +380,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         raise ConfigError(str(exc)) from None
 
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,
-                             PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")))
+                             PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")), dagster)
 
 
 def config_path(explicit: str | os.PathLike | None = None) -> Path:

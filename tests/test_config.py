@@ -89,6 +89,11 @@ BAD_CONFIGS = [
      ["tables.t.events.max_delete_ratio", "1.5", "ratio between 0 and 1"]),
     ("table override not a mapping", {"tables": {"t.events": ["compact"]}},
      ["tables.t.events", "expected a mapping"]),
+    ("dagster storage unknown", {"dagster": {"storage": "mysql"}},
+     ["dagster.storage", "'mysql'", "allowed: sqlite, postgres"]),
+    ("dagster dsn in the file", {"dagster": {"storage": "postgres", "dsn_env": "postgresql://u:p@h/db"}},
+     ["dagster.dsn_env", "not an environment variable name"]),
+    ("dagster unknown key", {"dagster": {"url": "x"}}, ["dagster.url", "unknown key", "storage, dsn_env"]),
     ("document not a mapping", ["catalog"],
      ["config", "expected a mapping"]),
 ]
@@ -156,6 +161,14 @@ def test_relative_paths_resolve_against_the_file_directory(tmp_path, monkeypatch
     assert config.state_dir == str((tmp_path / "etc" / "state").resolve())
     assert config.dagster_home == Path(config.state_dir) / "dagster"
     assert config.source == "etc/icemaint/m.yaml"
+
+
+def test_spark_jars_resolve_against_the_file_directory_and_urls_are_kept(tmp_path):
+    doc = {"spark": {"conf": {"spark.jars": "jars/a.jar, /opt/b.jar,s3://bucket/c.jar"}}}
+    config = parse_config(doc, tmp_path / "etc")
+    assert config.spark.conf["spark.jars"].split(",") == [
+        str((tmp_path / "etc" / "jars" / "a.jar").resolve()), "/opt/b.jar", "s3://bucket/c.jar"]
+    assert config.dagster.storage == "sqlite"
 
 
 def test_uris_and_absolute_paths_are_kept(tmp_path):

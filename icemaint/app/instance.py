@@ -7,13 +7,22 @@ from pathlib import Path
 
 import yaml
 
-from icemaint.config import MaintenanceConfig
+from icemaint.config import ConfigError, MaintenanceConfig
 from maint_assets.partitions import PARTITION_TABLE_TAG, TABLE_TAG
 
 
 
+def storage_settings(config: MaintenanceConfig) -> dict:
+    """Dagster's run, event-log and schedule storage: SQLite under the home (the default), or PostgreSQL.
+    The DSN stays in the environment: the file names the variable, Dagster reads it at start-up."""
+    if config.dagster.storage == "postgres":
+        return {"storage": {"postgres": {"postgres_url": {"env": config.dagster.dsn_env}}}}
+    return {}
+
+
 def instance_settings(config: MaintenanceConfig) -> dict:
     return {
+        **storage_settings(config),
         "telemetry": {"enabled": False},
         "nux": {"enabled": False},
         # Dagster's queued coordinator, adding `icemaint/table` to runs Dagster creates (backfills, UI).
@@ -38,6 +47,9 @@ def instance_settings(config: MaintenanceConfig) -> dict:
 
 def ensure_dagster_home(config: MaintenanceConfig) -> Path:
     """Create `<state_dir>/dagster/dagster.yaml` (rewritten when settings change) and point DAGSTER_HOME at it."""
+    if config.dagster.storage == "postgres" and not os.environ.get(config.dagster.dsn_env):
+        raise ConfigError(f"dagster.storage is postgres but ${config.dagster.dsn_env} is not set: export the "
+                          "PostgreSQL DSN (postgresql://user:password@host:port/db) in that variable")
     home = config.dagster_home.resolve()
     home.mkdir(parents=True, exist_ok=True)
     path = home / "dagster.yaml"
