@@ -59,5 +59,19 @@ MINUTES ?= 30
 soak: setup java
 	$(BIN)/python -m reliability.soak --minutes $(MINUTES)
 
+# The local production stack (scripts/stack.py): PostgreSQL, SeaweedFS (S3 + Iceberg REST catalog) and a
+# Spark standalone cluster of two workers on 127.0.0.1; writes examples/production.yaml and
+# .icemaint/stack/env (the secrets: `source` it).
+.PHONY: stack-up stack-down stack-status
+stack-up: setup java
+	bash scripts/ensure_postgres.sh
+	$(BIN)/python scripts/stack.py up
+
+stack-down: setup
+	$(BIN)/python scripts/stack.py down
+
+stack-status: setup
+	$(BIN)/python scripts/stack.py status
+
 clean:
 	rm -rf .icemaint

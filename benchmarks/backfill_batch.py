@@ -55,20 +55,6 @@ RESULT_MARKER = "BACKFILL_BENCH_RESULT "
 WORKER_TIMEOUT_SECONDS = 1800
 
 
-def config_doc(root: Path) -> dict:
-    """The test estate's configuration (tests/conftest.py config_doc): Hadoop catalog, local[2], no waits."""
-    return {
-        "catalog": {"name": "lake", "type": "hadoop", "warehouse": str(root / "warehouse")},
-        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false",
-                                                  "spark.sql.shuffle.partitions": "2",
-                                                  "spark.default.parallelism": "2"}},
-        "state_dir": str(root / "state"),
-        "defaults": {"writer_idle": "0s", "hot_partition_age": "0s", "small_file_size_bytes": "1MiB",
-                     "target_file_size_bytes": "8MiB", "min_input_files": 3,
-                     "retry_backoff": "0s", "claim_wait": "0s"},
-    }
-
-
 def partition_keys(dates: int) -> list[str]:
     return [f"{START_DATE + dt.timedelta(days=i)}|{TABLE}" for i in range(dates)]
 
@@ -236,6 +222,7 @@ def build_table(root: Path, dates: int, files: int, rows_per_day: int):
     """The table, and a Dagster instance that already knows it (the discovery sensor's job in production)."""
     import yaml
 
+    from icemaint.app.demo import local_estate_doc
     from icemaint.app.instance import get_instance
     from icemaint.app.simulator import StreamingWriter, WorkloadSpec
     from icemaint.config import load_config
@@ -244,7 +231,7 @@ def build_table(root: Path, dates: int, files: int, rows_per_day: int):
 
     root.mkdir(parents=True)
     config_path = root / "maintenance.yaml"
-    config_path.write_text(yaml.safe_dump(config_doc(root), sort_keys=False))
+    config_path.write_text(yaml.safe_dump(local_estate_doc(root), sort_keys=False))
     config = load_config(str(config_path))
     spark = get_spark(config)
     writer = StreamingWriter(spark, config.catalog.name, WorkloadSpec(

@@ -146,6 +146,9 @@ class MaintenanceConfig:
     source: str | None = None
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     dagster: DagsterConfig = field(default_factory=DagsterConfig)
+    # Where orphan removal's quarantine keeps files: a local directory or an object-store URI
+    # (s3://bucket/prefix); None is <state_dir>/quarantine.
+    quarantine_dir: str | None = None
 
     def policy(self, table: str) -> TablePolicy:
         return self.policies.for_table(table)
@@ -153,6 +156,10 @@ class MaintenanceConfig:
     @property
     def state_path(self) -> Path:
         return Path(self.state_dir)
+
+    @property
+    def quarantine_location(self) -> str:
+        return self.quarantine_dir or str((self.state_path / "quarantine").resolve())
 
     @property
     def dagster_home(self) -> Path:
@@ -164,7 +171,7 @@ class MaintenanceConfig:
 
 
 _TOP_KEYS = ("catalog", "spark", "state_dir", "claims", "audit", "scope", "dates_start",
-             "max_runs_total", "defaults", "tables", "alerts", "dagster")
+             "max_runs_total", "defaults", "tables", "alerts", "dagster", "quarantine_dir")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -335,6 +342,10 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     audit = AuditConfig(_choice(au.get("sink", "file"), AUDIT_SINKS, "audit.sink"),
                         _string(au.get("dsn_env", "ICEMAINT_PG_DSN"), "audit.dsn_env"))
 
+    quarantine = doc.get("quarantine_dir")
+    if quarantine is not None:
+        quarantine = _local_directory(_resolve(_string(quarantine, "quarantine_dir"), base_dir), "quarantine_dir")
+
     dg = _mapping(doc.get("dagster"), "dagster")
     _only(dg, ("storage", "dsn_env"), "dagster")
     dagster = DagsterConfig(_choice(dg.get("storage", "sqlite"), DAGSTER_STORAGES, "dagster.storage"),
@@ -380,7 +391,8 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         raise ConfigError(str(exc)) from None
 
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,
-                             PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")), dagster)
+                             PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")), dagster,
+                             quarantine)
 
 
 def config_path(explicit: str | os.PathLike | None = None) -> Path:

@@ -9,9 +9,9 @@ from pathlib import Path
 import dagster as dg
 
 from icemaint.operations.compaction import CompactionOutcome, CompactionRequest, Compactor
-from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, launched_by_a_person
+from icemaint.domain.decisions import NOOP, NOT_PUBLISHED, RUN
 from maint_assets.health import table_health
-from maint_assets.metadata import as_json, numeric, report_outcome
+from maint_assets.metadata import as_json, materializes, numeric, report_outcome, run_failure
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, split_table_date, \
     table_partitions
 from resources.catalog import IcebergCatalogResource
@@ -150,14 +150,10 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
             planned_schema_id=int(planned_schema) if planned_schema and not batched else None)
         outcome = compactor.run(request)
         context.log.info(f"{table} {date or '(partitions)'}: {outcome.decision}: {outcome.reason}")
-        person = launched_by_a_person(request.trigger)
-        # A run a person or a backfill asked for never ends green without doing its work: a deferral
-        # fails it with the reason (a busy claim names its holder); "nothing to do" is a materialization
-        # of the partition as it is, so its state is known.
-        failure = {REFUSE: f"refused: {outcome.reason}",
-                   DEFER: f"not done: {outcome.reason}" if person else None}.get(outcome.decision)
-        materialize = not outcome.dry_run and (outcome.decision in (RUN, NOT_PUBLISHED)
-                                               or (person and outcome.decision == NOOP))
+        failure = run_failure(request.trigger, outcome.decision, refused=f"refused: {outcome.reason}",
+                              not_done=f"not done: {outcome.reason}")
+        materialize = materializes(request.trigger, outcome.decision, outcome.dry_run,
+                                   done=outcome.decision in (RUN, NOT_PUBLISHED))
         metadata = outcome_metadata(outcome)
         if materialize:
             proven.append(outcome.to_dict())

@@ -1,10 +1,13 @@
-"""Turning domain results into Dagster metadata: numbers stay numbers so the UI plots them."""
+"""Turning domain results into Dagster events: numbers stay numbers so the UI plots them, and one rule
+says which outcome materializes and which fails its run."""
 
 
 import json
 from typing import Any, Mapping
 
 import dagster as dg
+
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, launched_by_a_person
 
 
 def numeric(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -28,6 +31,30 @@ def markdown_table(rows: list[Mapping[str, Any]], columns: list[str]) -> dg.Meta
     head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     body = "".join("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |\n" for r in rows)
     return dg.MetadataValue.md(head + body)
+
+
+def materializes(trigger: str | None, decision: str, dry_run: bool, *, done: bool) -> bool:
+    """Whether an outcome is reported as a materialization (else it is only observed).
+
+    Work done materializes. So does "nothing to do" in a run a person or a backfill asked for: the
+    partition as it is, so its state is known (a backfill fails a partition left unmaterialized); a
+    scheduled or sensor run's NOOP does not. A dry run never materializes.
+    """
+    return not dry_run and (done or (decision == NOOP and launched_by_a_person(trigger)))
+
+
+def run_failure(trigger: str | None, decision: str, *, refused: str, not_done: str) -> str | None:
+    """The failure an outcome ends its run with, or None.
+
+    A refusal always fails. A run a person or a backfill asked for never ends green without doing its
+    work, so a deferral fails it with the reason (a busy claim names its holder); a scheduled or sensor
+    run that defers is tried again later and does not fail.
+    """
+    if decision == REFUSE:
+        return refused
+    if decision == DEFER and launched_by_a_person(trigger):
+        return not_done
+    return None
 
 
 def report_outcome(context: dg.AssetExecutionContext, asset_key: str, metadata: dict, *, materialize: bool,

@@ -9,7 +9,6 @@ from typing import Optional
 
 import dagster as dg
 
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, launched_by_a_person
 from icemaint.operations.housekeeping import (
     ExpiryRequest,
     Housekeeper,
@@ -21,7 +20,7 @@ from icemaint.domain.units import parse_duration
 from maint_assets.compaction import table_dimension_mapping
 from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TRIGGER_TAG
 from maint_assets.health import table_health
-from maint_assets.metadata import as_json, numeric, report_outcome
+from maint_assets.metadata import as_json, materializes, numeric, report_outcome, run_failure
 from maint_assets.partitions import table_of, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
@@ -91,17 +90,15 @@ def _duration(value: Optional[str], setting: str) -> Optional[float]:
         raise dg.Failure(description=f"invalid config {setting}: {exc}") from None
 
 
-def _report(context: dg.AssetExecutionContext, asset_key: str, outcome: RetentionOutcome, materialize: bool):
+def _report(context: dg.AssetExecutionContext, asset_key: str, outcome: RetentionOutcome, done: bool):
     """Yield the outcome as the asset's materialization, or observe it (and fail on a refusal)."""
     context.log.info(f"{outcome.table} {outcome.operation}: {outcome.decision}: {outcome.reason}")
-    person = launched_by_a_person(context.run.tags.get(TRIGGER_TAG, "manual"))
-    failure = {REFUSE: f"refused {outcome.operation} on {outcome.table}: {outcome.reason}",
-               DEFER: f"{outcome.operation} on {outcome.table} not done: {outcome.reason}" if person else None,
-               }.get(outcome.decision)
-    # As for compaction: a run a person or a backfill asked for that found nothing to do materializes the
-    # table as it is, so its partition's state is known (a backfill fails a partition left unmaterialized).
-    materialize = materialize or (person and outcome.decision == NOOP and not outcome.dry_run)
-    yield from report_outcome(context, asset_key, outcome_metadata(outcome), materialize=materialize,
+    trigger = context.run.tags.get(TRIGGER_TAG, "manual")
+    failure = run_failure(trigger, outcome.decision,
+                          refused=f"refused {outcome.operation} on {outcome.table}: {outcome.reason}",
+                          not_done=f"{outcome.operation} on {outcome.table} not done: {outcome.reason}")
+    yield from report_outcome(context, asset_key, outcome_metadata(outcome),
+                              materialize=materializes(trigger, outcome.decision, outcome.dry_run, done=done),
                               refusal=failure)
 
 
@@ -141,7 +138,7 @@ def expired_snapshots(context: dg.AssetExecutionContext, config: ExpiryConfig, s
     except ValueError as exc:
         raise _bad_config(exc) from None
     outcome = _housekeeper(context, spark, catalog, claims, audit).expire(request)
-    yield from _report(context, "expired_snapshots", outcome, materialize=outcome.changed_table)
+    yield from _report(context, "expired_snapshots", outcome, done=outcome.changed_table)
 
 
 @dg.asset(
@@ -166,7 +163,7 @@ def orphan_files(context: dg.AssetExecutionContext, config: OrphanConfig, spark:
     outcome = _housekeeper(context, spark, catalog, claims, audit).remove_orphans(request)
     # A completed scan that found nothing still closes the expiry -> orphans step for the sensor.
     scanned = not outcome.dry_run and outcome.decision in ("run", "noop")
-    yield from _report(context, "orphan_files", outcome, materialize=scanned)
+    yield from _report(context, "orphan_files", outcome, done=scanned)
 
 
 @dg.asset(
@@ -182,7 +179,7 @@ def rewritten_manifests(context: dg.AssetExecutionContext, config: ManifestConfi
                         catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
     request = ManifestRequest(**_request_fields(context), dry_run=config.dry_run, force=config.force)
     outcome = _housekeeper(context, spark, catalog, claims, audit).rewrite_manifests(request)
-    yield from _report(context, "rewritten_manifests", outcome, materialize=outcome.changed_table)
+    yield from _report(context, "rewritten_manifests", outcome, done=outcome.changed_table)
 
 
 RETENTION_ASSETS = (expired_snapshots, orphan_files, rewritten_manifests)

@@ -27,7 +27,7 @@ from typing import Callable, Mapping
 
 import dagster as dg
 
-from icemaint.safety.audit import ProcessRef, ProcessState, probe_process
+from icemaint.safety.process import ProcessRef, ProcessState, probe_process
 from maint_assets.partitions import PARTITION_TABLE_TAG, TABLE_TAG
 
 PID_TAG = "icemaint/pid"

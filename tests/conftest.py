@@ -11,29 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from icemaint.app.demo import local_estate_doc as config_doc  # the test estate: `lake` on <root>/warehouse
 from icemaint.config import MaintenanceConfig, parse_config
 
 _counter = itertools.count()
-
-
-def config_doc(root: Path, **overrides) -> dict:
-    """The test estate's config document: a Hadoop catalog `lake` on `<root>/warehouse`."""
-    doc = {
-        "catalog": {"name": "lake", "type": "hadoop", "warehouse": str(root / "warehouse")},
-        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false",
-                                                  "spark.sql.shuffle.partitions": "2",
-                                                  "spark.default.parallelism": "2"}},
-        "state_dir": str(root / "state"),
-        "defaults": {"writer_idle": "0s", "hot_partition_age": "0s", "small_file_size_bytes": "1MiB",
-                     "target_file_size_bytes": "8MiB", "min_input_files": 3,
-                     "retry_backoff": "0s", "claim_wait": "0s"},
-    }
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(doc.get(key), dict):
-            doc[key] = {**doc[key], **value}
-        else:
-            doc[key] = value
-    return doc
 
 
 def make_config(root: Path, **overrides) -> MaintenanceConfig:
@@ -68,6 +49,25 @@ def two_versions(spark, table_sql: str, columns: str, first: str, second: str) -
     before = current_snapshot(spark, table_sql)
     spark.sql(f"INSERT OVERWRITE {table_sql} VALUES {second}")
     return before, current_snapshot(spark, table_sql)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """Runs `icemaint <argv>` in this process: (exit code, stdout, stderr); argparse's own exits give their code."""
+    from icemaint.app.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def isolated_dagster_home(monkeypatch, tmp_path) -> None:
+    """The CLI and the Dagster runner point $DAGSTER_HOME at the config's state dir; keep that out of other tests."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
 
 
 # Fixtures that start Spark (a JVM); a test using any of them, directly or through another fixture,
@@ -129,3 +129,4 @@ def table_name(request) -> str:
     base = "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:40]
     return f"t.{base}_{next(_counter)}"
 from pg_server import postgres_dsn, postgres_server  # noqa: E402,F401
+from cluster_stack import production_stack  # noqa: E402,F401

@@ -316,14 +316,13 @@ def test_sensors_alert_each_run_once_and_a_dead_webhook_is_audited_not_raised(tm
 
 
 def test_a_forced_proof_failure_sends_exactly_one_webhook_message(spark, tmp_path, lake_root, table_name, webhook,
-                                                                  monkeypatch):
+                                                                  monkeypatch, isolated_dagster_home):
     """Acceptance: a real compaction run (compaction_job, in process) whose proof fails -> one message with
     table, date, snapshot ids and the result; main unchanged."""
     import maint_assets.compaction
     from icemaint.app.runner import MaintenanceRunner
     from staged_faults import corrupt_long, uncompressed
 
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))  # the runner repoints it
     monkeypatch.setenv(HOOK_ENV, webhook.url)
     monkeypatch.delenv(UNSET_ENV, raising=False)
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
@@ -371,10 +370,10 @@ def test_a_forced_proof_failure_sends_exactly_one_webhook_message(spark, tmp_pat
     assert record.details["alert_id"] == message["alert_id"]
 
 
-def test_a_refused_run_sends_one_run_failed_message(spark, tmp_path, lake_root, table_name, webhook, monkeypatch):
+def test_a_refused_run_sends_one_run_failed_message(spark, tmp_path, lake_root, table_name, webhook, monkeypatch,
+                                                    isolated_dagster_home):
     from icemaint.app.runner import MaintenanceRunner
 
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
     monkeypatch.setenv(HOOK_ENV, webhook.url)
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         tables={table_name: {"read_only": True, "owner": "ops"}},

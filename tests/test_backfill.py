@@ -42,7 +42,8 @@ def code_location_target() -> InProcessWorkspaceLoadTarget:
     return InProcessWorkspaceLoadTarget(InProcessCodeLocationOrigin(origin, location_name="icemaint"))
 
 
-def test_asset_backfill_compacts_each_date_with_its_own_proof(spark, lake_root, tmp_path, monkeypatch):
+def test_asset_backfill_compacts_each_date_with_its_own_proof(spark, lake_root, tmp_path, monkeypatch,
+                                                              isolated_dagster_home):
     namespace = f"bf_{uuid.uuid4().hex[:8]}"
     writer = StreamingWriter(spark, "lake", WorkloadSpec(table=f"{namespace}.events", days=3, rows_per_day=8,
                                                           delete_every=0, seed=21))
@@ -53,7 +54,6 @@ def test_asset_backfill_compacts_each_date_with_its_own_proof(spark, lake_root, 
                         scope={"include": [f"{namespace}.*"]})
     config = load_config(path)
     monkeypatch.setenv("ICEMAINT_CONFIG", str(path))  # what the code location reads when it loads
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
     keys = [f"{d}|{table}" for d in DATES]
 
     with dg.instance_for_test(synchronous_run_launcher=True, synchronous_run_coordinator=True) as instance:

@@ -11,9 +11,8 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
-from conftest import write_config
+from conftest import run_cli, write_config
 from icemaint.safety.audit import open_audit
-from icemaint.app.cli import main
 from icemaint.config import load_config
 from icemaint.app.instance import get_instance
 from icemaint.observe.catalog import CatalogReader
@@ -23,10 +22,7 @@ from icemaint.app.simulator import StreamingWriter, WorkloadSpec
 CLOCK_FIELDS = ("oldest_snapshot_age_seconds", "seconds_since_writer_commit")
 
 
-@pytest.fixture(autouse=True)
-def _restore_dagster_home(monkeypatch, tmp_path):
-    # the CLI points $DAGSTER_HOME at the config's state dir; keep that out of other tests.
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
+pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +41,6 @@ def estate(spark, lake_root, tmp_path_factory):
     return SimpleNamespace(namespace=namespace, root=root, writer=writer, table=writer.name.key,
                            sql=writer.name.sql("lake"), path=str(path), read_only=str(read_only),
                            config=load_config(path), lake_root=lake_root)
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def metadata_location(estate) -> str:

@@ -31,8 +31,8 @@ from icemaint.engine.staging import PROOF_KEY, RUN_ID_KEY, STAGE_KEY
 from staged_faults import staging_refs
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.contract import LINEAGE, UNPROVEN, unproven_rewrites
-from icemaint.safety.audit import (AuditRecord, FileAuditLog, ProcessRef, ProcessState, audit_call, open_audit,
-                                   probe_process)
+from icemaint.safety.audit import AuditRecord, FileAuditLog, audit_call, open_audit
+from icemaint.safety.process import ProcessRef, ProcessState, probe_process
 from icemaint.safety.claims import open_claims
 from sensors.reaper import (GRPC_INFO_TAG, HOST_TAG, PID_TAG, PROCESS_RUN_TAG, RunFacts, decide_reaping,
                             reap_dead_runs, run_worker)

@@ -96,7 +96,7 @@ def main_snapshot(spark, table_sql: str):
                      f"JOIN {table_sql}.`refs` r ON r.snapshot_id = s.snapshot_id WHERE r.name = 'main'").first()
 
 
-def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root, monkeypatch):
+def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root, isolated_dagster_home):
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
     from icemaint.app.simulator import StreamingWriter, WorkloadSpec
@@ -105,7 +105,6 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
     from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, PLANNED_SNAPSHOT_TAG
 
     started = time.monotonic()
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))  # ensure_dagster_home sets it
     namespace = f"e2e_{uuid.uuid4().hex[:8]}"
     table = f"{namespace}.events"
     table_sql = TableName.parse(table).sql("lake")

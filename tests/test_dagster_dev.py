@@ -117,8 +117,7 @@ def wait_until_loaded(proc: subprocess.Popen, port: int, log_path: Path) -> dict
                 f"{log_path.read_text()[-4000:]}")
 
 
-def test_dagster_dev_serves_the_location(tmp_path, lake_root, monkeypatch):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))  # ensure_dagster_home sets it
+def test_dagster_dev_serves_the_location(tmp_path, lake_root, isolated_dagster_home):
     # An empty namespace: the always-on sensors find nothing to run in the shared test warehouse.
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         scope={"include": [f"dev_{uuid.uuid4().hex[:8]}.*"]})

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_config
-from icemaint.app.cli import main
+from conftest import run_cli, write_config
 from icemaint.app.doctor import Status, run_doctor, shown_uri
 from icemaint.config import load_config
 from icemaint.engine.spark_session import TESTED_ICEBERG
@@ -26,9 +25,8 @@ ALWAYS = ["config", "java", "iceberg runtime", "catalog credentials", "catalog",
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch, tmp_path):
-    # the CLI points $DAGSTER_HOME at the config's state dir; and no secret of another test leaks in
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
+def _clean_env(monkeypatch, isolated_dagster_home):
+    # no secret of another test leaks in
     for name in list(os.environ):
         if name.startswith("ICEMAINT_CATALOG_") or name in ("ICEMAINT_PG_DSN", "PGPASSWORD"):
             monkeypatch.delenv(name)
@@ -50,9 +48,7 @@ def estate(tmp_path: Path, **overrides) -> Path:
 
 def doctor(capsys, path: Path, *flags: str) -> tuple[int, dict[str, list[str]], str, str]:
     """Runs `icemaint --config PATH doctor`; returns (exit code, lines by check name, stdout, stderr)."""
-    capsys.readouterr()
-    code = main(["--config", str(path), "doctor", *flags])
-    out, err = capsys.readouterr()
+    code, out, err = run_cli(capsys, "--config", str(path), "doctor", *flags)
     assert "Traceback" not in out + err
     lines: dict[str, list[str]] = {}
     for line in out.splitlines():

@@ -40,8 +40,7 @@ def graphql(port: int, query: str, variables: dict) -> dict:
 
 
 def test_the_partition_history_shows_the_deferral_before_the_compaction(capsys, spark, tmp_path, lake_root,
-                                                                        monkeypatch):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
+                                                                        isolated_dagster_home):
     namespace = f"events_{uuid.uuid4().hex[:8]}"
     table = f"{namespace}.events"
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),

@@ -9,21 +9,13 @@ import uuid
 
 import pytest
 
-from conftest import streaming_table, write_config
-from icemaint.app.cli import main
+from conftest import run_cli, streaming_table, write_config
 from icemaint.config import load_config
 from icemaint.domain.names import TableName
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.compaction import CompactionRequest, Compactor
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims, table_claim
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def state_files(root) -> dict:

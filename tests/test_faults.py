@@ -13,23 +13,13 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import current_snapshot, streaming_table, write_config
-from icemaint.app.cli import main
+from conftest import current_snapshot, run_cli, streaming_table, write_config
 from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
 from staged_faults import staging_refs
 
 
-@pytest.fixture(autouse=True)
-def _dagster_home(monkeypatch, tmp_path):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
 def assert_untouched(spark, config, table: str, sql: str, location: str, head: int) -> None:

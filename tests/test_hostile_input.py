@@ -15,18 +15,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import streaming_table, write_config
-from icemaint.app.cli import main
+from conftest import run_cli, streaming_table, write_config
 from icemaint.config import MAX_CONFIG_BYTES, ConfigError, load_config
 from icemaint.observe.catalog import CatalogReader
 
 MAX_MESSAGE = 1000  # "clear": a message an operator reads, not a dump of the input
 
 
-@pytest.fixture(autouse=True)
-def _restore_dagster_home(monkeypatch, tmp_path):
-    # the CLI points $DAGSTER_HOME at the config's state dir; keep that out of other tests.
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
+pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +47,6 @@ def state_of(estate) -> tuple:
     """What a rejected command must leave as it was: the table's metadata, every warehouse file, the audit log."""
     return (CatalogReader(estate.config).metadata_location(estate.table), listing(estate.warehouse),
             estate.audit.read_bytes())
-
-
-def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse exits by itself
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_rejected(code, out: str, err: str, *mentions: str) -> str:
@@ -128,7 +114,7 @@ def _table_cases():
 @pytest.mark.parametrize("command, argv", list(_table_cases()))
 def test_hostile_table_names_are_rejected_before_anything_runs(estate, capsys, command, argv):
     before = state_of(estate)
-    code, out, err = run_cli(capsys, ["--config", estate.path, *argv])
+    code, out, err = run_cli(capsys, "--config", estate.path, *argv)
     assert_rejected(code, out, err, "table name" if command != "audit" else "")
     assert state_of(estate) == before
 
@@ -157,7 +143,7 @@ def test_hostile_dates_are_rejected(estate, capsys, command, date):
             "compact --from": ["compact", estate.table, "--from", date, "--to", "2026-01-02"],
             "approve --date": ["approve", estate.table, "--date", date]}[command]
     before = state_of(estate)
-    code, out, err = run_cli(capsys, ["--config", estate.path, *argv])
+    code, out, err = run_cli(capsys, "--config", estate.path, *argv)
     line = assert_rejected(code, out, err)
     assert "date" in line or "--from" in line, line
     assert state_of(estate) == before
@@ -172,7 +158,7 @@ def test_hostile_dates_are_rejected(estate, capsys, command, date):
 ])
 def test_bad_date_ranges_are_rejected(estate, capsys, argv, mention):
     before = state_of(estate)
-    code, out, err = run_cli(capsys, ["--config", estate.path, *[a.format(table=estate.table) for a in argv]])
+    code, out, err = run_cli(capsys, "--config", estate.path, *[a.format(table=estate.table) for a in argv])
     assert_rejected(code, out, err, mention)
     assert state_of(estate) == before
 
@@ -186,7 +172,7 @@ DURATIONS = [case(d, id=d) for d in ["7 days", "1e400d", "99999999999999d", "", 
 @pytest.mark.parametrize("command", ["expire", "orphans"])
 def test_hostile_durations_are_rejected(estate, capsys, command, duration):
     before = state_of(estate)
-    code, out, err = run_cli(capsys, ["--config", estate.path, command, estate.table, "--older-than", duration])
+    code, out, err = run_cli(capsys, "--config", estate.path, command, estate.table, "--older-than", duration)
     assert_rejected(code, out, err, "--older-than")
     assert state_of(estate) == before
 
@@ -209,7 +195,7 @@ def test_hostile_durations_are_rejected(estate, capsys, command, duration):
 ])
 def test_bad_arguments_are_rejected(estate, capsys, argv, mention):
     before = state_of(estate)
-    code, out, err = run_cli(capsys, ["--config", estate.path, *[a.format(table=estate.table) for a in argv]])
+    code, out, err = run_cli(capsys, "--config", estate.path, *[a.format(table=estate.table) for a in argv])
     assert_rejected(code, out, err, mention)
     assert state_of(estate) == before
 
@@ -282,7 +268,7 @@ def test_hostile_config_files_are_rejected_in_one_line(tmp_path, capsys, content
     message = str(info.value)
     assert len(message.splitlines()) == 1 and str(path) in message and mention in message, message[:500]
 
-    code, out, err = run_cli(capsys, ["--config", str(path), "audit"])
+    code, out, err = run_cli(capsys, "--config", str(path), "audit")
     line = assert_rejected(code, out, err, str(path), mention)
     assert line == f"error: {message}"
     assert listing(tmp_path) == before  # no state dir, no warehouse, nothing
@@ -297,7 +283,7 @@ def test_a_path_that_is_a_file_is_rejected(tmp_path, capsys, lake_root, where):
     path = write_config(tmp_path / "maintenance.yaml", lake_root, **overrides)
     before = listing(tmp_path)
     for argv in (["health", "t.events"], ["manifests", "t.events"], ["audit"]):
-        code, out, err = run_cli(capsys, ["--config", str(path), *argv])
+        code, out, err = run_cli(capsys, "--config", str(path), *argv)
         assert_rejected(code, out, err, where, "is a file, not a directory")
     assert listing(tmp_path) == before and a_file.read_text() == "I am a file\n"
 
@@ -305,7 +291,7 @@ def test_a_path_that_is_a_file_is_rejected(tmp_path, capsys, lake_root, where):
 @pytest.mark.parametrize("target", ["missing", "directory"])
 def test_a_config_path_that_is_no_file_is_rejected(tmp_path, capsys, target):
     path = tmp_path / "nope.yaml" if target == "missing" else tmp_path
-    code, out, err = run_cli(capsys, ["--config", str(path), "audit"])
+    code, out, err = run_cli(capsys, "--config", str(path), "audit")
     assert_rejected(code, out, err, str(path))
 
 

@@ -7,8 +7,7 @@ import threading
 
 import pytest
 
-from conftest import streaming_table, write_config
-from icemaint.app.cli import main
+from conftest import run_cli, streaming_table, write_config
 from icemaint.app.instance import get_instance
 from icemaint.config import load_config
 from icemaint.domain.names import TableName
@@ -17,16 +16,7 @@ from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims, table_claim
 
 
-@pytest.fixture(autouse=True)
-def _dagster_home(monkeypatch, tmp_path):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
 def ids(spark, sql: str, column: str = "id") -> list[int]:

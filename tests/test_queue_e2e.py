@@ -41,13 +41,13 @@ def launch_backfill(port: int, asset: str, partitions: list[str]) -> str:
     return result["backfillId"]
 
 
-def test_a_retention_backfill_and_a_date_backfill_of_one_table_never_overlap(spark, tmp_path, lake_root, monkeypatch):
+def test_a_retention_backfill_and_a_date_backfill_of_one_table_never_overlap(spark, tmp_path, lake_root,
+                                                                             isolated_dagster_home):
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
     from icemaint.app.simulator import StreamingWriter, WorkloadSpec
     from maint_assets.partitions import TABLE_TAG
 
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
     namespace = f"queue_{uuid.uuid4().hex[:8]}"
     table = f"{namespace}.events"
     writer = StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=len(DATES), rows_per_day=6,

@@ -22,14 +22,9 @@ from icemaint.domain.retention import (
     plan_expiry,
     procedure_retains,
 )
-from icemaint.engine.retention import (
-    delete_batches,
-    expire_snapshots,
-    quarantine_batches,
-    read_snapshots,
-    remove_orphan_files,
-    rewrite_manifests,
-)
+from icemaint.engine.manifests import rewrite_manifests
+from icemaint.engine.orphans import delete_batches, quarantine_batches, remove_orphan_files
+from icemaint.engine.retention import expire_snapshots, read_snapshots
 
 NOW = datetime(2026, 1, 10, tzinfo=timezone.utc)
 DAY_MS = 86_400_000
@@ -412,12 +407,12 @@ def test_forced_young_cutoff_quarantines_and_purges(spark, config, table_name, t
     assert str(moved_to).startswith(str(quarantine / table_name))
     assert all(Path(p).exists() for p in referenced)
 
-    assert quarantine_batches(spark, str(quarantine), older_than=now - timedelta(days=1)) == {}
+    assert quarantine_batches(spark, "lake", str(quarantine), older_than=now - timedelta(days=1)) == {}
     assert moved_to.exists()
-    listed = quarantine_batches(spark, str(quarantine), older_than=now + timedelta(seconds=1))
+    listed = quarantine_batches(spark, "lake", str(quarantine), older_than=now + timedelta(seconds=1))
     assert sum(map(len, listed.values())) == 1 and moved_to.exists()  # listing deletes nothing
     [batches] = listed.values()
-    assert delete_batches(spark, batches) == batches and not moved_to.exists()
+    assert delete_batches(spark, "lake", batches) == batches and not moved_to.exists()
 
 
 def test_rewrite_manifests_merges_and_keeps_rows(spark, config, table_name):

@@ -19,7 +19,8 @@ from py4j.protocol import Py4JJavaError
 from conftest import make_config, streaming_table
 from icemaint.app.simulator import SimulatorError, StreamingWriter, delete_sql
 from icemaint.domain.names import TableName
-from icemaint.engine.retention import COMMIT_TOKEN_KEY, read_snapshots, rewrite_manifests
+from icemaint.engine.manifests import rewrite_manifests
+from icemaint.engine.retention import COMMIT_TOKEN_KEY, read_snapshots
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.engine.staging import RUN_ID_KEY, java_exception_class
 from icemaint.observe.catalog import CatalogReader

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from conftest import current_snapshot, write_config
-from icemaint.app.cli import main
+from conftest import current_snapshot, run_cli
 from icemaint.config import load_config
 from icemaint.domain.names import TableName
 from icemaint.engine.revert import REVERT_OF_KEY
@@ -19,13 +18,6 @@ from icemaint.safety.claims import open_claims
 from staged_faults import main_lineage
 
 DAY = "2026-01-02"
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def rows(spark, sql: str, snapshot_id: int | None = None) -> list[tuple]:
@@ -39,23 +31,33 @@ def independent_rows(config, table: str) -> list[tuple]:
 
 
 @pytest.fixture
-def compacted(spark, lake_root, tmp_path, table_name):
-    """A date of 4 small files compacted and published; its path, config and the publish snapshot."""
+def small_files(spark, table_name) -> str:
+    """A merge-on-read table with 4 small files (2 rows each) on one date; its SQL name."""
     sql = TableName.parse(table_name).sql("lake")
     spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP, v STRING) USING iceberg PARTITIONED BY (days(ts)) "
               "TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
     for i in range(4):
         spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '{DAY} 0{i}:00:00', 'v{i}'), "
                   f"({i + 10}, TIMESTAMP '{DAY} 0{i}:30:00', 'w{i}')")
-    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"))
-    config = load_config(path)
-    before = rows(spark, sql)
-    files_before = sorted(r[0] for r in spark.sql(f"SELECT file_path FROM {sql}.files").collect())
+    return sql
+
+
+def publish(config, spark, table: str) -> int:
+    """Compacts the date and returns the snapshot that published the rewrite."""
     outcome = Compactor(config, spark, CatalogReader(config), open_claims(config), open_audit(config)).run(
-        CompactionRequest(table_name, DAY))
+        CompactionRequest(table, DAY))
     assert outcome.published, outcome.reason
-    return dict(sql=sql, table=table_name, path=str(path), config=config, before=before, files_before=files_before,
-                published=outcome.after_snapshot_id)
+    return outcome.after_snapshot_id
+
+
+@pytest.fixture
+def compacted(spark, small_files, config_file, table_name):
+    """`small_files` compacted and published; its path, config and the publish snapshot."""
+    config = load_config(config_file)
+    before = rows(spark, small_files)
+    files_before = sorted(r[0] for r in spark.sql(f"SELECT file_path FROM {small_files}.files").collect())
+    return dict(sql=small_files, table=table_name, path=str(config_file), config=config, before=before,
+                files_before=files_before, published=publish(config, spark, table_name))
 
 
 def test_a_published_rewrite_is_reverted_forward_with_its_proof(capsys, spark, compacted):
@@ -109,21 +111,11 @@ def test_what_is_not_a_proven_rewrite_is_refused_with_nothing_changed(capsys, sp
     assert CatalogReader(compacted["config"]).metadata_location(table) == location
 
 
-def test_a_rewrite_that_applied_deletes_is_refused(capsys, spark, lake_root, tmp_path, table_name):
-    sql = TableName.parse(table_name).sql("lake")
-    spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP, v STRING) USING iceberg PARTITIONED BY (days(ts)) "
-              "TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
-    for i in range(4):
-        spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '{DAY} 0{i}:00:00', 'v{i}'), "
-                  f"({i + 10}, TIMESTAMP '{DAY} 0{i}:30:00', 'w{i}')")
-    spark.sql(f"DELETE FROM {sql} WHERE id = 1")
-    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"))
-    config = load_config(path)
-    outcome = Compactor(config, spark, CatalogReader(config), open_claims(config), open_audit(config)).run(
-        CompactionRequest(table_name, DAY))
-    assert outcome.published, outcome.reason
+def test_a_rewrite_that_applied_deletes_is_refused(capsys, spark, small_files, config_file, table_name):
+    spark.sql(f"DELETE FROM {small_files} WHERE id = 1")
+    config = load_config(config_file)
+    published = publish(config, spark, table_name)
     location = CatalogReader(config).metadata_location(table_name)
-    code, out, err = run_cli(capsys, "--config", str(path), "revert", table_name, "--snapshot",
-                             str(outcome.after_snapshot_id))
+    code, out, err = run_cli(capsys, "--config", str(config_file), "revert", table_name, "--snapshot", str(published))
     assert code == 1 and "deletes" in err and len(err.strip().splitlines()) == 1, err
     assert CatalogReader(config).metadata_location(table_name) == location

@@ -39,10 +39,7 @@ def hot(spark, namespace):
     return writer
 
 
-@pytest.fixture(autouse=True)
-def _restore_dagster_home(monkeypatch, tmp_path):
-    # build_definitions points $DAGSTER_HOME at the config's state dir; keep that out of other tests.
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
+pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
 class Location:

@@ -220,10 +220,9 @@ def drawn_graph(dom: Element) -> tuple[dict[str, Box], set[tuple[str, str]]]:
 # -- the test -----------------------------------------------------------------------------------
 
 def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chromium, tmp_path, lake_root,
-                                                                       monkeypatch):
+                                                                       isolated_dagster_home):
     from icemaint.app.runner import MaintenanceRunner
 
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))  # the runner repoints it
     namespace = f"ui_{uuid.uuid4().hex[:8]}"
     table = f"{namespace}.events"
     # Only this test's namespace is in scope: the daemon leaves the shared warehouse's other tables alone.

@@ -11,8 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import write_config
-from icemaint.app.cli import main
+from conftest import run_cli, write_config
 from icemaint.config import load_config
 from icemaint.domain.layout import WHOLE_TABLE
 from icemaint.domain.names import TableName
@@ -26,9 +25,7 @@ from staged_faults import main_lineage
 EVENT_TYPES = ("click", "view", "buy", "cart", "search")
 
 
-@pytest.fixture(autouse=True)
-def _dagster_home(monkeypatch, tmp_path):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused-dagster-home"))
+pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
 def notebook_events(spark, sql: str, batches: int = 50) -> None:
@@ -86,13 +83,6 @@ def estate(spark, lake_root, tmp_path_factory):
     path = write_config(root / "maintenance.yaml", lake_root, state_dir=str(root / "state"),
                         scope={"include": [f"{namespace}.*"]})
     return SimpleNamespace(namespace=namespace, root=root, tables=tables, path=str(path), config=load_config(path))
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_health_reports_each_partition_of_the_layout_and_sums_to_the_table(estate):

@@ -13,7 +13,8 @@ import json
 import sys
 
 from icemaint.config import MaintenanceConfig
-from icemaint.operations.housekeeping import check_age, check_retain_last
+from icemaint.domain.retention import check_retain_last
+from icemaint.operations.housekeeping import check_age
 from icemaint.domain.units import parse_duration
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -31,6 +32,8 @@ def _duration(value: str | None, option: str) -> str | None:
 
 
 def _retain_last(value: int | None) -> int | None:
+    if value is None:
+        return None
     try:
         return check_retain_last(value)
     except ValueError as exc:

@@ -17,6 +17,31 @@ from icemaint.config import MaintenanceConfig
 DEMO_TABLE = "demo.events"
 
 
+def local_estate_doc(root: Path, **overrides) -> dict:
+    """The config document of a throwaway local estate: a Hadoop catalog `lake` on `<root>/warehouse`,
+    Spark local[2], state in `<root>/state`, and no waits, so a table written seconds ago is compacted at once.
+
+    The test suite's estate and the backfill benchmark's. A dict override is merged into the section of
+    the same name; any other value replaces it.
+    """
+    doc = {
+        "catalog": {"name": "lake", "type": "hadoop", "warehouse": str(root / "warehouse")},
+        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false",
+                                                  "spark.sql.shuffle.partitions": "2",
+                                                  "spark.default.parallelism": "2"}},
+        "state_dir": str(root / "state"),
+        "defaults": {"writer_idle": "0s", "hot_partition_age": "0s", "small_file_size_bytes": "1MiB",
+                     "target_file_size_bytes": "8MiB", "min_input_files": 3,
+                     "retry_backoff": "0s", "claim_wait": "0s"},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(doc.get(key), dict):
+            doc[key] = {**doc[key], **value}
+        else:
+            doc[key] = value
+    return doc
+
+
 def _say(text: str = "") -> None:
     print(text, flush=True)
 

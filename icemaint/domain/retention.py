@@ -150,12 +150,18 @@ def _seconds(value: float, setting: str) -> float:
     return float(value)
 
 
-def _retain_last(value: int, setting: str) -> int:
+def check_retain_last(value: int, setting: str = "retain_last") -> int:
+    """A validated retain_last.
+
+    Raises:
+        RetentionError: not a whole number from 1 to MAX_RETAIN_LAST.
+    """
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RetentionError(f"{setting}={value!r} is not allowed; it must be a whole number of at least 1 "
                              "(the current snapshot is always kept)")
     if value > MAX_RETAIN_LAST:
-        raise RetentionError(f"{setting}={value} is not allowed; it must be at most {MAX_RETAIN_LAST}")
+        raise RetentionError(f"{setting}={value} is not allowed; it must be at most {MAX_RETAIN_LAST} "
+                             "(Iceberg counts snapshots in a Java int)")
     return value
 
 
@@ -310,7 +316,7 @@ def plan_expiry(snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef], 
         raise RetentionError("the table's policy is read_only: snapshot expiry is not allowed")
     min_age = _seconds(policy.snapshot_min_age_seconds, "snapshot_min_age")
     policy_older = _seconds(policy.snapshot_older_than_seconds, "snapshot_older_than")
-    keep = _retain_last(policy.snapshot_retain_last if retain_last is None else retain_last, "retain_last")
+    keep = check_retain_last(policy.snapshot_retain_last if retain_last is None else retain_last)
     max_count = policy.snapshot_max_count
     if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
         raise RetentionError(f"snapshot_max_count={max_count!r} must be a whole number of at least 1")

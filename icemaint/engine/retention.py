@@ -1,8 +1,8 @@
-"""Retention on Spark: snapshot expiry, orphan-file removal (or quarantine) and manifest rewrites.
+"""Retention on Spark: snapshot expiry, and what every retention commit shares (the table, reference and
+commit helpers that `icemaint.engine.orphans` and `icemaint.engine.manifests` build on).
 
 Carries out the plans of `icemaint.domain.retention` with Iceberg's procedures and Java API, each with a dry
-run that computes the same numbers and changes nothing. Every Spark, JVM and file-system call of
-retention lives here (~630 lines: the three procedures share the table, file and reference helpers).
+run that computes the same numbers and changes nothing.
 
 Commits are classified by the Java exception's class, never its message (`java_exception_class`, as a
 staged publish is): a writer's conflicting commit raises `RetentionConflict` (nothing changed; plan
@@ -17,29 +17,22 @@ now named in the call.
 
 from __future__ import annotations
 
-import math
-import posixpath
 import re
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterable, Mapping
-from urllib.parse import urlsplit
+from typing import Callable, Mapping
 
-from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
+from icemaint.engine.files import Files
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.engine.staging import COMMIT_STATE_UNKNOWN, CONFLICT_CLASSES, java_exception_class
 from icemaint.domain.policy import DEFAULT_CHECKPOINT_MARKERS
 from icemaint.domain.retention import (
-    ORPHAN_MIN_AGE, ConcurrentExpiry, ExpiryPlan, GcDisabled, QuarantineMoveFailed, RetentionError, SnapshotInfo,
-    SnapshotRef, StaleExpiryPlan, _aware, _ms, _retain_last, marker_keys, procedure_retains,
+    ConcurrentExpiry, ExpiryPlan, GcDisabled, RetentionError, SnapshotInfo, SnapshotRef, StaleExpiryPlan, _aware, _ms,
+    check_retain_last, marker_keys, procedure_retains,
 )
 
-_QUARANTINE_STAMP = "%Y%m%dT%H%M%S%fZ"
 _CATALOG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-# Iceberg's default `commit.manifest.target-size-bytes`, used only to estimate a dry run.
-_MANIFEST_TARGET_BYTES = 8 * 2**20
 # Snapshot summary key of a retention commit: found again on `main` when the catalog could not confirm it.
 COMMIT_TOKEN_KEY = "icemaint.commit-token"
 # Called right before a commit (a test seam: a writer's commit lands between planning and commit).
@@ -180,69 +173,6 @@ def read_snapshots(spark, catalog: str, table: TableName | str,
     return sorted(snaps, key=lambda s: (s.timestamp_ms, s.snapshot_id)), refs
 
 
-class _Files:
-    """File operations through Hadoop's FileSystem, so they work wherever Spark reads the table."""
-
-    def __init__(self, spark):
-        self._jvm = spark._jvm
-        self._conf = spark._jsc.hadoopConfiguration()
-
-    def _path(self, location: str):
-        return self._jvm.org.apache.hadoop.fs.Path(location)
-
-    def _fs(self, path):
-        return path.getFileSystem(self._conf)
-
-    def qualify(self, location: str) -> str:
-        path = self._path(location)
-        return str(self._fs(path).makeQualified(path).toString())
-
-    def exists(self, location: str) -> bool:
-        path = self._path(location)
-        return bool(self._fs(path).exists(path))
-
-    def size(self, location: str) -> int | None:
-        path = self._path(location)
-        fs = self._fs(path)
-        return int(fs.getFileStatus(path).getLen()) if fs.exists(path) else None
-
-    def delete(self, location: str) -> bool:
-        path = self._path(location)
-        return bool(self._fs(path).delete(path, False))
-
-    def delete_tree(self, location: str) -> bool:
-        path = self._path(location)
-        return bool(self._fs(path).delete(path, True))
-
-    def move(self, source: str, target: str) -> None:
-        src, dst = self._path(source), self._path(target)
-        fs = self._fs(dst)
-        fs.mkdirs(dst.getParent())
-        if not fs.rename(src, dst):
-            raise QuarantineMoveFailed(f"could not move {source} to {target}")
-
-    def children(self, location: str) -> list[str]:
-        path = self._path(location)
-        fs = self._fs(path)
-        if not fs.exists(path):
-            return []
-        return [str(status.getPath().toString()) for status in fs.listStatus(path)]
-
-
-def _normalized(uri: str) -> tuple[str, str, str]:
-    parts = urlsplit(uri)
-    return parts.scheme.lower(), parts.netloc, posixpath.normpath(parts.path)
-
-
-def _relative_under(root: str, candidate: str) -> str | None:
-    """`candidate`'s path relative to `root`, or None unless it lies strictly inside `root`."""
-    r_scheme, r_net, r_path = _normalized(root)
-    c_scheme, c_net, c_path = _normalized(candidate)
-    if (r_scheme, r_net) != (c_scheme, c_net) or ".." in candidate.split("/"):
-        return None
-    prefix = r_path.rstrip("/") + "/"
-    return c_path[len(prefix):] if c_path.startswith(prefix) and len(c_path) > len(prefix) else None
-
 
 # ---- expiry ---------------------------------------------------------------------------------
 
@@ -306,7 +236,7 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
         entry[1].add(int(r["reference_snapshot_id"]))
     released += [_ReleasedFile(path, "manifest", length)
                  for path, (length, refs) in sorted(manifests.items()) if refs <= expiring]
-    files = _Files(spark)
+    files = Files(spark, catalog)
     for snap in snapshots:
         if snap.snapshot_id in expiring and snap.manifest_list:
             released.append(_ReleasedFile(snap.manifest_list, "manifest_list", files.size(snap.manifest_list) or 0))
@@ -360,7 +290,7 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     """
     table = _table(table)
     catalog_sql = _catalog(catalog)
-    _retain_last(plan.retain_last, "plan.retain_last")
+    check_retain_last(plan.retain_last, "plan.retain_last")
     _aware(plan.older_than, "plan.older_than")
     _check_gc_enabled(spark, catalog, table)
     snapshots, refs = read_snapshots(spark, catalog, table)
@@ -399,7 +329,7 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     counts, state_was_unknown = _commit(call, before_commit, landed, f"expiry of {table.key}")
     after, _ = read_snapshots(spark, catalog, table)
     expired = {s.snapshot_id for s in snapshots} - {s.snapshot_id for s in after}
-    files = _Files(spark)
+    files = Files(spark, catalog)
     gone = [f for f in released if not files.exists(f.path)]
     left = [f for f in released if files.exists(f.path)]
     result = ExpiryResult(**base, snapshots_after=len(after), expired_snapshot_ids=tuple(sorted(expired)),
@@ -418,221 +348,3 @@ def _tally(gone: list[_ReleasedFile], left: list[_ReleasedFile]) -> dict[str, in
                 manifests_deleted=count("manifest"), manifest_lists_deleted=count("manifest_list"),
                 bytes_reclaimed=sum(f.size for f in gone),
                 files_left_unreferenced=len(left), bytes_left_unreferenced=sum(f.size for f in left))
-
-
-# ---- orphans --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class OrphanResult:
-    """Orphan files found under the table location and what happened to them."""
-
-    table: str
-    dry_run: bool
-    forced: bool
-    older_than: datetime
-    table_location: str
-    candidates: tuple[str, ...]
-    bytes: int
-    deleted: tuple[str, ...] = ()
-    quarantined_to: str | None = None
-    moved: tuple[tuple[str, str], ...] = ()
-
-
-def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_than: datetime, now: datetime,
-                        force: bool = False, dry_run: bool = False,
-                        quarantine_dir: str | None = None) -> OrphanResult:
-    """Deletes (or quarantines) files under the table location that no retained snapshot or metadata
-    file references and that are older than `older_than`.
-
-    Candidates are listed by Iceberg without deleting anything (the procedure's dry run; for a
-    forced cutoff under 24 h, which the procedure refuses, the Java `deleteOrphanFiles` action with
-    a collecting, non-deleting delete function). Every candidate is then checked to lie inside the
-    table location; if one does not, nothing is touched. Files are deleted, or moved to
-    `quarantine_dir/<table>/<UTC stamp>/<path relative to the table location>`.
-
-    Raises:
-        RetentionError: a cutoff in the future, a cutoff under 24 h without `force`, a candidate
-            outside the table location, or gc.enabled=false on the table.
-    """
-    table = _table(table)
-    catalog_sql = _catalog(catalog)
-    now = _aware(now, "now")
-    older_than = _aware(older_than, "older_than")
-    if older_than > now:
-        raise RetentionError(f"older_than={older_than.isoformat()} is after now={now.isoformat()}: "
-                             "files still being written would look orphaned")
-    if now - older_than < ORPHAN_MIN_AGE and not force:
-        raise RetentionError(
-            f"older_than={older_than.isoformat()} is less than 24 h before now: files of commits still in "
-            "flight would look orphaned and be deleted; use a cutoff of 24 h or more, or force=True "
-            "when no writer can be active")
-    _check_gc_enabled(spark, catalog, table)
-    jtable = iceberg_table(spark, catalog, table)
-    files = _Files(spark)
-    location = files.qualify(str(jtable.location()))
-    if quarantine_dir is not None and (_relative_under(location, files.qualify(quarantine_dir)) is not None
-                                       or _normalized(files.qualify(quarantine_dir)) == _normalized(location)):
-        raise RetentionError(f"quarantine_dir {quarantine_dir} is inside the table location {location}: "
-                             "quarantined files would be orphans of the table again")
-
-    if force and now - older_than < ORPHAN_MIN_AGE:
-        jvm = spark._jvm
-        # Stream.builder() is a Consumer<String> that only collects: the action deletes nothing.
-        action_result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
-                         .deleteOrphanFiles(jtable).olderThan(_ms(older_than))
-                         .deleteWith(jvm.java.util.stream.Stream.builder()).execute())
-        listed = [str(p) for p in action_result.orphanFileLocations()]
-    else:
-        listed = [r["orphan_file_location"] for r in spark.sql(
-            f"CALL {catalog_sql}.system.remove_orphan_files(table => {table.procedure_arg()}, "
-            f"older_than => {_timestamp_literal(older_than)}, dry_run => true)").collect()]
-
-    candidates = sorted(files.qualify(p) for p in listed)
-    relative = {}
-    for path in candidates:
-        rel = _relative_under(location, path)
-        if rel is None:
-            raise RetentionError(f"orphan candidate {path} is not under the table location {location}; "
-                                 "nothing was deleted")
-        relative[path] = rel
-    sizes = {path: files.size(path) or 0 for path in candidates}
-    base = dict(table=table.key, dry_run=dry_run, forced=force, older_than=older_than, table_location=location,
-                candidates=tuple(candidates), bytes=sum(sizes.values()))
-    if dry_run or not candidates:
-        return OrphanResult(**base)
-    if quarantine_dir is not None:
-        target_root = f"{quarantine_dir.rstrip('/')}/{table.key}/{now.strftime(_QUARANTINE_STAMP)}"
-        moved = []
-        for path in candidates:
-            target = f"{target_root}/{relative[path]}"
-            try:
-                files.move(path, target)
-            except QuarantineMoveFailed as exc:
-                # One rename a file: each is either still in place or whole in quarantine.
-                raise QuarantineMoveFailed(
-                    f"{exc}; {len(moved)} of {len(candidates)} orphan files are already in quarantine under "
-                    f"{target_root} (each whole), the other {len(candidates) - len(moved)} are still in place; "
-                    "nothing is lost: run orphan removal again to finish") from None
-            moved.append((path, target))
-        return OrphanResult(**base, quarantined_to=target_root, moved=tuple(moved))
-    deleted = tuple(path for path in candidates if files.delete(path))
-    return OrphanResult(**base, deleted=deleted)
-
-
-def quarantine_batches(spark, quarantine_dir: str, older_than: datetime) -> dict[str, list[str]]:
-    """Quarantine batches (`<dir>/<table>/<stamp>`) quarantined before `older_than`, by table directory name.
-
-    Only directories named with the quarantine stamp count; anything else is left alone.
-    """
-    older_than = _aware(older_than, "older_than")
-    files = _Files(spark)
-    found: dict[str, list[str]] = {}
-    for table_dir in files.children(quarantine_dir):
-        table = table_dir.rstrip("/").rsplit("/", 1)[-1]
-        for batch in files.children(table_dir):
-            name = batch.rstrip("/").rsplit("/", 1)[-1]
-            try:
-                stamp = datetime.strptime(name, _QUARANTINE_STAMP).replace(tzinfo=timezone.utc)
-            except ValueError:
-                continue
-            if stamp < older_than:
-                found.setdefault(table, []).append(batch)
-    return {table: sorted(batches) for table, batches in sorted(found.items())}
-
-
-def delete_batches(spark, batches: Iterable[str]) -> list[str]:
-    """Deletes quarantine batch directories (from `quarantine_batches`); returns those deleted."""
-    files = _Files(spark)
-    return [batch for batch in batches if files.delete_tree(batch)]
-
-
-# ---- manifests ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ManifestResult:
-    table: str
-    dry_run: bool
-    manifests_before: int
-    bytes_before: int
-    manifests_after: int  # in a dry run, an estimate at Iceberg's default 8 MiB target size
-    bytes_after: int | None  # unknown in a dry run
-    rewritten_manifests: int = 0
-    added_manifests: int = 0
-    snapshot_id: int | None = None  # the rewrite's commit on main (None: nothing committed)
-    # The catalog could not confirm the commit; a re-read found it on main (counts from its summary).
-    state_was_unknown: bool = False
-
-
-def _manifest_stats(spark, catalog: str, table: TableName) -> list:
-    return spark.sql(f"SELECT content, partition_spec_id, length FROM "
-                     f"{_metadata_table(catalog, table, 'manifests')}").collect()
-
-
-def _count(jvm, java_iterable) -> int:
-    return int(jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(java_iterable).size())
-
-
-def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: bool = False,
-                      properties: Mapping[str, str] | None = None,
-                      before_commit: BeforeCommit | None = None) -> ManifestResult:
-    """Rewrites the current snapshot's manifests into fewer, larger ones (Iceberg's RewriteManifests action,
-    what the `rewrite_manifests` procedure runs).
-
-    The rewrite is planned on the table as loaded when the call starts (snapshot S) and committed
-    against the table as it is then: Iceberg validates that every manifest it replaces is still in
-    the table, so a writer's commit since S that rewrote one (a copy-on-write delete or overwrite, a
-    compaction by another engine) makes it refuse (`RetentionConflict`); a writer's appends are kept.
-    The commit carries `properties`, `icemaint.maintenance=true` and a commit token in its snapshot
-    summary, so it is found on `main` again (its snapshot id, and whether it landed when the catalog
-    could not confirm it).
-
-    A dry run reports the current manifests and an estimate of the count afterwards (data
-    manifests merged per partition spec up to 8 MiB each; delete manifests are not rewritten).
-
-    Raises:
-        RetentionConflict: Iceberg refused the commit because of a writer's commit; nothing changed.
-        RetentionCommitUnknown: The commit state is unknown and the commit is not on `main` after a re-read.
-    """
-    table = _table(table)
-    _catalog(catalog)
-    before = _manifest_stats(spark, catalog, table)
-    base = dict(table=table.key, dry_run=dry_run, manifests_before=len(before),
-                bytes_before=sum(int(r["length"]) for r in before))
-    if dry_run or not before:
-        by_spec: dict[int, int] = {}
-        for r in before:
-            if r["content"] == 0:
-                by_spec[r["partition_spec_id"]] = by_spec.get(r["partition_spec_id"], 0) + int(r["length"])
-        estimate = sum(1 for r in before if r["content"] != 0) + sum(
-            max(1, math.ceil(total / _MANIFEST_TARGET_BYTES)) for total in by_spec.values())
-        return ManifestResult(**base, manifests_after=estimate if before else 0,
-                              bytes_after=None if before else 0)
-    marker = {MAINTENANCE_TAG: "true", COMMIT_TOKEN_KEY: uuid.uuid4().hex, **(properties or {})}
-    token = str(marker[COMMIT_TOKEN_KEY])
-    since_ms = _ms(datetime.now(timezone.utc)) - _SEARCH_MARGIN_MS
-    jvm = spark._jvm
-    planned = iceberg_table(spark, catalog, table)  # S: the action plans on this object's snapshot
-
-    def call():
-        action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteManifests(planned)
-        for key, value in marker.items():
-            action = action.snapshotProperty(str(key), str(value))
-        return action.execute()
-
-    def landed() -> bool:
-        return _marked_snapshot(spark, catalog, table, COMMIT_TOKEN_KEY, token, since_ms) is not None
-
-    result, state_was_unknown = _commit(call, before_commit, landed, f"manifest rewrite of {table.key}")
-    committed = _marked_snapshot(spark, catalog, table, COMMIT_TOKEN_KEY, token, since_ms)
-    if state_was_unknown and committed is not None:
-        summary = committed.summary()
-        rewritten, added = int(summary.get("manifests-replaced") or 0), int(summary.get("manifests-created") or 0)
-    elif state_was_unknown:
-        rewritten = added = 0
-    else:
-        rewritten, added = _count(jvm, result.rewrittenManifests()), _count(jvm, result.addedManifests())
-    after = _manifest_stats(spark, catalog, table)
-    return ManifestResult(**base, manifests_after=len(after), bytes_after=sum(int(r["length"]) for r in after),
-                          rewritten_manifests=rewritten, added_manifests=added,
-                          snapshot_id=None if committed is None else int(committed.snapshotId()),
-                          state_was_unknown=state_was_unknown)

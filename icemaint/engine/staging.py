@@ -75,6 +75,28 @@ def java_exception_class(exc: BaseException) -> str | None:
     return java.getClass().getName() if java is not None else None
 
 
+BAD_REQUEST = "org.apache.iceberg.exceptions.BadRequestException"
+# Attempts of a staging write that a REST catalog refused for the sequence-number race below.
+STAGE_WRITE_ATTEMPTS = 4
+
+
+def sequence_number_race(exc: BaseException) -> bool:
+    """A REST catalog refused a commit to a branch because a writer's commit to another branch took the
+    sequence number the client had assigned: the server's `Cannot add snapshot with sequence number N older
+    than last sequence number N` comes back as a 400 (BadRequestException), not the 409 a retry needs
+    (apache/iceberg#15001, fixed server-side by #15126; SeaweedFS 4.48 answers so). The one place a
+    message is read: the class alone names every malformed request. Writing again on the fresh table works."""
+    if java_exception_class(exc) != BAD_REQUEST:
+        return False
+    java, seen = getattr(exc, "java_exception", None), 0
+    while java is not None and seen < 10:
+        if java.getClass().getName() == BAD_REQUEST:
+            message = str(java.getMessage() or "")
+            return "sequence number" in message and "last sequence number" in message
+        java, seen = java.getCause(), seen + 1
+    return False
+
+
 def java_root_message(exc: BaseException) -> str:
     """The first line of the root Java cause's message (what actually went wrong), else of `exc`."""
     java, root = getattr(exc, "java_exception", None), None
@@ -299,11 +321,18 @@ class StagingArea:
         writer = rows.writeTo(f"{self.name.sql(self.catalog)}.branch_{branch}")
         for key, value in options.items():
             writer = writer.option(key, value)
-        try:
-            writer.append()
-        except Exception as exc:
-            self.discard(branch)
-            raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
+        for attempt in range(1, STAGE_WRITE_ATTEMPTS + 1):
+            try:
+                writer.append()
+                break
+            except Exception as exc:
+                if attempt < STAGE_WRITE_ATTEMPTS and sequence_number_race(exc):
+                    log.info("staging %s met a writer's commit (REST sequence-number race), writing again (attempt %d)",
+                             self.name.key, attempt + 1)
+                    time.sleep(0.2 * attempt)
+                    continue
+                self.discard(branch)
+                raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
         tbl.refresh()
         staged = tbl.refs().get(branch).snapshotId()
         new_files = list(iterate_java(tbl.snapshot(staged).addedDataFiles(tbl.io())))

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.operations.contract import ContractRun, OperatingContract
+from icemaint.operations.contract import ContractOperation, ContractRun
 from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, Operation, ReasonKind, \
     choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, measured_throughput
 from icemaint.domain.layout import describe_all, partition_key, partitions_of
@@ -93,22 +93,15 @@ class CompactionOutcome:
 AfterStage = Callable[[StagedRewrite], None]
 
 
-class Compactor:
+class Compactor(ContractOperation):
     """Runs one compaction request end to end. Construct once per run; not thread-safe."""
 
     def __init__(self, config: MaintenanceConfig, spark, reader: CatalogReader, claims, audit, *,
                  after_stage: AfterStage | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  progress: Callable[[str], None] | None = None):
-        self.config = config
-        self.spark = spark
-        self.reader = reader
-        self.claims = claims
-        self.audit = audit
+        super().__init__(config, spark, reader, claims, audit, progress=progress, sleep=sleep)
         self.after_stage = after_stage
-        self.contract = OperatingContract(config, reader, claims)
-        self.sleep = sleep
-        self.progress = progress or (lambda msg: log.info(msg))
 
     # -- public -----------------------------------------------------------------------------
     def run(self, request: CompactionRequest) -> CompactionOutcome:

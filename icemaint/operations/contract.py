@@ -30,16 +30,21 @@ import uuid
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Callable, Generic, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterable, Mapping, TypeVar
 
-from icemaint.safety.audit import STARTED, AuditRecord, ProcessRef, audit_call, open_audit
+from icemaint.safety.audit import STARTED, AuditRecord, audit_call, open_audit
 from icemaint.safety.claims import ClaimBusy
+from icemaint.safety.process import ProcessRef
 from icemaint.domain.decisions import DEFER, FAILED, REFUSE, refusal_for
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.units import format_duration
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, STAGE_KEY, STAGED_SNAPSHOT_KEY
+
+if TYPE_CHECKING:
+    from icemaint.config import MaintenanceConfig
+    from icemaint.observe.catalog import CatalogReader
 
 log = logging.getLogger(__name__)
 Outcome = TypeVar("Outcome")
@@ -200,6 +205,24 @@ class OperatingContract(Generic[Outcome]):
                 table=run.name.key, operation=LINEAGE, decision=UNPROVEN, identity=run.identity, run_id=run_id,
                 before_snapshot_id=found["parent_id"], after_snapshot_id=found["snapshot_id"],
                 reason=found["what"], details=found))
+
+
+class ContractOperation:
+    """The wiring every operation run under the contract shares: the config, a Spark session, the catalog
+    reader, the claims, the audit log its record step writes to, the contract itself, and how it reports
+    progress (by default to its own module's log) and waits."""
+
+    def __init__(self, config: MaintenanceConfig, spark, reader: CatalogReader, claims, audit, *,
+                 progress: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep):
+        self.config = config
+        self.spark = spark
+        self.reader = reader
+        self.claims = claims
+        self.audit = audit
+        self.contract = OperatingContract(config, reader, claims)
+        own_log = logging.getLogger(type(self).__module__)
+        self.progress = progress or (lambda msg: own_log.info(msg))
+        self.sleep = sleep
 
 
 def main_lineage(table) -> Iterable[tuple[int, int | None, str | None, Mapping[str, str]]]:

@@ -1,8 +1,9 @@
 """Snapshot expiry, orphan-file removal and manifest rewrites under the operating contract.
 
 Each run is policy-gated (read_only, allowed_operations, allowed_identities), claimed (a busy claim
-defers, naming the holder), decided (run / noop / refuse), carried out by `icemaint.engine.retention` on
-Spark, and recorded as exactly one audit record. Spark- and Dagster-agnostic, like `Compactor`.
+defers, naming the holder), decided (run / noop / refuse), carried out on Spark by `icemaint.engine`
+(retention, orphans, manifests), and recorded as exactly one audit record. Spark- and Dagster-agnostic,
+like `Compactor`.
 
 Writers need not take the claim, so expiry and manifest rewrites meet their commits as compaction
 does: a conflict (Iceberg refused the commit, or the table moved since planning) is planned again on
@@ -17,21 +18,20 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.operations.contract import ContractRun, OperatingContract, first_line
+from icemaint.operations.contract import ContractOperation, ContractRun, first_line
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation, launched_by_a_person
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import (
-    MAX_AGE_SECONDS, MAX_RETAIN_LAST, ORPHAN_MIN_AGE, ConcurrentExpiry, QuarantineMoveFailed, RetentionError,
-    StaleExpiryPlan, manifests_due, plan_expiry,
+    MAX_AGE_SECONDS, ORPHAN_MIN_AGE, ConcurrentExpiry, QuarantineMoveFailed, RetentionError, StaleExpiryPlan,
+    check_retain_last, manifests_due, plan_expiry,
 )
-from icemaint.engine.retention import (
-    RetentionCommitUnknown, RetentionConflict, expire_snapshots, read_snapshots, remove_orphan_files, rewrite_manifests,
-)
+from icemaint.engine.manifests import rewrite_manifests
+from icemaint.engine.orphans import remove_orphan_files
+from icemaint.engine.retention import RetentionCommitUnknown, RetentionConflict, expire_snapshots, read_snapshots
 from icemaint.engine.staging import RUN_ID_KEY
 from icemaint.domain.units import format_duration
 
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 EXPIRE, ORPHANS, MANIFESTS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS
 # Audit records keep at most this many paths; the counts are always complete.
 MAX_LISTED_PATHS = 100
-QUARANTINE_DIR = "quarantine"
 # Test seam: called with (operation, attempt) right before each expiry or manifest commit.
 BeforeCommit = Callable[[str, int], None]
 
@@ -62,23 +61,6 @@ def check_age(seconds: float | None, setting: str) -> float | None:
     return float(seconds)
 
 
-def check_retain_last(value: int | None) -> int | None:
-    """A validated retain_last (None passes through).
-
-    Raises:
-        RetentionError: not a whole number from 1 to MAX_RETAIN_LAST.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RetentionError(f"retain_last={value!r} is not allowed; it must be a whole number of at least 1 "
-                             "(the current snapshot is always kept)")
-    if value > MAX_RETAIN_LAST:
-        raise RetentionError(f"retain_last={value} is not allowed; it must be at most {MAX_RETAIN_LAST} "
-                             "(Iceberg counts snapshots in a Java int)")
-    return value
-
-
 @dataclass(frozen=True)
 class ExpiryRequest:
     """Expire a table's old snapshots. None settings fall back to the table's policy."""
@@ -95,7 +77,8 @@ class ExpiryRequest:
 
     def __post_init__(self) -> None:
         check_age(self.older_than_seconds, "older_than")
-        check_retain_last(self.retain_last)
+        if self.retain_last is not None:
+            check_retain_last(self.retain_last)
 
 
 @dataclass(frozen=True)
@@ -168,21 +151,14 @@ def _listed(paths) -> list[str]:
                                        if len(paths) > MAX_LISTED_PATHS else [])
 
 
-class Housekeeper:
+class Housekeeper(ContractOperation):
     """Runs expiry, orphan removal and manifest rewrites, one request at a time. Not thread-safe."""
 
     def __init__(self, config: MaintenanceConfig, spark, reader: CatalogReader, claims, audit, *,
                  clock: Callable[[], dt.datetime] = _utcnow, progress: Callable[[str], None] | None = None,
                  sleep: Callable[[float], None] = time.sleep, before_commit: BeforeCommit | None = None):
-        self.config = config
-        self.spark = spark
-        self.reader = reader
-        self.claims = claims
-        self.audit = audit
+        super().__init__(config, spark, reader, claims, audit, progress=progress, sleep=sleep)
         self.clock = clock
-        self.contract = OperatingContract(config, reader, claims)
-        self.progress = progress or (lambda msg: log.info(msg))
-        self.sleep = sleep
         self.before_commit = before_commit
 
     @property
@@ -361,7 +337,7 @@ class Housekeeper:
         now = self.clock()
         age = policy.orphan_older_than_seconds if request.older_than_seconds is None else request.older_than_seconds
         cutoff = now - dt.timedelta(seconds=age)
-        quarantine = str(Path(self.config.state_dir, QUARANTINE_DIR).resolve()) if request.quarantine else None
+        quarantine = self.config.quarantine_location if request.quarantine else None
         outcome.settings.update(older_than=cutoff.isoformat(), quarantine_dir=quarantine)
         forced_young = request.force and dt.timedelta(seconds=age) < ORPHAN_MIN_AGE
         refs = read_snapshots(self.spark, self.catalog, name)[1]

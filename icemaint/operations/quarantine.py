@@ -1,7 +1,8 @@
-"""Purging `<state_dir>/quarantine`: files that orphan removal moved aside, deleted for good later.
+"""Purging the quarantine: files that orphan removal moved aside, deleted for good later.
 
 `icemaint orphans --quarantine` (or `quarantine: true` on the orphan_files asset) moves unreferenced
-files into `<state_dir>/quarantine/<table>/<stamp>/` instead of deleting them; once the grace period
+files into `<quarantine_dir>/<table>/<stamp>/` (default `<state_dir>/quarantine`; an object-store URI
+such as s3://bucket/prefix works the same) instead of deleting them; once the grace period
 has shown nothing needed them, `purge` deletes the batches older than a cutoff. A table whose policy
 refuses orphan removal (read_only, allowed_operations, allowed_identities) keeps its batches. One
 audit record per table with batches (run, dry run or refuse).
@@ -12,12 +13,11 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import REFUSE, RUN, Operation, refusal_for
-from icemaint.operations.housekeeping import MAX_LISTED_PATHS, ORPHANS, QUARANTINE_DIR, check_age
-from icemaint.engine.retention import delete_batches, quarantine_batches
+from icemaint.operations.housekeeping import MAX_LISTED_PATHS, ORPHANS, check_age
+from icemaint.engine.orphans import delete_batches, quarantine_batches
 from icemaint.domain.units import format_duration
 
 PURGE = Operation.PURGE_QUARANTINE
@@ -34,10 +34,6 @@ class PurgeOutcome:
         return asdict(self)
 
 
-def quarantine_dir(config: MaintenanceConfig) -> str:
-    return str(Path(config.state_dir, QUARANTINE_DIR).resolve())
-
-
 def purge(config: MaintenanceConfig, spark, audit, *, older_than_seconds: float, dry_run: bool = False,
           now: dt.datetime | None = None) -> list[PurgeOutcome]:
     """Deletes quarantine batches older than `older_than_seconds` (all tables whose policy allows it).
@@ -51,10 +47,9 @@ def purge(config: MaintenanceConfig, spark, audit, *, older_than_seconds: float,
     age = check_age(older_than_seconds, "older_than")
     cutoff = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(seconds=age)
     identity = config.identity()
-    root = quarantine_dir(config)
-    if not Path(root).is_dir():
-        return []
-    listed = quarantine_batches(spark, root, cutoff)
+    root = config.quarantine_location
+    catalog = config.catalog.name
+    listed = quarantine_batches(spark, catalog, root, cutoff)
     within = f"quarantined more than {format_duration(age)} ago (before {cutoff.isoformat(timespec='seconds')})"
     outcomes = []
     for table, batches in listed.items():
@@ -64,7 +59,7 @@ def purge(config: MaintenanceConfig, spark, audit, *, older_than_seconds: float,
         elif dry_run:
             outcome = PurgeOutcome(table, RUN, f"dry-run: would purge {len(batches)} batch(es) {within}", batches)
         else:
-            gone = delete_batches(spark, batches)
+            gone = delete_batches(spark, catalog, batches)
             outcome = PurgeOutcome(table, RUN, f"purged {len(gone)} batch(es) {within}", gone)
         audit.append(AuditRecord(
             table=table, operation=PURGE, decision=outcome.decision, reason=outcome.reason, trigger="manual",

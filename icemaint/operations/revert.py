@@ -8,20 +8,14 @@ main validated from H. A refused or unproven revert changes nothing. `main` is n
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
-from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import DEFER, NOT_PUBLISHED, REFUSE, RUN, Operation
 from icemaint.domain.names import TableName
-from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.compaction import failure_summary
-from icemaint.operations.contract import ContractRun, OperatingContract
-
-log = logging.getLogger(__name__)
+from icemaint.operations.contract import ContractOperation, ContractRun
 
 
 @dataclass(frozen=True)
@@ -52,12 +46,8 @@ class RevertOutcome:
         return asdict(self)
 
 
-class RevertRunner:
-    def __init__(self, config: MaintenanceConfig, spark, reader: CatalogReader, claims, audit,
-                 progress: Callable[[str], None] | None = None):
-        self.config, self.spark, self.reader, self.claims, self.audit = config, spark, reader, claims, audit
-        self.contract = OperatingContract(config, reader, claims)
-        self.progress = progress or (lambda msg: log.info(msg))
+class RevertRunner(ContractOperation):
+    """Runs one revert request under the contract (built as `ContractOperation` is)."""
 
     def run(self, request: RevertRequest) -> RevertOutcome:
         """Raises InvalidTableName / TableNotFound before anything is touched; otherwise returns an outcome."""

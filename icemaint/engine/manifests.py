@@ -1,0 +1,111 @@
+"""Manifest rewrites on Spark: the current snapshot's manifests merged into fewer, larger ones, committed
+against a writer's concurrent commits the way every retention commit is (`icemaint.engine.retention`)."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Mapping
+
+from icemaint.domain.health import MAINTENANCE_TAG
+from icemaint.domain.names import TableName
+from icemaint.domain.retention import _ms
+from icemaint.engine.retention import (
+    _SEARCH_MARGIN_MS, COMMIT_TOKEN_KEY, BeforeCommit, _catalog, _commit, _marked_snapshot, _metadata_table, _table,
+)
+from icemaint.engine.spark_session import iceberg_table
+
+# Iceberg's default `commit.manifest.target-size-bytes`, used only to estimate a dry run.
+_MANIFEST_TARGET_BYTES = 8 * 2**20
+
+
+@dataclass(frozen=True)
+class ManifestResult:
+    table: str
+    dry_run: bool
+    manifests_before: int
+    bytes_before: int
+    manifests_after: int  # in a dry run, an estimate at Iceberg's default 8 MiB target size
+    bytes_after: int | None  # unknown in a dry run
+    rewritten_manifests: int = 0
+    added_manifests: int = 0
+    snapshot_id: int | None = None  # the rewrite's commit on main (None: nothing committed)
+    # The catalog could not confirm the commit; a re-read found it on main (counts from its summary).
+    state_was_unknown: bool = False
+
+
+def _manifest_stats(spark, catalog: str, table: TableName) -> list:
+    return spark.sql(f"SELECT content, partition_spec_id, length FROM "
+                     f"{_metadata_table(catalog, table, 'manifests')}").collect()
+
+
+def _count(jvm, java_iterable) -> int:
+    return int(jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(java_iterable).size())
+
+
+def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: bool = False,
+                      properties: Mapping[str, str] | None = None,
+                      before_commit: BeforeCommit | None = None) -> ManifestResult:
+    """Rewrites the current snapshot's manifests into fewer, larger ones (Iceberg's RewriteManifests action,
+    what the `rewrite_manifests` procedure runs).
+
+    The rewrite is planned on the table as loaded when the call starts (snapshot S) and committed
+    against the table as it is then: Iceberg validates that every manifest it replaces is still in
+    the table, so a writer's commit since S that rewrote one (a copy-on-write delete or overwrite, a
+    compaction by another engine) makes it refuse (`RetentionConflict`); a writer's appends are kept.
+    The commit carries `properties`, `icemaint.maintenance=true` and a commit token in its snapshot
+    summary, so it is found on `main` again (its snapshot id, and whether it landed when the catalog
+    could not confirm it).
+
+    A dry run reports the current manifests and an estimate of the count afterwards (data
+    manifests merged per partition spec up to 8 MiB each; delete manifests are not rewritten).
+
+    Raises:
+        RetentionConflict: Iceberg refused the commit because of a writer's commit; nothing changed.
+        RetentionCommitUnknown: The commit state is unknown and the commit is not on `main` after a re-read.
+    """
+    table = _table(table)
+    _catalog(catalog)
+    before = _manifest_stats(spark, catalog, table)
+    base = dict(table=table.key, dry_run=dry_run, manifests_before=len(before),
+                bytes_before=sum(int(r["length"]) for r in before))
+    if dry_run or not before:
+        by_spec: dict[int, int] = {}
+        for r in before:
+            if r["content"] == 0:
+                by_spec[r["partition_spec_id"]] = by_spec.get(r["partition_spec_id"], 0) + int(r["length"])
+        estimate = sum(1 for r in before if r["content"] != 0) + sum(
+            max(1, math.ceil(total / _MANIFEST_TARGET_BYTES)) for total in by_spec.values())
+        return ManifestResult(**base, manifests_after=estimate if before else 0,
+                              bytes_after=None if before else 0)
+    marker = {MAINTENANCE_TAG: "true", COMMIT_TOKEN_KEY: uuid.uuid4().hex, **(properties or {})}
+    token = str(marker[COMMIT_TOKEN_KEY])
+    since_ms = _ms(datetime.now(timezone.utc)) - _SEARCH_MARGIN_MS
+    jvm = spark._jvm
+    planned = iceberg_table(spark, catalog, table)  # S: the action plans on this object's snapshot
+
+    def call():
+        action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteManifests(planned)
+        for key, value in marker.items():
+            action = action.snapshotProperty(str(key), str(value))
+        return action.execute()
+
+    def landed() -> bool:
+        return _marked_snapshot(spark, catalog, table, COMMIT_TOKEN_KEY, token, since_ms) is not None
+
+    result, state_was_unknown = _commit(call, before_commit, landed, f"manifest rewrite of {table.key}")
+    committed = _marked_snapshot(spark, catalog, table, COMMIT_TOKEN_KEY, token, since_ms)
+    if state_was_unknown and committed is not None:
+        summary = committed.summary()
+        rewritten, added = int(summary.get("manifests-replaced") or 0), int(summary.get("manifests-created") or 0)
+    elif state_was_unknown:
+        rewritten = added = 0
+    else:
+        rewritten, added = _count(jvm, result.rewrittenManifests()), _count(jvm, result.addedManifests())
+    after = _manifest_stats(spark, catalog, table)
+    return ManifestResult(**base, manifests_after=len(after), bytes_after=sum(int(r["length"]) for r in after),
+                          rewritten_manifests=rewritten, added_manifests=added,
+                          snapshot_id=None if committed is None else int(committed.snapshotId()),
+                          state_was_unknown=state_was_unknown)

@@ -1,0 +1,93 @@
+"""A maintenance process for the cluster tests, with a fault the test process cannot inject from outside.
+
+Spark allows one session per process and the test process already has a local one, so a compaction on
+the Spark cluster runs here: `python tests/cluster_driver.py corrupt-proof CONFIG TABLE DATE` compacts
+the date with the product's Compactor, and between staging and the proof changes one value inside a
+staged file on S3 (same length: what bad memory or a buggy writer leaves), then waits until a writer's
+commit lands on `main`. Prints the outcome as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CORRUPT = 987_654_321_000
+
+
+def s3_filesystem(config):
+    from pyarrow.fs import S3FileSystem
+
+    from icemaint.config import catalog_secret_properties
+
+    props = {**config.catalog.properties, **catalog_secret_properties(config.catalog)}
+    endpoint = props["s3.endpoint"]
+    return S3FileSystem(access_key=props["s3.access-key-id"], secret_key=props["s3.secret-access-key"],
+                        endpoint_override=endpoint.split("://", 1)[1], scheme=endpoint.split("://", 1)[0],
+                        region=props.get("client.region", "us-east-1"), allow_bucket_creation=True)
+
+
+def corrupt_first_id(fs, locations) -> int:
+    """Replaces the first event_id of the first staged file by CORRUPT in its bytes; returns the victim."""
+    import pyarrow.parquet as pq
+
+    path = locations[0].split("://", 1)[1]
+    victim = int(pq.read_table(path, filesystem=fs, columns=["event_id"]).column(0)[0].as_py())
+    with fs.open_input_file(path) as fh:
+        data = fh.read()
+    before, after = struct.pack("<q", victim), struct.pack("<q", CORRUPT)
+    assert data.count(before) >= 1, "the staged file is compressed: the value's bytes are not there"
+    with fs.open_output_stream(path) as out:
+        out.write(data.replace(before, after))
+    return victim
+
+
+def corrupt_proof(config_path: str, table: str, date: str) -> dict:
+    from icemaint.config import load_config
+    from icemaint.engine.spark_session import get_spark, iceberg_table
+    from icemaint.observe.catalog import CatalogReader
+    from icemaint.operations.compaction import CompactionRequest, Compactor
+    from icemaint.safety.audit import open_audit
+    from icemaint.safety.claims import open_claims
+    from icemaint.domain.names import TableName
+
+    config = load_config(config_path)
+    spark = get_spark(config)
+    fs = s3_filesystem(config)
+    seen: dict = {}
+
+    def fault(staged) -> None:
+        seen["victim"] = corrupt_first_id(fs, list(staged.new_files))
+        seen["staged_snapshot_id"] = staged.staged_snapshot_id
+        seen["base_snapshot_id"] = staged.base_snapshot_id
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # a writer's commit lands while the proof is pending
+            current = iceberg_table(spark, config.catalog.name, TableName.parse(table)).currentSnapshot()
+            if int(current.snapshotId()) != staged.base_snapshot_id:
+                seen["writer_snapshot_id"] = int(current.snapshotId())
+                return
+            time.sleep(0.5)
+        raise AssertionError("no writer commit landed within 90 s")
+
+    compactor = Compactor(config, spark, CatalogReader(config), open_claims(config), open_audit(config),
+                          after_stage=fault)
+    for _ in range(20):  # a writer commit during the health read defers a 0s idle window: the next tick's run
+        outcome = compactor.run(CompactionRequest(table, date))
+        if not (outcome.decision == "defer" and outcome.reason.startswith("writer active")):
+            break
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().keySet().size() - 1
+    return {"decision": outcome.decision, "reason": outcome.reason, "published": bool(outcome.published),
+            "validation_passed": (outcome.validation or {}).get("passed"), "executors": executors,
+            "master": spark.sparkContext.master, "app_id": spark.sparkContext.applicationId, **seen}
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    if command != "corrupt-proof":
+        raise SystemExit(f"unknown command {command!r}")
+    print(json.dumps(corrupt_proof(*args)))
