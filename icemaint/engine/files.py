@@ -138,8 +138,11 @@ class Files:
                 found.append(FileEntry(str(status.getPath().toString()), int(status.getLen()),
                                        int(status.getModificationTime())))
             return found
-        return [FileEntry(str(info.location()), int(info.size()), int(info.createdAtMillis()))
-                for info in self._io().listPrefix(root + "/")]
+        found, walk = [], self._io().listPrefix(root + "/").iterator()
+        while walk.hasNext():
+            info = walk.next()
+            found.append(FileEntry(str(info.location()), int(info.size()), int(info.createdAtMillis())))
+        return found
 
     def children(self, location: str) -> list[str]:
         """The entries directly under `location` (a directory; on an object store, the key prefixes)."""
