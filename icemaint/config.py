@@ -68,6 +68,16 @@ class CatalogConfig:
     # connection and never answers must not hang a sensor tick forever.
     timeout_seconds: float = 30.0
 
+    @property
+    def warehouse_root(self) -> str | None:
+        """The warehouse as a location every table's files should lie under: a URI, or a local path for the
+        path-based catalogs; None when it is a name the catalog resolves (a REST catalog's `warehouse`)."""
+        if not self.warehouse:
+            return None
+        if "://" in self.warehouse:
+            return self.warehouse
+        return f"file:{self.warehouse}" if self.type in ("hadoop", "jdbc") else None
+
 
 @dataclass(frozen=True)
 class SparkConfig:

@@ -60,3 +60,29 @@ def test_jdbc_catalog_postgres_claims_and_audit_drive_a_proven_compaction(spark,
     assert rows == writer.ledger.expected_ids()
     decisions = [r.decision for r in open_audit(config).records(table=table)]
     assert decisions == ["defer", "run"]
+
+
+def test_orphan_removal_refuses_a_table_located_outside_the_warehouse(spark, prod_config, tmp_path):
+    """A table registered over another system's files (its location outside the catalog's warehouse) has no
+    orphans we may take: refused before anything is listed, the table and a planted stray file untouched."""
+    from icemaint.operations.housekeeping import Housekeeper, OrphanRequest
+
+    config = prod_config
+    elsewhere = tmp_path / "another-system" / "events"
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS `prod`.`ops`")
+    spark.sql(f"CREATE TABLE `prod`.`ops`.`foreign_events` (id BIGINT) USING iceberg LOCATION 'file:{elsewhere}'")
+    spark.sql("INSERT INTO `prod`.`ops`.`foreign_events` VALUES (1), (2)")
+    stray = elsewhere / "data" / "not-ours.parquet"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"another system's file")
+    os.utime(stray, (0, 0))  # as old as can be: an orphan by age
+    reader = CatalogReader(config)
+    before = reader.metadata_location("ops.foreign_events")
+
+    keeper = Housekeeper(config, spark, reader, open_claims(config), open_audit(config))
+    outcome = keeper.remove_orphans(OrphanRequest("ops.foreign_events"))
+
+    assert outcome.decision == "refuse", outcome.reason
+    assert f"{elsewhere}" in outcome.reason and "outside the warehouse" in outcome.reason
+    assert stray.exists() and reader.metadata_location("ops.foreign_events") == before
+    assert sorted(r[0] for r in spark.sql("SELECT id FROM `prod`.`ops`.`foreign_events`").collect()) == [1, 2]

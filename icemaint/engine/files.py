@@ -33,7 +33,7 @@ def _scheme(location: str) -> str:
 
 def normalized(uri: str) -> tuple[str, str, str]:
     parts = urlsplit(uri)
-    return parts.scheme.lower(), parts.netloc, posixpath.normpath(parts.path)
+    return parts.scheme.lower(), parts.netloc, posixpath.normpath(parts.path or "/")  # s3://bucket is its root
 
 
 def relative_under(root: str, candidate: str) -> str | None:

@@ -40,7 +40,7 @@ class OrphanResult:
 
 def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_than: datetime, now: datetime,
                         force: bool = False, dry_run: bool = False,
-                        quarantine_dir: str | None = None) -> OrphanResult:
+                        quarantine_dir: str | None = None, within: str | None = None) -> OrphanResult:
     """Deletes (or quarantines) files under the table location that no retained snapshot or metadata
     file references and that are older than `older_than`.
 
@@ -48,11 +48,13 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
     forced cutoff under 24 h, which the procedure refuses, the Java `deleteOrphanFiles` action with
     a collecting, non-deleting delete function). Every candidate is then checked to lie inside the
     table location; if one does not, nothing is touched. Files are deleted, or moved to
-    `quarantine_dir/<table>/<UTC stamp>/<path relative to the table location>`.
+    `quarantine_dir/<table>/<UTC stamp>/<path relative to the table location>`. With `within` (the
+    catalog's warehouse), a table whose location lies outside it is refused before anything is listed:
+    a table registered over another system's files must not have them taken for its orphans.
 
     Raises:
         RetentionError: a cutoff in the future, a cutoff under 24 h without `force`, a candidate
-            outside the table location, or gc.enabled=false on the table.
+            outside the table location, a table location outside `within`, or gc.enabled=false on the table.
     """
     table = _table(table)
     catalog_sql = _catalog(catalog)
@@ -71,6 +73,9 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
     files = Files(spark, catalog, table_io=jtable.io())
     location = files.qualify(str(jtable.location()))
     prefix_listing = not files.on_hadoop(location)
+    if within is not None and relative_under(files.qualify(within), location) is None:
+        raise RetentionError(f"the table location {location} is outside the warehouse {within}: files there may "
+                             "belong to another system; orphan removal lists and deletes only inside the warehouse")
     if quarantine_dir is not None and (relative_under(location, files.qualify(quarantine_dir)) is not None
                                        or normalized(files.qualify(quarantine_dir)) == normalized(location)):
         raise RetentionError(f"quarantine_dir {quarantine_dir} is inside the table location {location}: "

@@ -30,6 +30,14 @@ class CatalogUnavailable(RuntimeError):
     """The catalog could not be reached or did not answer in time (named with its URI, never a secret)."""
 
 
+class CatalogDenied(CatalogUnavailable):
+    """The catalog answered but refused our credentials (named with its URI and the variables, never a secret)."""
+
+
+# pyiceberg's answers to a request the catalog would not authorize (wrong keys, a bad signature, no grant).
+_DENIED = ("ForbiddenError", "UnauthorizedError", "OAuthError")
+
+
 @dataclass(frozen=True)
 class TimePartitioning:
     column: str | None
@@ -130,6 +138,28 @@ class CatalogReader:
         return CatalogUnavailable(f"catalog {cat.name!r} ({cat.type} at {cat.uri or cat.warehouse}) did not answer: "
                                   f"{type(exc).__name__}: {text}")
 
+    def _denied(self, exc: BaseException) -> CatalogDenied:
+        from icemaint.config import SECRET_ENV_PREFIX
+
+        cat = self.config.catalog
+        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        names = sorted(n for n in os.environ if n.startswith(SECRET_ENV_PREFIX) and os.environ[n])
+        return CatalogDenied(f"catalog {cat.name!r} ({cat.type} at {cat.uri or cat.warehouse}) refused the credentials: "
+                             f"{text} (credentials from {', '.join(names) or f'no {SECRET_ENV_PREFIX}* variable'})")
+
+    def _answer_or_raise(self, call):
+        """Runs one catalog call; a refusal or an unreachable catalog becomes one named error."""
+        try:
+            return call()
+        except (OSError, ConnectionError) as exc:
+            raise self._unavailable(exc) from exc
+        except Exception as exc:
+            if type(exc).__name__ in _DENIED:
+                raise self._denied(exc) from None
+            if type(exc).__module__.startswith(("requests", "urllib3", "sqlalchemy")):
+                raise self._unavailable(exc) from exc
+            raise
+
     def _pyiceberg_catalog(self):
         try:
             return self._open_catalog()
@@ -173,11 +203,11 @@ class CatalogReader:
         else:
             catalog = self._pyiceberg_catalog()
             found = []
-            stack = list(catalog.list_namespaces())
+            stack = self._answer_or_raise(lambda: list(catalog.list_namespaces()))
             while stack:
                 ns = stack.pop()
-                found.extend(".".join(ident) for ident in catalog.list_tables(ns))
-                stack.extend(catalog.list_namespaces(ns))
+                found.extend(".".join(ident) for ident in self._answer_or_raise(lambda: catalog.list_tables(ns)))
+                stack.extend(self._answer_or_raise(lambda: catalog.list_namespaces(ns)))
         tables = []
         for key in sorted(set(found)):
             try:
@@ -218,15 +248,9 @@ class CatalogReader:
 
         catalog = self._pyiceberg_catalog()
         try:
-            return catalog.load_table((*name.namespace, name.name))
+            return self._answer_or_raise(lambda: catalog.load_table((*name.namespace, name.name)))
         except NoSuchTableError:
             raise TableNotFound(f"table {table} not found in catalog {self.config.catalog.name!r}") from None
-        except (OSError, ConnectionError) as exc:
-            raise self._unavailable(exc) from exc
-        except Exception as exc:
-            if type(exc).__module__.startswith(("requests", "urllib3", "sqlalchemy")):
-                raise self._unavailable(exc) from exc
-            raise
 
     # -- health ----------------------------------------------------------------------------
     def health(self, table: str, now: dt.datetime | None = None, loaded=None) -> TableHealth:

@@ -346,7 +346,8 @@ class Housekeeper(ContractOperation):
         t0 = time.perf_counter()
         try:
             result = remove_orphan_files(self.spark, self.catalog, name, older_than=cutoff, now=now,
-                                         force=request.force, dry_run=request.dry_run, quarantine_dir=quarantine)
+                                         force=request.force, dry_run=request.dry_run, quarantine_dir=quarantine,
+                                         within=self.config.catalog.warehouse_root)
         except QuarantineMoveFailed:
             raise  # some files may already be in quarantine: a failure, not a refusal
         except RetentionError as exc:
