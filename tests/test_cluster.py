@@ -216,7 +216,8 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     table.refresh()
     assert len(table.inspect.files()) < files_before
     assert table_ids(table) == sorted(writer.expected)
-    [tick_app] = app_ids(stack) - apps_before
+    tick_app = runs[-1].details["spark_app_id"]
+    assert tick_app in app_ids(stack) - apps_before and runs[-1].details["spark_master"] == stack.spark_master
     assert workers_ran(stack, tick_app), "no executor of the tick's app ran a task on a worker"
     from dagster import DagsterInstance
 
@@ -258,14 +259,24 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
         cursor = by_id[cursor].parent_snapshot_id if cursor in by_id else None
     assert result["writer_snapshot_id"] in lineage and result["staged_snapshot_id"] not in lineage
 
-    # 4. Expiry then orphan removal reclaim the superseded objects; what is retained reads the same rows.
+    # 4. Manifests rewritten; expiry keeping its files, then orphan removal reclaims the superseded objects;
+    # what is retained reads the same rows.
     location = table.metadata.location
+    table.refresh()
+    manifests_before = len(table.inspect.manifests())
+    rewritten = cli(config_path, env, "manifests", table_key, "--force", "--json")
+    assert rewritten.returncode == 0, rewritten.stdout[-1000:] + rewritten.stderr[-2000:]
+    table.refresh()
+    assert len(table.inspect.manifests()) < manifests_before
+    assert table_ids(table) == sorted(writer.expected)
     before = objects_under(fs, location)
-    expired = cli(config_path, env, "expire", table_key, "--older-than", "0s", "--retain-last", "1", "--json")
+    expired = cli(config_path, env, "expire", table_key, "--older-than", "0s", "--retain-last", "1", "--keep-files",
+                  "--json")
     assert expired.returncode == 0, expired.stdout[-1000:] + expired.stderr[-2000:]
     after_expiry = objects_under(fs, location)
-    assert len(after_expiry) < len(before)
+    assert set(before) <= set(after_expiry), "expiry with keep_files deleted objects"
     table.refresh()
+    assert len(table.snapshots()) < 5
     for snap in table.snapshots():
         assert table_ids(table, snap.snapshot_id) == sorted(writer.expected)
 
@@ -296,6 +307,7 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     assert young in left and fs.get_file_info(outside).size == len(b"not a table file")
     assert in_quarantine and len(left) == len(after_expiry) + 1 - len(in_quarantine)
     assert sorted(in_quarantine.values()) == sorted(after_expiry[p] for p in set(after_expiry) - set(left))
+    assert any("/data/" in p for p in in_quarantine), "the superseded small data files were not reclaimed"
     referenced = {f.split("://", 1)[1] for f in table.inspect.files().column("file_path").to_pylist()}
     assert referenced <= set(left)
     assert table_ids(table) == sorted(writer.expected)

@@ -393,7 +393,10 @@ class Compactor(ContractOperation):
                      "committed_snapshot_ids": outcome.committed_snapshot_ids,
                      "published": outcome.published, "staged": outcome.staged,
                      "cleaned_staging": outcome.cleaned_staging,
-                     "replanned": outcome.replanned, "attempts": outcome.attempts},
+                     "replanned": outcome.replanned, "attempts": outcome.attempts,
+                     # which Spark application did the work (its executors' logs, the master's UI)
+                     "spark_app_id": self.spark.sparkContext.applicationId,
+                     "spark_master": self.spark.sparkContext.master},
         ))
         return outcome
 
