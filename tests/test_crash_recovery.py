@@ -530,6 +530,93 @@ def test_expiry_killed_mid_act_recovers(estate):
     assert [r.decision for r in open_audit(config).records(table=table, operation="expire")][-1] == outcome["decision"]
 
 
+def test_orphan_quarantine_killed_mid_move_loses_no_file_and_the_rerun_finishes(estate):
+    """kill -9 while orphans are being moved into quarantine: every orphan is whole, in place or in quarantine
+    (none lost, none half-moved), the table's own files untouched, and the next run moves the rest."""
+    config, table, state = estate.config, estate.table, estate.state
+    head = main_chain(config, table)[0]
+    data = Path(config.catalog.warehouse, *table.split("."), "data", f"ts_day={DATE}")
+    referenced = {p: Path(p).read_bytes() for p in (str(f) for f in data.glob("*.parquet"))}
+    orphans = {}
+    for i in range(400):
+        path = data / f"orphan-{i:04d}.parquet"
+        path.write_bytes(f"orphan {i} ".encode() * 50)
+        os.utime(path, (0, 0))  # decades old: an orphan by any cutoff
+        orphans[path.name] = path.read_bytes()
+    quarantine = state / "quarantine"
+    log = estate.tmp / "kill-orphans.log"
+    proc = icemaint(estate.path, "orphans", table, "--quarantine", log=log)
+    try:
+        wait_for("the first file in quarantine", lambda: any(quarantine.rglob("orphan-*.parquet")), proc, log,
+                 poll=0.002)
+        freeze(proc)
+    finally:
+        kill(proc)
+    moved = {p.name: p.read_bytes() for p in quarantine.rglob("orphan-*.parquet")}
+    in_place = {p.name: p.read_bytes() for p in data.glob("orphan-*.parquet")}
+    print(f"killed with {len(moved)} of {len(orphans)} orphans in quarantine")
+    assert moved and in_place, "the kill did not land mid-move"
+    assert set(moved) | set(in_place) == set(orphans) and not set(moved) & set(in_place)
+    assert all(body == orphans[name] for name, body in {**moved, **in_place}.items()), "a file was half-moved"
+    assert {p: Path(p).read_bytes() for p in referenced} == referenced
+    assert_recovered(estate, proc, head, "orphans")
+
+    done = icemaint_run(estate.path, "orphans", table, "--quarantine", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["decision"] == "run"
+    assert not list(data.glob("orphan-*.parquet"))
+    finished = {p.name: p.read_bytes() for p in quarantine.rglob("orphan-*.parquet")}
+    assert finished == orphans
+    assert_rows(config, table, estate.expected)
+
+
+@pytest.mark.slow
+def test_revert_killed_mid_act_leaves_main_forward_and_the_rerun_reverts(spark, lake_root, tmp_path, table_name):
+    """kill -9 during `icemaint revert`: the rows are the same either side of a revert, main only forward,
+    the claim free, the call `interrupted`; the next revert of the same rewrite does it (or finds it done)."""
+    from types import SimpleNamespace
+
+    writer = streaming_table(spark, "lake", table_name, batches=6, days=2, rows_per_day=15, delete_every=0)
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    estate = SimpleNamespace(table=table_name, path=path, config=load_config(path), state=tmp_path / "state",
+                             expected=writer.ledger.expected_ids(), tmp=tmp_path)
+    compacted = icemaint_run(path, "compact", table_name, "--date", DATE, "--json")
+    assert compacted.returncode == 0, compacted.stdout + compacted.stderr
+    [outcome] = json.loads(compacted.stdout)
+    assert outcome["decision"] == "run" and outcome["validation"]["passed"] is True, outcome
+    published = outcome["after_snapshot_id"]
+    head = main_chain(estate.config, table_name)[0]
+    assert head == published
+
+    log = tmp_path / "kill-revert.log"
+    proc = icemaint(path, "revert", table_name, "--snapshot", str(published), log=log)
+    try:
+        # Frozen the moment its act begins (the claim taken, the marker written): a revert is metadata only
+        # (its files exist), so its one commit lands whole or not at all; either way the rows are the same.
+        wait_for("the revert's started marker", lambda: started_markers(estate.state, table_name, "revert"), proc, log,
+                 poll=0.002)
+        freeze(proc)
+    finally:
+        kill(proc)
+    # as assert_recovered, without a Dagster run: a revert is the operator's, run by the CLI itself
+    assert_rows(estate.config, table_name, estate.expected)
+    assert_forward(estate.config, table_name, head)
+    assert open_claims(estate.config).holder_of(table_name) is None, "the dead run's claim is still held"
+    [record] = [r for r in open_audit(estate.config).records(table=table_name, operation="revert")
+                if r.details.get("process", {}).get("pid") == proc.pid]
+    assert record.decision == "interrupted" and f"pid {proc.pid}" in record.reason, record
+
+    done = icemaint_run(path, "revert", table_name, "--snapshot", str(published), "--json")
+    assert done.returncode in (0, 2), done.stdout + done.stderr
+    assert_rows(estate.config, table_name, estate.expected)
+    assert_forward(estate.config, table_name, head)
+    reverts = [r for r in open_audit(estate.config).records(table=table_name, operation="revert")]
+    assert reverts[-1].decision in ("run", "refuse"), reverts[-1]
+    if reverts[-1].decision == "refuse":  # the killed run's commit had landed: it says the revert is done
+        assert "revert" in reverts[-1].reason, reverts[-1].reason
+    assert not staging_refs(estate.config, table_name)
+
+
 @pytest.mark.slow
 def test_an_unproven_rewrite_on_main_is_reported_loudly_by_the_next_run(spark, lake_root, tmp_path, table_name,
                                                                        caplog):
