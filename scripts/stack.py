@@ -716,8 +716,10 @@ class SparkMaster:
             if self.answers():
                 return
             time.sleep(0.2)
-        raise StackError(self.name, f"web UI http://{HOST}:{self.ports['ui']}/json/ did not report ALIVE within "
-                                    f"{START_TIMEOUT_S:.0f}s; log {self.layout.log(self.name)}")
+        raise StackError(self.name, f"{self.not_ready()} within {START_TIMEOUT_S:.0f}s; log {self.layout.log(self.name)}")
+
+    def not_ready(self) -> str:
+        return f"web UI http://{HOST}:{self.ports['ui']}/json/ did not report ALIVE"
 
     def stop_signal(self) -> int:
         return signal.SIGTERM
@@ -755,16 +757,8 @@ class SparkWorker(SparkMaster):
                                     "-Dspark.worker.cleanup.appDataTtl=3600")
         return _spawn(self.layout, self.name, cmd, env, self.work_dir)
 
-    def wait(self, proc: subprocess.Popen | None, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None:
-                raise StackError(self.name, f"exited with {proc.returncode}: {_tail(self.layout.log(self.name))} "
-                                            f"(log {self.layout.log(self.name)})")
-            if self.answers():
-                return
-            time.sleep(0.2)
-        raise StackError(self.name, f"not ALIVE at the master {self.master.url} within {START_TIMEOUT_S:.0f}s; "
-                                    f"log {self.layout.log(self.name)}")
+    def not_ready(self) -> str:
+        return f"not ALIVE at the master {self.master.url}"
 
     def status(self) -> str:
         return (f"{HOST}:{self.ports['worker']}, ui http://{HOST}:{self.ports['ui']}, "
