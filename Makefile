@@ -73,5 +73,13 @@ stack-down: setup
 stack-status: setup
 	$(BIN)/python scripts/stack.py status
 
+# icemaint on the local production stack (S3 + REST catalog + Spark standalone, 2 workers): compaction of
+# 3,000 small files against the bare CALL, and orphan listing cost against objects under the prefix; writes
+# its section of benchmarks/RESULTS.md. Reuses a running stack (left running), else starts and stops one.
+STACK_FILES ?= 3000
+.PHONY: bench-stack
+bench-stack: setup java
+	$(BIN)/python -m benchmarks.stack_bench --files $(STACK_FILES)
+
 clean:
 	rm -rf .icemaint

@@ -93,6 +93,16 @@ class Log:
         print(f"[bench {time.perf_counter() - self.started:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
+def write_report(out: Path, report: str) -> None:
+    """Writes the report; the section `make bench-stack` owns (benchmarks/stack_bench.py) is kept."""
+    from benchmarks.stack_bench import own_section, write_section
+
+    kept = own_section(out.read_text()) if out.exists() else None
+    out.write_text(report)
+    if kept:
+        write_section(out, kept)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 repetition: a smoke run")
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(Path(args.from_results).read_text())
         if args.note:
             results["note"] = args.note
-        Path(args.out).write_text(render_report(results))
+        write_report(Path(args.out), render_report(results))
         return 0
     mode = QUICK if args.quick else FULL
     if args.reps is not None:
@@ -197,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = WORK / "results.json"
     raw.write_text(json.dumps(results, indent=2, default=str))
     out = Path(args.out)
-    out.write_text(render_report(results))
+    write_report(out, render_report(results))
     log(f"wrote {out} (raw figures: {raw}); total {timing['total']:.0f} s")
     spark.stop()
     if not args.keep_data:
