@@ -15,7 +15,7 @@ from resources.catalog import IcebergCatalogResource
 
 HEALTH_NUMBERS = ("data_files", "small_files", "total_bytes", "avg_file_bytes", "median_file_bytes", "records",
                   "delete_files", "delete_records", "deleted_row_ratio", "manifests", "manifest_bytes",
-                  "small_manifests", "snapshots", "oldest_snapshot_age_seconds", "metadata_files",
+                  "small_manifests", "snapshots", "oldest_snapshot_age_seconds", "metadata_files", "metadata_bytes",
                   "seconds_since_writer_commit")
 
 
@@ -27,7 +27,7 @@ HEALTH_NUMBERS = ("data_files", "small_files", "total_bytes", "avg_file_bytes", 
                 "manifests, snapshots, metadata files, and who committed last.",
 )
 def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResource) -> dg.MaterializeResult:
-    health = catalog.health(context.partition_key)
+    health = catalog.health(context.partition_key, measure_metadata=True)
     config = catalog.settings.config
     # What compaction would decide now (claim and approvals aside): a table that cannot be maintained says why.
     decisions = decide_table_compactions(health, config.policy(health.table),

@@ -31,5 +31,5 @@ class IcebergCatalogResource(ConfigurableResource):
     def metadata_location(self, table: str) -> str:
         return self.reader.metadata_location(table)
 
-    def health(self, table: str, now: dt.datetime | None = None) -> TableHealth:
-        return self.reader.health(table, now=now)
+    def health(self, table: str, now: dt.datetime | None = None, measure_metadata: bool = False) -> TableHealth:
+        return self.reader.health(table, now=now, measure_metadata=measure_metadata)

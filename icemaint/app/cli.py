@@ -61,7 +61,8 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
           f"avg {human_size(health['avg_file_bytes'])}, median {human_size(health['median_file_bytes'])}")
     print(f"  delete files {health['delete_files']} ({health['delete_records']} deleted rows, "
           f"ratio {health['deleted_row_ratio']:.3f}); manifests {health['manifests']}; snapshots {health['snapshots']}; "
-          f"metadata files {health['metadata_files']}")
+          f"metadata files {health['metadata_files']}"
+          + (f" ({human_size(health['metadata_bytes'])})" if health.get("metadata_bytes") is not None else ""))
     print(f"  last commit {health['last_commit_at']} ({health['last_commit_operation']}, by {health['last_commit_by']})")
     print(f"  compaction now: {health.get('compaction_now', '-')}")
     width = max([12] + [len(describe(p["key"])) + 2 for p in health["partitions"]])

@@ -110,6 +110,9 @@ class TableHealth:
     undated_records: int = 0
     # Why the policy's `time_column` cannot date-scope the table (not a column, not a date/timestamp type).
     time_column_problem: str | None = None
+    # bytes of the metadata.json files in the metadata log (and the current one); None when not measured
+    # (one stat each: the health report measures them, the sensors' reads do not)
+    metadata_bytes: int | None = None
 
     @property
     def dated(self) -> bool:
@@ -195,6 +198,7 @@ def compute_health(
     snapshots: Sequence[SnapshotEntry],
     metadata_files: int,
     small_file_size_bytes: int,
+    metadata_bytes: int | None = None,
     small_manifest_bytes: int,
     now: dt.datetime,
 ) -> TableHealth:
@@ -258,6 +262,7 @@ def compute_health(
         snapshots=len(ordered),
         oldest_snapshot_age_seconds=(now - ordered[0].committed_at).total_seconds() if ordered else 0.0,
         metadata_files=metadata_files,
+        metadata_bytes=metadata_bytes,
         last_commit_at=_iso(last.committed_at) if last else None,
         last_commit_operation=last.operation if last else None,
         last_commit_by=("maintenance" if last.by_maintenance else "writer") if last else None,

@@ -76,6 +76,9 @@ class TablePolicy:
     manifest_small_bytes: int = 8 * MiB
     # expiry keeps each streaming writer job's newest checkpoint snapshot (summary key[@job key])
     checkpoint_markers: tuple[str, ...] = DEFAULT_CHECKPOINT_MARKERS
+    # metadata bloat: table properties the expiry step sets on the tables this policy owns (None: left alone)
+    metadata_versions_max: int | None = None
+    metadata_delete_after_commit: bool | None = None
 
     def allows_operation(self, operation: str) -> bool:
         return self.allowed_operations is None or operation in self.allowed_operations
@@ -197,7 +200,23 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "manifest_min_count": ("manifest_min_count", _int(2)),
     "manifest_small_bytes": ("manifest_small_bytes", parse_size),
     "checkpoint_markers": ("checkpoint_markers", _markers),
+    "metadata_versions_max": ("metadata_versions_max", _int(1)),
+    "metadata_delete_after_commit": ("metadata_delete_after_commit", _bool),
 }
+
+# Iceberg's table properties behind the metadata policy keys.
+METADATA_VERSIONS_MAX = "write.metadata.previous-versions-max"
+METADATA_DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
+
+
+def metadata_properties(policy: TablePolicy) -> dict[str, str]:
+    """The table properties the policy asks for (only the keys it sets), as Iceberg spells their values."""
+    wanted = {}
+    if policy.metadata_versions_max is not None:
+        wanted[METADATA_VERSIONS_MAX] = str(policy.metadata_versions_max)
+    if policy.metadata_delete_after_commit is not None:
+        wanted[METADATA_DELETE_AFTER_COMMIT] = str(policy.metadata_delete_after_commit).lower()
+    return wanted
 
 
 def apply_overrides(base: TablePolicy, overrides: Mapping[str, Any], where: str) -> TablePolicy:

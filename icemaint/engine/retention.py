@@ -134,6 +134,28 @@ def _table_properties(spark, catalog: str, table: TableName) -> dict[str, str]:
     return {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {table.sql(catalog)}").collect()}
 
 
+_PROPERTY_KEY = re.compile(r"^[a-z][a-z0-9.-]{0,127}$")
+_PROPERTY_VALUE = re.compile(r"^[A-Za-z0-9.-]{1,64}$")
+
+
+def table_properties(spark, catalog: str, table: TableName | str) -> dict[str, str]:
+    table = _table(table)
+    _catalog(catalog)
+    return _table_properties(spark, catalog, table)
+
+
+def set_table_properties(spark, catalog: str, table: TableName | str, properties: Mapping[str, str]) -> None:
+    """Sets table properties (one metadata commit, no snapshot). Only plain keys and values pass: they are
+    the policy's own (validated numbers and booleans under Iceberg's property names)."""
+    table = _table(table)
+    _catalog(catalog)
+    for key, value in properties.items():
+        if not _PROPERTY_KEY.match(key) or not _PROPERTY_VALUE.match(value):
+            raise RetentionError(f"table property {key!r}={value!r} is not a plain key and value")
+    pairs = ", ".join(f"'{key}' = '{value}'" for key, value in sorted(properties.items()))
+    spark.sql(f"ALTER TABLE {table.sql(catalog)} SET TBLPROPERTIES ({pairs})")
+
+
 def _check_gc_enabled(spark, catalog: str, table: TableName) -> None:
     if _table_properties(spark, catalog, table).get("gc.enabled", "true").lower() == "false":
         raise GcDisabled(f"table {table.key} has gc.enabled=false: Iceberg refuses to expire snapshots "

@@ -253,8 +253,10 @@ class CatalogReader:
             raise TableNotFound(f"table {table} not found in catalog {self.config.catalog.name!r}") from None
 
     # -- health ----------------------------------------------------------------------------
-    def health(self, table: str, now: dt.datetime | None = None, loaded=None) -> TableHealth:
-        """Health numbers of the table's current snapshot (see `icemaint.domain.health`)."""
+    def health(self, table: str, now: dt.datetime | None = None, loaded=None,
+               measure_metadata: bool = False) -> TableHealth:
+        """Health numbers of the table's current snapshot (see `icemaint.domain.health`); with
+        `measure_metadata`, also the bytes of its metadata.json files (a stat per file in the log)."""
         policy = self.config.policy(table)
         tbl = loaded if loaded is not None else self.load(table)
         # After the load: a commit that landed while the table was read is not in the future.
@@ -278,10 +280,22 @@ class CatalogReader:
             manifest_lengths=manifests,
             snapshots=read_snapshots(tbl),
             metadata_files=len(tbl.metadata.metadata_log) + 1,
+            metadata_bytes=metadata_log_bytes(tbl) if measure_metadata else None,
             small_file_size_bytes=policy.small_file_size_bytes,
             small_manifest_bytes=policy.manifest_small_bytes,
             now=now,
         )
+
+
+def metadata_log_bytes(tbl) -> int:
+    """Bytes of the table's current metadata.json and of those in its metadata log that still exist."""
+    total = 0
+    for location in [entry.metadata_file for entry in tbl.metadata.metadata_log] + [tbl.metadata_location]:
+        try:
+            total += len(tbl.io.new_input(location))
+        except FileNotFoundError:  # removed (delete-after-commit, orphan removal) while still listed
+            continue
+    return total
 
 
 def read_snapshots(tbl) -> list[SnapshotEntry]:

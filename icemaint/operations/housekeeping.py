@@ -23,6 +23,7 @@ from typing import Callable
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractOperation, ContractRun, first_line
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation, launched_by_a_person
+from icemaint.domain.policy import metadata_properties
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import (
@@ -31,7 +32,9 @@ from icemaint.domain.retention import (
 )
 from icemaint.engine.manifests import rewrite_manifests
 from icemaint.engine.orphans import remove_orphan_files
-from icemaint.engine.retention import RetentionCommitUnknown, RetentionConflict, expire_snapshots, read_snapshots
+from icemaint.engine.retention import (
+    RetentionCommitUnknown, RetentionConflict, expire_snapshots, read_snapshots, set_table_properties, table_properties,
+)
 from icemaint.engine.staging import RUN_ID_KEY
 from icemaint.domain.units import format_duration
 
@@ -253,6 +256,29 @@ class Housekeeper(ContractOperation):
 
     # -- expiry -----------------------------------------------------------------------------
     def _expire(self, name: TableName, policy, request: ExpiryRequest, outcome: RetentionOutcome) -> None:
+        aligned = self._align_metadata_properties(name, policy, request.dry_run, outcome)
+        self._expire_snapshots(name, policy, request, outcome)
+        if aligned:
+            verb = "would set" if request.dry_run else "set"
+            outcome.reason += f"; table properties {verb}: {aligned}"
+
+    def _align_metadata_properties(self, name: TableName, policy, dry_run: bool, outcome: RetentionOutcome) -> str:
+        """The policy's `write.metadata.*` properties on the table (the expiry step owns them: both bound what
+        a table keeps); returns what was (or, in a dry run, would be) set, '' when the table already agrees."""
+        wanted = metadata_properties(policy)
+        if not wanted:
+            return ""
+        current = table_properties(self.spark, self.catalog, name)
+        differ = {key: value for key, value in wanted.items() if current.get(key) != value}
+        if not differ:
+            return ""
+        outcome.evidence["metadata_properties"] = {"before": {k: current.get(k) for k in differ}, "after": differ,
+                                                   "applied": not dry_run}
+        if not dry_run:
+            set_table_properties(self.spark, self.catalog, name, differ)
+        return ", ".join(f"{key}={value}" for key, value in sorted(differ.items()))
+
+    def _expire_snapshots(self, name: TableName, policy, request: ExpiryRequest, outcome: RetentionOutcome) -> None:
         # A writer that does not take the claim may commit between planning and the call: plan again on
         # the table as it is then, up to max_commit_retries, then defer.
         attempt = 0
