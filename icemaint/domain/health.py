@@ -57,6 +57,9 @@ class PartitionHealth:
     records: int
     delete_files: int
     delete_records: int
+    # of which equality deletes (a CDC writer's): every later read joins them against the date's rows
+    equality_delete_files: int = 0
+    equality_delete_records: int = 0
 
     @property
     def deleted_row_ratio(self) -> float:
@@ -68,7 +71,8 @@ class PartitionHealth:
         return self.key
 
 
-_COUNTS = ("data_files", "small_files", "total_bytes", "small_bytes", "records", "delete_files", "delete_records")
+_COUNTS = ("data_files", "small_files", "total_bytes", "small_bytes", "records", "delete_files", "delete_records",
+           "equality_delete_files", "equality_delete_records")
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,8 @@ class TableHealth:
     undated_records: int = 0
     # Why the policy's `time_column` cannot date-scope the table (not a column, not a date/timestamp type).
     time_column_problem: str | None = None
+    equality_delete_files: int = 0
+    equality_delete_records: int = 0
     # bytes of the metadata.json files in the metadata log (and the current one); None when not measured
     # (one stat each: the health report measures them, the sensors' reads do not)
     metadata_bytes: int | None = None
@@ -205,6 +211,7 @@ def compute_health(
     """Health of one table at its current snapshot."""
     data_sizes: list[int] = []
     records = delete_files = delete_records = undated_files = undated_records = 0
+    equality_files = equality_records = 0
     per_date: dict[str, dict[str, int]] = {}
     for f in files:
         key = (f.date.isoformat() if f.date else None) if time_column is not None else f.partition
@@ -225,9 +232,14 @@ def compute_health(
         else:
             delete_files += 1
             delete_records += f.record_count
+            equality = f.content == 2
+            equality_files += equality
+            equality_records += f.record_count if equality else 0
             if part is not None:
                 part["delete_files"] += 1
                 part["delete_records"] += f.record_count
+                part["equality_delete_files"] += equality
+                part["equality_delete_records"] += f.record_count if equality else 0
 
     ordered = sorted(snapshots, key=lambda s: s.committed_at)
     main = lineage(snapshots, snapshot_id)
@@ -263,6 +275,8 @@ def compute_health(
         oldest_snapshot_age_seconds=(now - ordered[0].committed_at).total_seconds() if ordered else 0.0,
         metadata_files=metadata_files,
         metadata_bytes=metadata_bytes,
+        equality_delete_files=equality_files,
+        equality_delete_records=equality_records,
         last_commit_at=_iso(last.committed_at) if last else None,
         last_commit_operation=last.operation if last else None,
         last_commit_by=("maintenance" if last.by_maintenance else "writer") if last else None,
