@@ -345,18 +345,6 @@ def dagster_database(dsn: str):
         admin.close()
 
 
-def s3_filesystem(config):
-    from pyarrow.fs import S3FileSystem
-
-    from icemaint.config import catalog_secret_properties
-
-    props = {**config.catalog.properties, **catalog_secret_properties(config.catalog)}
-    endpoint = props["s3.endpoint"]
-    return S3FileSystem(access_key=props["s3.access-key-id"], secret_key=props["s3.secret-access-key"],
-                        endpoint_override=endpoint.split("://", 1)[1], scheme=endpoint.split("://", 1)[0],
-                        region=props.get("client.region", "us-east-1"), allow_bucket_creation=True)
-
-
 def create_table(catalog, key: str):
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
@@ -467,7 +455,7 @@ def measure(args, command: str) -> dict:
 
         config = load_config(config_path)
         catalog = CatalogReader(config)._pyiceberg_catalog()
-        fs = s3_filesystem(config)
+        fs = stack_module().s3_filesystem(config)
         catalog.create_namespace(namespace)
         tables: dict[str, object] = {}
         if not args.keep_tables:

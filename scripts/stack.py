@@ -149,6 +149,20 @@ class Layout:
         return [self.jars / name for name in AWS_JARS]
 
 
+def s3_filesystem(config):
+    """A pyarrow S3 filesystem on the S3 endpoint of an icemaint config's catalog (the keys from
+    `ICEMAINT_CATALOG_*`): the tests' and benchmarks' independent view of the bucket."""
+    from pyarrow.fs import S3FileSystem
+
+    from icemaint.config import catalog_secret_properties
+
+    props = {**config.catalog.properties, **catalog_secret_properties(config.catalog)}
+    scheme, _, endpoint = props["s3.endpoint"].partition("://")
+    return S3FileSystem(access_key=props["s3.access-key-id"], secret_key=props["s3.secret-access-key"],
+                        endpoint_override=endpoint, scheme=scheme, region=props.get("client.region", "us-east-1"),
+                        allow_bucket_creation=True)
+
+
 def _tail(path: Path, lines: int = 3) -> str:
     try:
         text = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]

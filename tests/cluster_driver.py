@@ -16,20 +16,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cluster_stack import stack_module  # noqa: E402  (tests/ is this script's own directory)
 
 CORRUPT = 987_654_321_000
-
-
-def s3_filesystem(config):
-    from pyarrow.fs import S3FileSystem
-
-    from icemaint.config import catalog_secret_properties
-
-    props = {**config.catalog.properties, **catalog_secret_properties(config.catalog)}
-    endpoint = props["s3.endpoint"]
-    return S3FileSystem(access_key=props["s3.access-key-id"], secret_key=props["s3.secret-access-key"],
-                        endpoint_override=endpoint.split("://", 1)[1], scheme=endpoint.split("://", 1)[0],
-                        region=props.get("client.region", "us-east-1"), allow_bucket_creation=True)
 
 
 def corrupt_first_id(fs, locations) -> int:
@@ -58,7 +47,7 @@ def corrupt_proof(config_path: str, table: str, date: str) -> dict:
 
     config = load_config(config_path)
     spark = get_spark(config)
-    fs = s3_filesystem(config)
+    fs = stack_module().s3_filesystem(config)
     seen: dict = {}
 
     def fault(staged) -> None:

@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster_stack import stack_module
 from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
 from icemaint.safety.audit import open_audit
+from pg_server import fresh_database
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.postgres]
 
@@ -139,13 +141,7 @@ def app_ids(stack) -> set[str]:
 @pytest.fixture
 def deployment(production_stack, tmp_path, monkeypatch):
     """A config for this test on the stack: its own state dir, Dagster on a fresh PostgreSQL database."""
-    import psycopg2
-
     stack = production_stack
-    database = f"dagster_{uuid.uuid4().hex[:10]}"
-    admin = psycopg2.connect(stack.pg_dsn)
-    admin.autocommit = True
-    admin.cursor().execute(f'CREATE DATABASE "{database}"')
     doc = yaml.safe_load(stack.config.read_text())
     doc["state_dir"] = str(tmp_path / "state")
     doc["spark"]["conf"]["spark.jars"] = ",".join(stack.jars)
@@ -156,16 +152,12 @@ def deployment(production_stack, tmp_path, monkeypatch):
                             "snapshot_older_than": "0s", "retain_last": 1})
     path = tmp_path / "production.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = {**os.environ, **stack.secrets, "ICEMAINT_DAGSTER_DSN": stack.pg_dsn.rsplit("/", 1)[0] + "/" + database,
-           "ICEMAINT_IDENTITY": "cluster-test"}
-    env.pop("DAGSTER_HOME", None)
-    for key, value in {**stack.secrets}.items():
+    for key, value in stack.secrets.items():
         monkeypatch.setenv(key, value)
-    try:
+    with fresh_database(stack.pg_dsn, f"dagster_{namespace}") as dagster_dsn:
+        env = {**os.environ, "ICEMAINT_DAGSTER_DSN": dagster_dsn, "ICEMAINT_IDENTITY": "cluster-test"}
+        env.pop("DAGSTER_HOME", None)
         yield path, env, namespace
-    finally:
-        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        admin.close()
 
 
 def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_expiry_and_orphans(
@@ -174,8 +166,6 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import DayTransform
     from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
-
-    from cluster_driver import s3_filesystem
 
     stack = production_stack
     config_path, env, namespace = deployment
@@ -191,7 +181,7 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
         table_key, schema, partition_spec=PartitionSpec(PartitionField(2, 1000, DayTransform(), "ts_day")),
         # uncompressed: the driver's fault changes a value's bytes inside a staged file
         properties={"write.parquet.compression-codec": "uncompressed", "format-version": "2"})
-    fs = s3_filesystem(config)
+    fs = stack_module().s3_filesystem(config)
     writer = LedgerWriter(table)
     for _ in range(8):
         writer.batch()
