@@ -16,7 +16,7 @@ from resources.catalog import IcebergCatalogResource
 HEALTH_NUMBERS = ("data_files", "small_files", "total_bytes", "avg_file_bytes", "median_file_bytes", "records",
                   "delete_files", "delete_records", "deleted_row_ratio", "manifests", "manifest_bytes",
                   "small_manifests", "snapshots", "oldest_snapshot_age_seconds", "metadata_files", "metadata_bytes",
-                  "equality_delete_files", "equality_delete_records",
+                  "equality_delete_files", "equality_delete_records", "deletion_vectors",
                   "seconds_since_writer_commit")
 
 
@@ -49,6 +49,7 @@ def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResou
         "compaction_now": dg.MetadataValue.text(table_summary(decisions)),
         "partitions": markdown_table([{**p, "partition": describe(p["key"])} for p in partitions],
                                      ["partition", "data_files", "small_files", "total_bytes", "records",
-                                      "delete_files", "delete_records", "equality_delete_files"]),
+                                      "delete_files", "delete_records", "equality_delete_files",
+                                      "deletion_vectors"]),
         "health": as_json({**health.to_dict(), "compaction_now": table_summary(decisions)}),
     })

@@ -76,9 +76,6 @@ def launched_by_a_person(trigger: str | None) -> bool:
     return (trigger or "manual") not in AUTOMATIC_TRIGGERS
 
 
-_V3_REASON = ("format v{} table: its row lineage (_row_id) cannot be carried through a staged rewrite with this "
-              "Iceberg runtime yet, so it is not compacted")
-
 RUN, DEFER, REFUSE, NOOP = Verdict.RUN, Verdict.DEFER, Verdict.REFUSE, Verdict.NOOP
 NOT_PUBLISHED, FAILED = Verdict.NOT_PUBLISHED, Verdict.FAILED
 # Used for a cost estimate when a table has no measured past runs: conservative for 2 cores.
@@ -186,8 +183,6 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
         return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN, reason=(
             f"time column {health.time_column!r} is not a plain identifier (letters, digits, underscores), so no "
             "date scope is built on it: set time_column in its policy to a plainly named date or timestamp column"))
-    if health.format_version >= 3:
-        return replace(base, verdict=REFUSE, kind=ReasonKind.UNSUPPORTED, reason=_V3_REASON.format(health.format_version))
     part = health.partition(date)
     if part is None or part.data_files == 0:
         return replace(base, reason=f"no data files on {date}", kind=ReasonKind.NO_DATA)
@@ -304,8 +299,6 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
     if health.time_column_problem:
         return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN, reason=health.time_column_problem)
-    if health.format_version >= 3:
-        return replace(base, verdict=REFUSE, kind=ReasonKind.UNSUPPORTED, reason=_V3_REASON.format(health.format_version))
     if not any(p.data_files for p in health.partitions):
         return replace(base, reason="no data files", kind=ReasonKind.NO_DATA)
     choice = choose_partitions(health.partitions, policy, gates.approved)

@@ -29,6 +29,8 @@ class FileEntry:
     # The file's partition (`icemaint.domain.layout.partition_key`): set when the table has no time
     # column, whose health is then kept per partition of its layout instead of per date.
     partition: str | None = None
+    # A format v3 deletion vector (position deletes of one data file, a blob in a Puffin file)
+    deletion_vector: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class PartitionHealth:
     # of which equality deletes (a CDC writer's): every later read joins them against the date's rows
     equality_delete_files: int = 0
     equality_delete_records: int = 0
+    # of which format v3 deletion vectors (one per data file with deleted rows)
+    deletion_vectors: int = 0
 
     @property
     def deleted_row_ratio(self) -> float:
@@ -72,7 +76,7 @@ class PartitionHealth:
 
 
 _COUNTS = ("data_files", "small_files", "total_bytes", "small_bytes", "records", "delete_files", "delete_records",
-           "equality_delete_files", "equality_delete_records")
+           "equality_delete_files", "equality_delete_records", "deletion_vectors")
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class TableHealth:
     time_column_problem: str | None = None
     equality_delete_files: int = 0
     equality_delete_records: int = 0
+    deletion_vectors: int = 0
     # bytes of the metadata.json files in the metadata log (and the current one); None when not measured
     # (one stat each: the health report measures them, the sensors' reads do not)
     metadata_bytes: int | None = None
@@ -211,7 +216,7 @@ def compute_health(
     """Health of one table at its current snapshot."""
     data_sizes: list[int] = []
     records = delete_files = delete_records = undated_files = undated_records = 0
-    equality_files = equality_records = 0
+    equality_files = equality_records = vectors = 0
     per_date: dict[str, dict[str, int]] = {}
     for f in files:
         key = (f.date.isoformat() if f.date else None) if time_column is not None else f.partition
@@ -235,11 +240,13 @@ def compute_health(
             equality = f.content == 2
             equality_files += equality
             equality_records += f.record_count if equality else 0
+            vectors += f.deletion_vector
             if part is not None:
                 part["delete_files"] += 1
                 part["delete_records"] += f.record_count
                 part["equality_delete_files"] += equality
                 part["equality_delete_records"] += f.record_count if equality else 0
+                part["deletion_vectors"] += f.deletion_vector
 
     ordered = sorted(snapshots, key=lambda s: s.committed_at)
     main = lineage(snapshots, snapshot_id)
@@ -277,6 +284,7 @@ def compute_health(
         metadata_bytes=metadata_bytes,
         equality_delete_files=equality_files,
         equality_delete_records=equality_records,
+        deletion_vectors=vectors,
         last_commit_at=_iso(last.committed_at) if last else None,
         last_commit_operation=last.operation if last else None,
         last_commit_by=("maintenance" if last.by_maintenance else "writer") if last else None,

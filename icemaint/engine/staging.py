@@ -280,32 +280,78 @@ class StagingArea:
 
     # -- staging ---------------------------------------------------------------------------
     def read_tasks(self, tasks: list, split_size: int | None = None):
-        """A DataFrame over exactly these scan tasks (deletes attached to them applied)."""
+        """A DataFrame over exactly these scan tasks (deletes attached to them applied; on a format v3
+        table with the row-lineage columns `_row_id` and `_last_updated_sequence_number`)."""
+        return self._read_set(self._stage_tasks(tasks), split_size)
+
+    def _stage_tasks(self, tasks: list) -> str:
         set_id = f"icemaint-{uuid.uuid4().hex}"
         manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
         manager.stageTasks(self.table(refresh=False), set_id, _java_list(self.jvm, tasks))
         self._task_sets.append(set_id)
+        return set_id
+
+    def _read_set(self, set_id: str, split_size: int | None = None):
         reader = self.spark.read.format("iceberg").option("scan-task-set-id", set_id)
         if split_size:
             reader = reader.option("split-size", str(int(split_size))).option("file-open-cost", "0")
         return reader.load(self.name.sql(self.catalog))
+
+    def _write_replacements(self, rows, set_id: str, options: dict[str, str]) -> list:
+        """Writes `rows` as the replacement of task set `set_id` and returns the new DataFiles.
+
+        Iceberg's rewrite write (the one `rewrite_data_files` uses) writes the files without committing
+        them and carries a format v3 table's row lineage (`_row_id`, `_last_updated_sequence_number`)
+        into them, so the rows keep their identity; the files are then committed by us, to the branch.
+        """
+        writer = rows.write.format("iceberg").option("rewritten-file-scan-task-set-id", set_id)
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        coordinator = self.jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        tbl = self.table(refresh=False)
+        try:
+            writer.mode("append").save(self.name.sql(self.catalog))
+            return listed_java(self.jvm, coordinator.fetchNewFiles(tbl, set_id))
+        finally:
+            coordinator.clearRewrite(tbl, set_id)
+
+    def _commit_to_branch(self, branch: str, new_files: list, properties: dict[str, str]) -> int:
+        """One append of `new_files` to the staging branch; the branch's new snapshot id.
+
+        Retried on the fresh table when a REST catalog refused it for the sequence-number race below
+        (the files are written once; only the commit is made again)."""
+        for attempt in range(1, STAGE_WRITE_ATTEMPTS + 1):
+            append = self.table().newFastAppend().toBranch(branch)
+            for new in new_files:
+                append = append.appendFile(new)
+            for key, value in properties.items():
+                append = append.set(key, str(value))
+            try:
+                append.commit()
+                break
+            except Exception as exc:
+                if attempt < STAGE_WRITE_ATTEMPTS and sequence_number_race(exc):
+                    log.info("staging %s met a writer's commit (REST sequence-number race), committing again "
+                             "(attempt %d)", self.name.key, attempt + 1)
+                    time.sleep(0.2 * attempt)
+                    continue
+                raise
+        return int(self.table().refs().get(branch).snapshotId())
 
     def stage(self, group: FileGroup, tasks_by_path: dict, base_snapshot_id: int, *, target_file_size_bytes: int,
               strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0) -> StagedRewrite:
         """Writes the group's replacement files to a new staging branch at `base_snapshot_id`."""
         branch = f"{STAGE_PREFIX}{self.run_token}_{index}"
         self._ref_commit(lambda t: t.manageSnapshots().createBranch(branch, int(base_snapshot_id)))
-        tbl = self.table(refresh=False)
         tasks = [tasks_by_path[f.path] for f in group.files]
         expected = max(1, -(-group.total_bytes // max(1, target_file_size_bytes)))
         # A task's size counts its delete files too: split by what the reader will weigh.
         weighed = sum(int(t.sizeBytes()) for t in tasks)
-        rows = self.read_tasks(tasks, split_size=weighed // expected + 1)
+        set_id = self._stage_tasks(tasks)
+        rows = self._read_set(set_id, split_size=weighed // expected + 1)
         # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
-                   "output-spec-id": str(group.spec_id), "distribution-mode": "none",
-                   f"snapshot-property.{MAINTENANCE_TAG}": "true",
-                   f"snapshot-property.{STAGE_KEY}": branch}
+                   "output-spec-id": str(group.spec_id), "distribution-mode": "none"}
         if strategy != "binpack":
             from icemaint.domain.rewrite_plan import order_by_sql, zorder_sql
 
@@ -318,24 +364,12 @@ class StagingArea:
             view = f"icemaint_stage_rows_{uuid.uuid4().hex[:12]}"
             rows.createOrReplaceTempView(view)
             rows = self.spark.sql(f"SELECT * FROM {view} ORDER BY {order}")
-        writer = rows.writeTo(f"{self.name.sql(self.catalog)}.branch_{branch}")
-        for key, value in options.items():
-            writer = writer.option(key, value)
-        for attempt in range(1, STAGE_WRITE_ATTEMPTS + 1):
-            try:
-                writer.append()
-                break
-            except Exception as exc:
-                if attempt < STAGE_WRITE_ATTEMPTS and sequence_number_race(exc):
-                    log.info("staging %s met a writer's commit (REST sequence-number race), writing again (attempt %d)",
-                             self.name.key, attempt + 1)
-                    time.sleep(0.2 * attempt)
-                    continue
-                self.discard(branch)
-                raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
-        tbl.refresh()
-        staged = tbl.refs().get(branch).snapshotId()
-        new_files = list(iterate_java(tbl.snapshot(staged).addedDataFiles(tbl.io())))
+        try:
+            new_files = self._write_replacements(rows, set_id, options)
+            staged = self._commit_to_branch(branch, new_files, {MAINTENANCE_TAG: "true", STAGE_KEY: branch})
+        except Exception as exc:
+            self.discard(branch)
+            raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
         dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],
                                           {f.path for f in group.files})
         return StagedRewrite(

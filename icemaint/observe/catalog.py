@@ -366,17 +366,19 @@ def read_file_entries(tbl, timing: TimePartitioning):
     contents = files.column("content").to_pylist()
     sizes = files.column("file_size_in_bytes").to_pylist()
     records = files.column("record_count").to_pylist()
+    formats = files.column("file_format").to_pylist()
     fields = _spec_time_fields(tbl, timing.column)
     spec_ids = files.column("spec_id").to_pylist() if "spec_id" in files.column_names else [None] * len(contents)
     partitions = files.column("partition").to_pylist() if "partition" in files.column_names else [None] * len(contents)
     metrics = files.column("readable_metrics").to_pylist() if timing.column else [None] * len(contents)
     paths = _PartitionPaths(tbl) if timing.column is None else None
-    for content, size, count, spec_id, partition, metric in zip(contents, sizes, records, spec_ids, partitions,
-                                                                 metrics):
+    for content, size, count, fmt, spec_id, partition, metric in zip(contents, sizes, records, formats, spec_ids,
+                                                                      partitions, metrics):
         date = None
+        vector = content == 1 and str(fmt).upper() == "PUFFIN"
         if paths is not None:
             yield FileEntry(content=content, size_bytes=size, record_count=count, date=None,
-                            partition=paths.key(spec_id, partition))
+                            partition=paths.key(spec_id, partition), deletion_vector=vector)
             continue
         if spec_id in fields:
             name, transform = fields[spec_id]
@@ -384,7 +386,7 @@ def read_file_entries(tbl, timing: TimePartitioning):
         elif timing.column:
             lower = ((metric or {}).get(timing.column) or {}).get("lower_bound")
             date = partition_date(lower, "day") if lower is not None else None
-        yield FileEntry(content=content, size_bytes=size, record_count=count, date=date)
+        yield FileEntry(content=content, size_bytes=size, record_count=count, date=date, deletion_vector=vector)
 
 
 class _PartitionPaths:
