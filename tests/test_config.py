@@ -69,6 +69,8 @@ BAD_CONFIGS = [
      ["defaults.retain_last", "0", "at least 1"]),
     ("min_input_files 1", {"defaults": {"min_input_files": 1}},
      ["defaults.min_input_files", "1", "minimum 2"]),
+    ("min_position_delete_files 1", {"tables": {"t.events": {"min_position_delete_files": 1}}},
+     ["tables.t.events.min_position_delete_files", "1", "minimum 2"]),
     ("small files above target", {"defaults": {"small_file_size_bytes": "256MiB", "target_file_size_bytes": "128MiB"}},
      ["defaults", f"small_file_size_bytes ({256 * MiB})", f"target_file_size_bytes ({128 * MiB})"]),
     ("sort without sort_order", {"defaults": {"strategy": "sort"}},

@@ -59,7 +59,16 @@ CASES = [
     ("equality deletes count too", dict(files=data(1, 4 * MiB, records=1000) + deletes(300, content=2)), {}, {},
      DAY, RUN, ["deleted-row ratio 0.300 > 0.1"]),
     ("delete ratio under the limit", dict(files=data(1, 4 * MiB, records=1000) + deletes(50)), {}, {}, DAY, NOOP,
-     ["below thresholds", "deleted-row ratio 0.050 <= 0.1"]),
+     ["below thresholds", "deleted-row ratio 0.050 <= 0.1", "1 position-delete files < min_position_delete_files 10"]),
+    ("many position-delete files over fine data files",
+     dict(files=data(2, 4 * MiB, records=10000) + deletes(5, n=12)), {}, {}, DAY, RUN,
+     ["12 position-delete files >= min_position_delete_files 10", "only the deletes are rewritten"]),
+    ("position-delete files under their threshold",
+     dict(files=data(2, 4 * MiB, records=10000) + deletes(5, n=12)), dict(min_position_delete_files=13), {}, DAY,
+     NOOP, ["12 position-delete files < min_position_delete_files 13"]),
+    ("equality-delete files are not position deletes",
+     dict(files=data(2, 4 * MiB, records=10000) + deletes(5, content=2, n=12)), {}, {}, DAY, NOOP,
+     ["0 position-delete files < min_position_delete_files 10"]),
     ("no partition on that date", dict(files=SMALL3), {}, {}, "2024-06-02", NOOP, ["no data files on 2024-06-02"]),
     ("only delete files on that date", dict(files=SMALL3 + deletes(5, day="2024-06-02")), {}, {}, "2024-06-02",
      NOOP, ["no data files on 2024-06-02"]),
@@ -376,3 +385,19 @@ def test_an_unusable_policy_time_column_is_refused_with_its_reason_not_compacted
     [d] = decide_table_compactions(h, POLICY, Gates(now=NOW, identity="maint"))
     assert (d.verdict, d.kind.value, d.reason) == (REFUSE, "no_time_column", problem)
     assert decide_layout(h).verdict == REFUSE
+
+
+def test_a_position_delete_rewrite_has_its_own_kind_cost_and_no_place_on_bound_dated_tables():
+    from icemaint.domain.decisions import ReasonKind
+
+    files = data(2, 4 * MiB, records=10000) + deletes(5, n=12)
+    decision = decide_compaction(health(files), DAY, POLICY, Gates(now=NOW, identity="m"))
+    assert decision.verdict == RUN and decision.kind == ReasonKind.POSITION_DELETES_DUE
+    assert decision.rationale["trigger"] == "position_deletes" and decision.rationale["position_delete_files"] == 12
+    assert decision.cost_estimate["rewrite_bytes"] == 12 * 2 * KiB and decision.cost_estimate["files"] == 12
+    # Small files too: the data rewrite goes first (it applies the deletes as well).
+    both = decide_compaction(health(files + SMALL3), DAY, POLICY, Gates(now=NOW, identity="m"))
+    assert both.verdict == RUN and both.kind == ReasonKind.DUE and both.rationale["trigger"] == "small_files"
+    # Dated by a policy time_column's bounds: delete files have no date of their own, no delete rewrite.
+    bounded = replace(health(files), time_transform="bounds")
+    assert decide_compaction(bounded, DAY, POLICY, Gates(now=NOW, identity="m")).verdict == NOOP

@@ -122,7 +122,7 @@ def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approv
     out.append(Gate("scope", "blocks" if scope_problem else "pass", scope_problem or f"maintained {health.maintained_as}"))
     part = health.partition(decision.date) if decision.date else None
     if decision.date and part is not None:
-        due = partition_due(part, policy)
+        due = partition_due(part, policy, position_deletes=health.time_partitioned)
         out.append(Gate("thresholds", "pass" if due.due else "blocks", due.why if due.due else due.why_not))
         day_end = dt.datetime.combine(dt.date.fromisoformat(decision.date) + dt.timedelta(days=1), dt.time(),
                                       dt.timezone.utc)

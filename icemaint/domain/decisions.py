@@ -52,6 +52,8 @@ class ReasonKind(Word):
     ALREADY_REQUESTED = "already_requested"
     ORDERING = "ordering"              # another operation of the table goes first
     UNSUPPORTED = "unsupported"        # a table shape this version cannot maintain safely
+    # due for a rewrite of its position-delete files alone (many of them; the data files are fine)
+    POSITION_DELETES_DUE = "position_deletes_due"
 
 
 class Operation(Word):
@@ -186,12 +188,13 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     part = health.partition(date)
     if part is None or part.data_files == 0:
         return replace(base, reason=f"no data files on {date}", kind=ReasonKind.NO_DATA)
-    due = partition_due(part, policy)
+    due = partition_due(part, policy, position_deletes=health.time_partitioned)
     if not due.due:
         return replace(base, rationale=due.rationale, kind=ReasonKind.BELOW_THRESHOLDS,
                        reason=f"below thresholds: {due.why_not}")
     cost = estimate_cost(due.rewrite_bytes, due.rewrite_files, gates.bytes_per_second)
-    base = replace(base, rationale=due.rationale, cost_estimate=cost, benefit=due.benefit)
+    base = replace(base, rationale=due.rationale, cost_estimate=cost, benefit=due.benefit,
+                   kind=ReasonKind.POSITION_DELETES_DUE if due.target == "position_deletes" else ReasonKind.DUE)
     rewrite_bytes = due.rewrite_bytes
 
     day_end = dt.datetime.combine(dt.date.fromisoformat(date) + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
@@ -223,10 +226,12 @@ class PartitionDue:
     rewrite_files: int
     benefit: float      # small files removed and delete files applied per MiB rewritten
     rationale: dict
+    target: str = "data"  # what is rewritten: "data" files, or "position_deletes" alone
 
 
-def partition_due(part: PartitionHealth, policy: TablePolicy) -> PartitionDue:
-    """The thresholds of one partition: many small files, or too many deleted rows."""
+def partition_due(part: PartitionHealth, policy: TablePolicy, *, position_deletes: bool = False) -> PartitionDue:
+    """The thresholds of one partition: many small files, or too many deleted rows; with `position_deletes`
+    (a date of a time-partitioned table) also many position-delete files over data files that are fine."""
     with_deletes = part.delete_files > 0
     rationale = {
         "small_files": part.small_files, "min_input_files": policy.min_input_files,
@@ -236,6 +241,21 @@ def partition_due(part: PartitionHealth, policy: TablePolicy) -> PartitionDue:
     }
     many_small = part.small_files >= policy.min_input_files
     too_many_deletes = with_deletes and part.deleted_row_ratio > policy.max_delete_ratio
+    why_not = (f"{part.small_files} small files < min_input_files {policy.min_input_files}"
+               f" and deleted-row ratio {part.deleted_row_ratio:.3f} <= {policy.max_delete_ratio}")
+    if position_deletes:
+        rationale.update(position_delete_files=part.position_delete_files,
+                         min_position_delete_files=policy.min_position_delete_files)
+        why_not += (f" and {part.position_delete_files} position-delete files < min_position_delete_files "
+                    f"{policy.min_position_delete_files}")
+        if not (many_small or too_many_deletes) and part.position_delete_files >= policy.min_position_delete_files:
+            rationale["trigger"] = "position_deletes"
+            return PartitionDue(
+                key=part.key, due=True, why_not=why_not, target="position_deletes",
+                why=(f"{part.position_delete_files} position-delete files >= min_position_delete_files "
+                     f"{policy.min_position_delete_files} (the data files are fine: only the deletes are rewritten)"),
+                rewrite_bytes=part.delete_bytes, rewrite_files=part.position_delete_files,
+                benefit=(part.position_delete_files - 1) / max(part.delete_bytes, 1) * 2**20, rationale=rationale)
     # Files carrying deletes are rewritten whole; small files are rewritten in any case.
     rewrite_bytes = part.total_bytes if too_many_deletes else part.small_bytes
     rewrite_files = part.data_files if too_many_deletes else part.small_files
@@ -245,9 +265,7 @@ def partition_due(part: PartitionHealth, policy: TablePolicy) -> PartitionDue:
         key=part.key, due=many_small or too_many_deletes,
         why=(f"{part.small_files} small files >= {policy.min_input_files}" if many_small
              else f"deleted-row ratio {part.deleted_row_ratio:.3f} > {policy.max_delete_ratio}"),
-        why_not=(f"{part.small_files} small files < min_input_files {policy.min_input_files}"
-                 f" and deleted-row ratio {part.deleted_row_ratio:.3f} <= {policy.max_delete_ratio}"),
-        rewrite_bytes=rewrite_bytes, rewrite_files=rewrite_files,
+        why_not=why_not, rewrite_bytes=rewrite_bytes, rewrite_files=rewrite_files,
         benefit=(max(part.small_files - 1, 0) + part.delete_files) / max(rewrite_bytes, 1) * 2**20,
         rationale=rationale)
 
@@ -379,9 +397,12 @@ def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = Non
 
 
 def measured_throughput(past_runs: Iterable[dict]) -> float | None:
-    """Bytes per second over a table's past successful rewrites (audit `details` of compact runs)."""
+    """Bytes per second over a table's past successful data rewrites (audit `details` of compact runs; a
+    rewrite of position-delete files alone moves few bytes in mostly fixed time and would skew it)."""
     total_bytes = total_seconds = 0.0
     for run in past_runs:
+        if run.get("rewritten_delete_files"):
+            continue
         b, s = run.get("rewritten_bytes"), run.get("rewrite_seconds")
         if b and s and s > 0:
             total_bytes += b

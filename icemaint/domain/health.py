@@ -64,10 +64,17 @@ class PartitionHealth:
     equality_delete_records: int = 0
     # of which format v3 deletion vectors (one per data file with deleted rows)
     deletion_vectors: int = 0
+    delete_bytes: int = 0
 
     @property
     def deleted_row_ratio(self) -> float:
         return self.delete_records / self.records if self.records else 0.0
+
+    @property
+    def position_delete_files(self) -> int:
+        """Position-delete files that are neither equality deletes nor deletion vectors (what writers on the
+        v2 format without file-scoped deletes leave: one small file per commit that deletes)."""
+        return self.delete_files - self.equality_delete_files - self.deletion_vectors
 
     @property
     def date(self) -> str:
@@ -76,7 +83,7 @@ class PartitionHealth:
 
 
 _COUNTS = ("data_files", "small_files", "total_bytes", "small_bytes", "records", "delete_files", "delete_records",
-           "equality_delete_files", "equality_delete_records", "deletion_vectors")
+           "equality_delete_files", "equality_delete_records", "deletion_vectors", "delete_bytes")
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,12 @@ class TableHealth:
     # bytes of the metadata.json files in the metadata log (and the current one); None when not measured
     # (one stat each: the health report measures them, the sensors' reads do not)
     metadata_bytes: int | None = None
+
+    @property
+    def time_partitioned(self) -> bool:
+        """Dated by a partition field (so each date's delete files are in the date's own partitions),
+        not by the files' bounds on a policy `time_column`."""
+        return self.time_column is not None and self.time_transform != "bounds"
 
     @property
     def dated(self) -> bool:
@@ -244,6 +257,7 @@ def compute_health(
             if part is not None:
                 part["delete_files"] += 1
                 part["delete_records"] += f.record_count
+                part["delete_bytes"] += f.size_bytes
                 part["equality_delete_files"] += equality
                 part["equality_delete_records"] += f.record_count if equality else 0
                 part["deletion_vectors"] += f.deletion_vector

@@ -48,6 +48,8 @@ class TablePolicy:
     min_input_files: int = 5
     max_delete_ratio: float = 0.10
     delete_file_threshold: int = 1
+    # a date with this many position-delete files, whose data files are not due, gets its deletes rewritten
+    min_position_delete_files: int = 10
     partial_progress: bool = False
     max_file_group_size_bytes: int = 10 * 2**30  # with partial progress: each group its own proven publish
     max_concurrent_file_group_rewrites: int = 2  # accepted for older configs; staged groups run one at a time
@@ -176,6 +178,7 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "min_input_files": ("min_input_files", _int(2)),
     "max_delete_ratio": ("max_delete_ratio", _ratio),
     "delete_file_threshold": ("delete_file_threshold", _int(1)),
+    "min_position_delete_files": ("min_position_delete_files", _int(2)),
     "partial_progress": ("partial_progress", _bool),
     "max_file_group_size_bytes": ("max_file_group_size_bytes", parse_size),
     "max_concurrent_file_group_rewrites": ("max_concurrent_file_group_rewrites", _int(1)),

@@ -46,6 +46,43 @@ class FileGroup:
         return self.files[0].spec_id
 
 
+@dataclass(frozen=True)
+class DeleteRef:
+    """One position-delete file (not a deletion vector, not equality deletes) as it applies to one data file."""
+
+    path: str
+    spec_id: int
+    partition: str
+    size_bytes: int
+    data_file: str
+
+
+@dataclass(frozen=True)
+class DeleteGroup:
+    """The position-delete files of one partition, rewritten (and published) together."""
+
+    spec_id: int
+    partition: str
+    delete_files: tuple[str, ...]
+    data_files: tuple[str, ...]  # the data files they apply to: the proof reads these, before and after
+    total_bytes: int
+
+
+def plan_delete_groups(refs: list[DeleteRef]) -> list[DeleteGroup]:
+    """The position-delete files of each partition, most files first; a partition with a single one is left
+    (nothing to merge). Iceberg applies a partition's position deletes only to that partition's data files,
+    so a group's deletes and the data files they touch never reach beyond its partition."""
+    by_partition: dict[tuple[int, str], dict] = {}
+    for ref in refs:
+        group = by_partition.setdefault((ref.spec_id, ref.partition), {"deletes": {}, "data": set()})
+        group["deletes"][ref.path] = ref.size_bytes
+        group["data"].add(ref.data_file)
+    groups = [DeleteGroup(spec_id=spec, partition=partition, delete_files=tuple(sorted(g["deletes"])),
+                          data_files=tuple(sorted(g["data"])), total_bytes=sum(g["deletes"].values()))
+              for (spec, partition), g in by_partition.items() if len(g["deletes"]) >= 2]
+    return sorted(groups, key=lambda g: (-len(g.delete_files), g.spec_id, g.partition))
+
+
 def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delete_file_threshold: int,
                 partial_progress: bool, max_group_bytes: int) -> list[FileGroup]:
     """The groups to rewrite, largest benefit first; empty when nothing is worth rewriting.

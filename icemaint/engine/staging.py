@@ -132,6 +132,13 @@ def listed_java(jvm, java_iterable):
     return [items.get(i) for i in range(items.size())]
 
 
+def _with_files(update, method: str, files):
+    """`update` with `method` (appendFile, addFile, deleteFile) called on it for each file."""
+    for item in files:
+        update = getattr(update, method)(item)
+    return update
+
+
 def _java_list(jvm, items):
     out = jvm.java.util.ArrayList()
     for item in items:
@@ -176,10 +183,13 @@ class StagedRewrite:
         table: The table key.
         branch: The staging branch's name.
         base_snapshot_id: S, the snapshot the group was planned on and staged from.
-        staged_snapshot_id: The branch's append snapshot holding the new files.
-        replaced_files: Paths of the data files the group replaces (as of S).
+        staged_snapshot_id: The branch's snapshot holding the new files.
+        replaced_files: Paths of the files the group replaces (as of S): data files, or with target
+            "position_deletes" the position-delete files.
         new_files: Paths of the staged replacement files.
-        dangling_deletes: Paths of position-delete files that apply only to replaced files.
+        dangling_deletes: Paths of position-delete files that apply only to replaced data files.
+        target: "data" (data files rewritten, their deletes applied) or "position_deletes" (only the
+            position-delete files rewritten; the data files stay).
     """
 
     table: str
@@ -191,9 +201,13 @@ class StagedRewrite:
     new_files: tuple[str, ...]
     dangling_deletes: tuple[str, ...]
     replaced_bytes: int
+    target: str = "data"
+    # The scan tasks of the rows the proof compares, as of S: the replaced data files, or the data files
+    # the replaced position deletes apply to.
     _old_tasks: list = field(default_factory=list, repr=False)
-    _new_data_files: list = field(default_factory=list, repr=False)
-    _dangling_delete_files: list = field(default_factory=list, repr=False)
+    _new_files: list = field(default_factory=list, repr=False)  # DataFiles, or DeleteFiles
+    _removed_deletes: list = field(default_factory=list, repr=False)  # DeleteFiles the publish removes
+    _scan_filter: object = field(default=None, repr=False)  # the date's filter (position deletes' after side)
 
 
 @dataclass(frozen=True)
@@ -238,11 +252,15 @@ class StagingArea:
             (candidates, tasks by path): the pure description for planning, and the Java scan tasks
             (file + deletes) the staging reads.
         """
+        return self._plan(self.table().newScan().useSnapshot(int(snapshot_id))
+                          .filter(self.date_filter(column, column_type, start, end)))
+
+    def date_filter(self, column: str, column_type: str, start: dt.date, end: dt.date):
+        """Iceberg's expression for rows in [start, end) of the time column."""
         expressions = self.jvm.org.apache.iceberg.expressions.Expressions
         lower = expressions.greaterThanOrEqual(column, _bound(start, column_type))
         upper = expressions.lessThan(column, _bound(end, column_type))
-        return self._plan(self.table().newScan().useSnapshot(int(snapshot_id))
-                          .filter(getattr(expressions, "and")(lower, upper)))
+        return getattr(expressions, "and")(lower, upper)
 
     def plan_table_files(self, snapshot_id: int) -> tuple[list[CandidateFile], dict]:
         """Every data file of the table as of `snapshot_id` (a table maintained per partition, not per date)."""
@@ -315,19 +333,16 @@ class StagingArea:
         finally:
             coordinator.clearRewrite(tbl, set_id)
 
-    def _commit_to_branch(self, branch: str, new_files: list, properties: dict[str, str]) -> int:
-        """One append of `new_files` to the staging branch; the branch's new snapshot id.
+    def commit_to_branch(self, branch: str, update) -> int:
+        """One commit to the staging branch, built by `update(table)` (marked as maintenance's staging);
+        the branch's new snapshot id.
 
-        Retried on the fresh table when a REST catalog refused it for the sequence-number race below
-        (the files are written once; only the commit is made again)."""
+        Retried on the fresh table when a REST catalog refused it for the sequence-number race (see
+        `sequence_number_race`): the files are written once, only the commit is made again."""
         for attempt in range(1, STAGE_WRITE_ATTEMPTS + 1):
-            append = self.table().newFastAppend().toBranch(branch)
-            for new in new_files:
-                append = append.appendFile(new)
-            for key, value in properties.items():
-                append = append.set(key, str(value))
+            change = update(self.table()).set(MAINTENANCE_TAG, "true").set(STAGE_KEY, branch)
             try:
-                append.commit()
+                change.commit()
                 break
             except Exception as exc:
                 if attempt < STAGE_WRITE_ATTEMPTS and sequence_number_race(exc):
@@ -366,7 +381,8 @@ class StagingArea:
             rows = self.spark.sql(f"SELECT * FROM {view} ORDER BY {order}")
         try:
             new_files = self._write_replacements(rows, set_id, options)
-            staged = self._commit_to_branch(branch, new_files, {MAINTENANCE_TAG: "true", STAGE_KEY: branch})
+            staged = self.commit_to_branch(branch, lambda t: _with_files(t.newFastAppend().toBranch(branch),
+                                                                        "appendFile", new_files))
         except Exception as exc:
             self.discard(branch)
             raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
@@ -379,7 +395,7 @@ class StagingArea:
             new_files=tuple(str(f.location()) for f in new_files),
             dangling_deletes=tuple(str(d.location()) for d in dangling),
             replaced_bytes=group.total_bytes,
-            _old_tasks=tasks, _new_data_files=new_files, _dangling_delete_files=dangling)
+            _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling)
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
         """min/max of each z-order column over the group's rows (one small aggregate pass)."""
@@ -413,8 +429,11 @@ class StagingArea:
         return self.read_tasks(staged._old_tasks)
 
     def after_rows(self, staged: StagedRewrite):
-        """The staged files' rows, as the staging branch holds them (the files its append added to S)."""
+        """The staged files' rows, as the staging branch holds them (the files its append added to S); for
+        rewritten position deletes, the same data files as `before_rows` with the branch's deletes applied."""
         tbl = self.table(refresh=False)
+        if staged.target == "position_deletes":
+            return self._rows_as_staged(staged)
         wanted = set(staged.new_files)
         scan = tbl.newIncrementalAppendScan().fromSnapshotExclusive(int(staged.base_snapshot_id)) \
             .toSnapshot(int(staged.staged_snapshot_id))
@@ -428,6 +447,21 @@ class StagingArea:
                                f"{len(tasks)} of its {len(wanted)} new files")
         return self.read_tasks(tasks)
 
+    def _rows_as_staged(self, staged: StagedRewrite):
+        wanted = {str(t.file().location()) for t in staged._old_tasks}
+        scan = self.table(refresh=False).newScan().useSnapshot(int(staged.staged_snapshot_id))
+        if staged._scan_filter is not None:
+            scan = scan.filter(staged._scan_filter)
+        iterable = scan.planFiles()
+        try:
+            tasks = [t for t in listed_java(self.jvm, iterable) if str(t.file().location()) in wanted]
+        finally:
+            iterable.close()
+        if len(tasks) != len(wanted):
+            raise StagingError(f"staged snapshot {staged.staged_snapshot_id} of {self.name.key} holds "
+                               f"{len(tasks)} of the {len(wanted)} data files its deletes apply to")
+        return self.read_tasks(tasks)
+
     # -- publish / discard -----------------------------------------------------------------
     def publish(self, staged: StagedRewrite, properties: dict[str, str]) -> Published:
         """One forward `replace` commit on `main`: exactly the proven old files for the proven new ones.
@@ -439,13 +473,15 @@ class StagingArea:
         from py4j.protocol import Py4JJavaError
 
         tbl = self.table()
-        rewrite = tbl.newRewrite().validateFromSnapshot(staged.base_snapshot_id) \
-            .dataSequenceNumber(staged.base_sequence_number)
-        for task in staged._old_tasks:
-            rewrite = rewrite.deleteFile(task.file())
-        for delete in staged._dangling_delete_files:
+        rewrite = tbl.newRewrite().validateFromSnapshot(staged.base_snapshot_id)
+        if staged.target == "data":
+            # The new data files keep S's data sequence number: deletes a writer commits after S still apply.
+            rewrite = rewrite.dataSequenceNumber(staged.base_sequence_number)
+            for task in staged._old_tasks:
+                rewrite = rewrite.deleteFile(task.file())
+        for delete in staged._removed_deletes:
             rewrite = rewrite.deleteFile(delete)
-        for new in staged._new_data_files:
+        for new in staged._new_files:
             rewrite = rewrite.addFile(new)
         marker = {**properties, MAINTENANCE_TAG: "true", STAGED_SNAPSHOT_KEY: str(staged.staged_snapshot_id)}
         for key, value in marker.items():

@@ -27,6 +27,7 @@ from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.rewrite_plan import parse_sort_order, plan_groups
 from icemaint.domain.scope import DateScope, parse_date, period_start, span_of
+from icemaint.engine.delete_staging import plan_position_deletes, stage_position_deletes
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,9 @@ class CompactionOutcome:
     added_files: int = 0
     rewritten_bytes: int = 0
     removed_delete_files: int = 0
+    # a rewrite of position-delete files alone (decision kind position_deletes_due): the files it merged
+    rewritten_delete_files: int = 0
+    added_delete_files: int = 0
     validation: dict = field(default_factory=lambda: {"passed": None})
     published: bool = False
     staged: list = field(default_factory=list)  # one entry per staged group: branch, S, staged snapshot, verdict
@@ -214,22 +218,28 @@ class Compactor(ContractOperation):
             outcome.attempts = attempts
             base = health.snapshot_id
             candidates, tasks = self._plan(staging, base, health, scope, policy, request.approved, outcome)
-            groups = plan_groups(candidates, small_file_size_bytes=policy.small_file_size_bytes,
-                                 delete_file_threshold=policy.delete_file_threshold,
-                                 partial_progress=policy.partial_progress,
-                                 max_group_bytes=policy.max_file_group_size_bytes)
+            deletes_only = decision.kind == ReasonKind.POSITION_DELETES_DUE and scope is not None
+            if deletes_only:
+                groups = plan_position_deletes(staging, tasks)
+            else:
+                groups = plan_groups(candidates, small_file_size_bytes=policy.small_file_size_bytes,
+                                     delete_file_threshold=policy.delete_file_threshold,
+                                     partial_progress=policy.partial_progress,
+                                     max_group_bytes=policy.max_file_group_size_bytes)
             if not groups:
                 if not outcome.committed_snapshot_ids:
                     outcome.decision = NOOP
                     outcome.reason = (f"nothing to rewrite on snapshot {base}: no partition of "
-                                      f"{'the date' if scope else 'the table'} has two or more small files or a file "
-                                      "with deletes to apply")
+                                      f"{'the date' if scope else 'the table'} has " + (
+                                          "two or more position-delete files" if deletes_only else
+                                          "two or more small files or a file with deletes to apply"))
                 return
             try:
                 for group in groups:
                     index += 1
-                    if not self._one_group(staging, request, name, date, policy, group, tasks, base, sort_keys,
-                                           index, outcome):
+                    stage = self._stager(staging, group, tasks, base, policy, sort_keys, index,
+                                         scope if deletes_only else None, health)
+                    if not self._one_group(staging, request, name, date, policy, stage, base, index, outcome):
                         return  # proof failed: nothing more is published
             except PublishConflict as exc:
                 log.warning("publish conflict on %s %s (attempt %d): %s", name.key, date, attempts, exc)
@@ -251,16 +261,29 @@ class Compactor(ContractOperation):
             outcome.decision, outcome.reason = RUN, decision.reason
             return
 
-    def _one_group(self, staging: StagingArea, request, name: TableName, date: str, policy, group, tasks, base: int,
-                   sort_keys, index: int, outcome: CompactionOutcome) -> bool:
+    @staticmethod
+    def _stager(staging: StagingArea, group, tasks: dict, base: int, policy, sort_keys, index: int,
+                deletes_scope: DateScope | None, health: TableHealth) -> Callable[[], StagedRewrite]:
+        """How one group is staged: its data files rewritten, or (`deletes_scope` set, a DeleteGroup) only
+        its position-delete files."""
+        if deletes_scope is None:
+            return lambda: staging.stage(group, tasks, base, target_file_size_bytes=policy.target_file_size_bytes,
+                                         strategy=policy.strategy, sort_keys=sort_keys, index=index)
+        scan_filter = staging.date_filter(health.time_column, health.time_column_type, deletes_scope.start,
+                                          deletes_scope.end)
+        return lambda: stage_position_deletes(staging, group, tasks, base, scan_filter,
+                                              target_file_size_bytes=policy.target_file_size_bytes, index=index)
+
+    def _one_group(self, staging: StagingArea, request, name: TableName, date: str, policy,
+                   stage: Callable[[], StagedRewrite], base: int, index: int, outcome: CompactionOutcome) -> bool:
         """Stage, prove and publish one group; False when its proof failed (nothing published)."""
         from icemaint.engine.validation import RowSet, prove_rows
 
         t0 = time.perf_counter()
-        self.progress(f"staging {len(group.files)} files of {name.key} {date} from snapshot {base}")
-        staged = staging.stage(group, tasks, base, target_file_size_bytes=policy.target_file_size_bytes,
-                               strategy=policy.strategy, sort_keys=sort_keys, index=index)
-        entry = {"branch": staged.branch, "base_snapshot_id": base, "staged_snapshot_id": staged.staged_snapshot_id,
+        self.progress(f"staging group {index} of {name.key} {date} from snapshot {base}")
+        staged = stage()
+        entry = {"target": staged.target, "branch": staged.branch, "base_snapshot_id": base,
+                 "staged_snapshot_id": staged.staged_snapshot_id,
                  "replaced_files": len(staged.replaced_files), "new_files": len(staged.new_files),
                  "dangling_deletes": len(staged.dangling_deletes), "published_snapshot_id": None,
                  "verdict": "staged"}
@@ -310,8 +333,12 @@ class Compactor(ContractOperation):
                 outcome.before_snapshot_id = base
             outcome.committed_snapshot_ids.append(published.snapshot_id)
             outcome.after_snapshot_id = published.snapshot_id
-            outcome.rewritten_files += len(staged.replaced_files)
-            outcome.added_files += len(staged.new_files)
+            if staged.target == "position_deletes":
+                outcome.rewritten_delete_files += len(staged.replaced_files)
+                outcome.added_delete_files += len(staged.new_files)
+            else:
+                outcome.rewritten_files += len(staged.replaced_files)
+                outcome.added_files += len(staged.new_files)
             outcome.rewritten_bytes += staged.replaced_bytes
             outcome.removed_delete_files += len(staged.dangling_deletes)
             return True
@@ -389,6 +416,8 @@ class Compactor(ContractOperation):
             validation=outcome.validation, durations=outcome.durations,
             details={"dry_run": outcome.dry_run, "files_before": outcome.files_before,
                      "files_after": outcome.files_after, "rewritten_bytes": outcome.rewritten_bytes,
+                     "rewritten_delete_files": outcome.rewritten_delete_files,
+                     "added_delete_files": outcome.added_delete_files,
                      "rewrite_seconds": outcome.durations.get("rewrite_seconds"),
                      "committed_snapshot_ids": outcome.committed_snapshot_ids,
                      "published": outcome.published, "staged": outcome.staged,
