@@ -35,7 +35,7 @@ def outcome_metadata(outcome: CompactionOutcome) -> dict:
     numbers = {k: v for k, v in outcome.to_dict().items() if k in (
         "files_before", "files_after", "small_files_before", "small_files_after", "avg_file_bytes_before",
         "avg_file_bytes_after", "delete_files_before", "delete_files_after", "rewritten_files", "added_files",
-        "rewritten_bytes", "attempts")}
+        "rewritten_bytes", "rewritten_delete_files", "added_delete_files", "attempts")}
     numbers.update({f"read_before_{k}": v for k, v in outcome.read_before.items()})
     numbers.update({f"read_after_{k}": v for k, v in outcome.read_after.items()})
     numbers.update({f"{k}": v for k, v in outcome.durations.items()})

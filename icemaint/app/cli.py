@@ -77,7 +77,10 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
 def _outcome_line(o: dict) -> str:
     line = f"{o.get('table')} {o.get('date') or '(table)'}: {o.get('decision')}: {o.get('reason')}"
     if o.get("decision") in ("run", "not_published") and not o.get("dry_run"):
-        line += (f"\n    files {o.get('files_before')} -> {o.get('files_after')}, snapshot {o.get('before_snapshot_id')} -> "
+        files = (f"delete files {o.get('delete_files_before')} -> {o.get('delete_files_after')}"
+                 if (o.get("decision_detail") or {}).get("kind") == "position_deletes_due"
+                 else f"files {o.get('files_before')} -> {o.get('files_after')}")
+        line += (f"\n    {files}, snapshot {o.get('before_snapshot_id')} -> "
                  f"{o.get('after_snapshot_id')}, validation {'passed' if o.get('validation', {}).get('passed') else 'FAILED'}"
                  f"{'' if o.get('published') else ', NOT PUBLISHED (main unchanged)'}")
     return line
