@@ -229,14 +229,20 @@ def rows_digest(rows, snapshot_id: int, *, sample_fraction: float, seed: int) ->
     sample = sampled.toPandas()  # the action: the Observation's metrics come with it
     metrics = observation.get
     values = [metrics[f"m{i}"] for i in range(len(exprs))]
-    out, i = {}, 1
-    for agg in aggregates:
-        out[(agg.column, agg.name)] = agg.value(values[i:i + len(agg.exprs)])
-        i += len(agg.exprs)
+    out = aggregate_values(aggregates, values[1:])
     read = {"planning_ms": round((planned - started) * 1000, 3),
             "scan_ms": round((time.monotonic() - planned) * 1000, 3), "rows": int(values[0])}
     return SnapshotDigest(snapshot_id=int(snapshot_id), row_count=int(values[0]), aggregates=out,
                           sample=sample.astype({"fp1": "int64", "fp2": "int64"}), read=read)
+
+
+def aggregate_values(aggregates: list[Aggregate], values: list) -> dict[tuple[str, str], str | None]:
+    """Each aggregate's exact value, from its expressions' results in `aggregates` order."""
+    out, i = {}, 0
+    for agg in aggregates:
+        out[(agg.column, agg.name)] = agg.value(values[i:i + len(agg.exprs)])
+        i += len(agg.exprs)
+    return out
 
 
 def sampled_rows(rows, *, seed: int, fingerprints: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
