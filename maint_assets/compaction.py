@@ -139,7 +139,7 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
     tags = context.run.tags
     planned = tags.get(PLANNED_SNAPSHOT_TAG)
     planned_schema = tags.get(PLANNED_SCHEMA_TAG)
-    compactor = Compactor(spark.settings.config, spark.session, catalog.reader, claims.claims, audit.log,
+    compactor = Compactor(spark.settings.config, spark.lazy_session, catalog.reader, claims.claims, audit.log,
                           progress=context.log.info)
     batched, failures, proven = len(targets) > 1, [], []
     for table, date, key in targets:

@@ -3,7 +3,7 @@
 
 from dagster import ConfigurableResource
 
-from icemaint.engine.spark_session import get_spark
+from icemaint.engine.spark_session import LazySession, get_spark
 from resources.settings import MaintenanceSettings
 
 
@@ -15,6 +15,11 @@ class SparkResource(ConfigurableResource):
     @property
     def session(self):
         return get_spark(self.settings.config)
+
+    @property
+    def lazy_session(self) -> LazySession:
+        """The session, started only when something first uses it."""
+        return LazySession(self.settings.config)
 
     @property
     def catalog(self) -> str:

@@ -91,6 +91,36 @@ def test_compact_dry_run_changes_nothing(capsys, spark, estate):
     assert len(audit) == records + 1 and audit[-1].details["dry_run"] is True
 
 
+def test_compact_dry_run_of_a_due_date_needs_no_spark_and_leaves_a_dead_runs_staging(spark, estate, tmp_path):
+    """A dry run decides from metadata alone: it runs with no Java on PATH (Spark could not start), names a
+    staging branch a dead run left and removes nothing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    spark.sql(f"ALTER TABLE {estate.sql} CREATE BRANCH icemaint_stage_deadrun_1")
+    try:
+        location = metadata_location(estate)
+        bin_dir = tmp_path / "bin"  # python and nothing else: no java
+        bin_dir.mkdir()
+        (bin_dir / "python").symlink_to(sys.executable)
+        env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "SPARK_HOME")}
+        env.update(PATH=f"{bin_dir}:/usr/bin/does-not-exist", DAGSTER_HOME=str(tmp_path / "dagster"))
+        Path(env["DAGSTER_HOME"]).mkdir()
+        proc = subprocess.run([str(Path(sys.executable).parent / "icemaint"), "--config", estate.path, "compact",
+                               estate.table, "--date", "2026-01-01", "--dry-run", "--json"],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        [outcome] = json.loads(proc.stdout)
+        assert outcome["decision"] == "run" and outcome["dry_run"] is True, outcome["reason"]
+        assert "would first remove staging left by a dead run: icemaint_stage_deadrun_1" in outcome["reason"]
+        assert metadata_location(estate) == location
+        assert open_audit(estate.config).records(table=estate.table)[-1].details["spark_app_id"] is None
+    finally:
+        spark.sql(f"ALTER TABLE {estate.sql} DROP BRANCH icemaint_stage_deadrun_1")
+
+
 def test_compact_json_reports_the_proof_and_keeps_every_row(capsys, spark, estate):
     date = "2026-01-02"
     ids_before = event_ids(spark, estate)
@@ -122,7 +152,8 @@ def test_compact_json_reports_the_proof_and_keeps_every_row(capsys, spark, estat
     [run] = [r for r in records if r["run_id"] == outcome["run_id"]]
     assert run["decision"] == "run" and run["operation"] == "compact" and run["date"] == date
     assert run["after_snapshot_id"] == outcome["after_snapshot_id"] and run["validation"]["passed"] is True
-    assert [r["decision"] for r in records if r["details"].get("dry_run")] == ["run"]  # the dry run is there too
+    dry_runs = [r["decision"] for r in records if r["details"].get("dry_run")]
+    assert dry_runs and set(dry_runs) == {"run"}  # the dry runs are there too
 
 
 @pytest.mark.parametrize("argv, message", [

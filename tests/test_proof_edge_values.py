@@ -171,7 +171,7 @@ def fed_proof(spark, sql: str, base: int, after: int, seed: int = 0):
 
     feed = FeedDigest(snapshot_id=base, sample_fraction=1.0, seed=seed)
     feed.wrap(spark.sql(snapshot_sql(sql, base, None))).write.format("noop").mode("overwrite").save()
-    digest, _ = feed.result(spark, [])
+    digest, _ = feed.result(spark, [])  # no tasks: only the digest is used here
     return prove_rows(RowSet(base, lambda: spark.sql(snapshot_sql(sql, base, None)), digest=digest),
                       RowSet(after, lambda: spark.sql(snapshot_sql(sql, after, None))),
                       sample_fraction=1.0, seed=seed)

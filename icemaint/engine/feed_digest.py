@@ -7,8 +7,9 @@ which file each row came from. The proof then reads only the new files.
 
 Because the old side is no longer read by a query of its own, the feeding read itself is checked against
 the table's metadata (`FeedCheck`): every replaced file's live rows (its record count less its deletes,
-from the manifests) must have been fed, file by file: `sum(xxhash64(file))` over the fed rows equals
-`sum(xxhash64(file) * live rows)` over the files. Where the live rows cannot be known from metadata
+from the manifests) must have been fed, file by file: `sum(crc32(file))` over the fed rows equals
+`sum(crc32(file) * live rows)` over the files (CRC-32 of the path's UTF-8 bytes: the same in Spark and
+in Python's zlib, so the expected side needs no Spark job). Where the live rows cannot be known from metadata
 (equality deletes, position deletes that name more than one file), or the counts differ (a file missing
 from the read, a filter that picked other rows, a task run twice), the proof reads the old side again
 with its own query, as before: never a weaker proof, only sometimes not a cheaper one.
@@ -17,6 +18,7 @@ with its own query, as before: never a weaker proof, only sometimes not a cheape
 from __future__ import annotations
 
 import uuid
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,7 +95,7 @@ class FeedDigest:
         fp1, fp2, source = (_free_name(schema, f"__icemaint_{n}") for n in ("fp1", "fp2", "file"))
         first, second = fingerprint_exprs(schema, self.seed)
         self._aggregates = aggregates_for(schema, ident(fp1))
-        exprs = ["count(1)", f"sum(CAST(xxhash64({ident(source)}) AS DECIMAL(38,0)))"]
+        exprs = ["count(1)", f"sum(CAST(crc32(CAST({ident(source)} AS BINARY)) AS DECIMAL(38,0)))"]
         exprs += [e for a in self._aggregates for e in a.exprs]
         # Sampled fingerprints as one text ("fp1 fp2 fp1 fp2 ..."): observed metrics return arrays of rows as
         # Java objects, text comes back as it is (about 40 bytes a sampled row).
@@ -112,29 +114,25 @@ class FeedDigest:
         """The old side's digest and the check of the feeding read against `tasks`' metadata."""
         metrics = self._observation.get
         values = [metrics[f"m{i}"] for i in range(len(metrics))]
-        rows, checksum, sample_text = int(values[0]), str(values[1] or 0), values[-1] or ""
+        rows, checksum, sample_text = int(values[0]), str(int(values[1] or 0)), values[-1] or ""
         pairs = np.array(sample_text.split(), dtype=np.int64).reshape(-1, 2) if sample_text else \
             np.empty((0, 2), dtype=np.int64)
         digest = SnapshotDigest(snapshot_id=self.snapshot_id, row_count=rows,
                                 aggregates=aggregate_values(self._aggregates, values[2:-1]),
                                 sample=pd.DataFrame(pairs, columns=["fp1", "fp2"]),
                                 read={"rows": rows})
-        expected_rows, expected_checksum = expected_feed(spark, tasks)
+        expected_rows, expected_checksum = expected_feed(spark._jvm.org.apache.iceberg.util.ContentFileUtil, tasks)
         return digest, FeedCheck(rows, checksum, expected_rows, expected_checksum)
 
 
-def expected_feed(spark, tasks: list) -> tuple[int | None, str | None]:
-    """(live rows, sum of xxhash64(path) * live rows) over the tasks' files, by the same Spark functions the
-    observed side uses; (None, None) when a file's live rows are not known from metadata."""
-    files = []
-    util = spark._jvm.org.apache.iceberg.util.ContentFileUtil
+def expected_feed(content_util, tasks: list) -> tuple[int | None, str | None]:
+    """(live rows, sum of crc32(path) * live rows) over the tasks' files; (None, None) when a file's live
+    rows are not known from metadata."""
+    rows = checksum = 0
     for task in tasks:
-        live = live_rows(task, util)
+        live = live_rows(task, content_util)
         if live is None:
             return None, None
-        files.append((str(task.file().location()), live))
-    if not files:
-        return 0, "0"
-    row = spark.createDataFrame(files, "path string, live long").selectExpr(
-        "sum(live)", "sum(CAST(xxhash64(path) AS DECIMAL(38,0)) * live)").first()
-    return int(row[0]), str(row[1])
+        rows += live
+        checksum += zlib.crc32(str(task.file().location()).encode("utf-8")) * live
+    return rows, str(checksum)

@@ -199,3 +199,23 @@ def get_spark(config: MaintenanceConfig):
             spark.stop()
             raise
         return spark
+
+
+class LazySession:
+    """A SparkSession started on first use: a run that decides from metadata alone (a dry run, a date
+    that is not due) never starts a JVM. Every attribute is the session's."""
+
+    def __init__(self, config: MaintenanceConfig):
+        self._config = config
+        self._session = None
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self._session is None:
+            self._session = get_spark(self._config)
+        return getattr(self._session, name)

@@ -231,9 +231,13 @@ class StagingArea:
         self.catalog = catalog
         self.name = name
         self.run_token = "".join(c for c in run_token.lower() if c.isalnum())[:24] or uuid.uuid4().hex[:12]
-        self.jvm = spark._jvm
         self._table = None
         self._task_sets: list[str] = []
+
+    @property
+    def jvm(self):
+        """The session's JVM (a lazily started session starts on first use, not when the area is made)."""
+        return self.spark._jvm
 
     # -- table -----------------------------------------------------------------------------
     def table(self, refresh: bool = True):
@@ -560,6 +564,8 @@ class StagingArea:
                 time.sleep(0.05 * attempt)
 
     def release_reads(self) -> None:
+        if not self._task_sets:
+            return
         manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
         tbl = self.table(refresh=False)
         for set_id in self._task_sets:

@@ -156,8 +156,11 @@ class Compactor(ContractOperation):
         return health, decide_compaction(health, date, policy, gates)
 
     def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome) -> None:
+        # Spark starts only for work: a dry run or a date that is not due decides from metadata alone, and
+        # a dry run only names the staging a dead run left.
         staging = StagingArea(self.spark, self.config.catalog.name, name, request.run_id or uuid.uuid4().hex)
-        self._clean_stale_staging(staging, request, identity, outcome)
+        if not request.dry_run and self._stale_staging_names(name):
+            self._clean_stale_staging(staging, request, identity, outcome)
         t0 = time.perf_counter()
         health, decision = self._decide(name, date, policy, identity, request.approved)
         outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
@@ -180,6 +183,9 @@ class Compactor(ContractOperation):
         if request.dry_run:
             outcome.decision = RUN
             outcome.reason = f"dry-run: would rewrite ({decision.reason}); nothing changed"
+            left = self._stale_staging_names(name)
+            if left:
+                outcome.reason += f"; the run would first remove staging left by a dead run: {', '.join(left)}"
             return
 
         scope = DateScope(health.time_column, health.time_column_type, dt.date.fromisoformat(date),
@@ -352,6 +358,12 @@ class Compactor(ContractOperation):
         finally:
             staging.discard(staged.branch)
 
+    def _stale_staging_names(self, name: TableName) -> list[str]:
+        """Staging branches on the table, read from its metadata (no Spark)."""
+        from icemaint.engine.staging import STAGE_PREFIX
+
+        return sorted(ref for ref in self.reader.load(name.key).metadata.refs if ref.startswith(STAGE_PREFIX))
+
     def _clean_stale_staging(self, staging: StagingArea, request, identity: str, outcome: CompactionOutcome) -> None:
         """Under the claim no staging of ours is live: any staging branch left is a dead run's. Remove and audit it."""
         from icemaint.safety.audit import AuditRecord
@@ -430,11 +442,17 @@ class Compactor(ContractOperation):
                      "published": outcome.published, "staged": outcome.staged,
                      "cleaned_staging": outcome.cleaned_staging,
                      "replanned": outcome.replanned, "attempts": outcome.attempts,
-                     # which Spark application did the work (its executors' logs, the master's UI)
-                     "spark_app_id": self.spark.sparkContext.applicationId,
-                     "spark_master": self.spark.sparkContext.master},
+                     # which Spark application did the work (its executors' logs, the master's UI); none
+                     # when the run decided from metadata alone
+                     **_spark_app_of(self.spark)},
         ))
         return outcome
+
+
+def _spark_app_of(spark) -> dict:
+    if not getattr(spark, "started", True):
+        return {"spark_app_id": None, "spark_master": None}
+    return {"spark_app_id": spark.sparkContext.applicationId, "spark_master": spark.sparkContext.master}
 
 
 def _add_seconds(outcome: CompactionOutcome, key: str, started: float) -> None:
