@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill clean
+.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,15 @@ test-fast: setup
 bench: setup java
 	$(BIN)/python -m benchmarks.run
 	$(MAKE) --no-print-directory bench-backfill
+	$(MAKE) --no-print-directory bench-peer
+
+# Side by side with iceberg-zamboni (installed into its own virtualenv under benchmarks/.work), one shared
+# SQLite catalog (Debian's SQLite JDBC driver for our side): a section of benchmarks/RESULTS.md.
+# PEER_ARGS="--quick" for a smoke run, PEER_ARGS="--shapes files_100,estate_100" for some shapes.
+PEER_ARGS ?=
+bench-peer: setup java
+	bash scripts/ensure_debian_packages.sh libxerial-sqlite-jdbc-java
+	$(BIN)/python -m benchmarks.peer $(PEER_ARGS)
 
 bench-quick: setup java
 	$(BIN)/python -m benchmarks.run --quick

@@ -14,8 +14,7 @@ process or its JVM prints goes to stderr (fd 1 is pointed at fd 2 before Spark s
 
 "Proof skipped" replaces the version's proof function in `icemaint.engine.validation` (`prove_rows` after
 the change, `validate_rewrite` before it) with one that returns a passing result at once, marked
-`skipped_by_benchmark`, and (where the version has it) turns off the digest the staging read takes for
-the proof (`FeedDigest`), for the duration of that one run: everything else (claim, plan, stage or
+`skipped_by_benchmark`, for the duration of that one run: everything else (claim, plan, stage or
 rewrite, publish, evidence, audit) is the version's own code. This exists only in the benchmark.
 """
 
@@ -85,22 +84,6 @@ def _skip_validate_rewrite(spark, table_sql, before_snapshot_id, after_snapshot_
 
 def _skip_prove_rows(before, after, *, scope=None, **_):
     return _SkippedProof(before.snapshot_id, after.snapshot_id, scope)
-
-
-def _feed_digest_class():
-    """The version's FeedDigest (the proof's old side digested by the staging read), or None before it."""
-    try:
-        return importlib.import_module("icemaint.engine.feed_digest").FeedDigest
-    except ImportError:
-        return None
-
-
-def _no_feed_wrap(self, rows):
-    return rows
-
-
-def _no_feed_result(self, spark, tasks):
-    return None, None
 
 
 @contextlib.contextmanager
@@ -180,11 +163,8 @@ class Worker:
             kwargs["rewrite"] = recording_rewrite
         compactor = Compactor(self.config, self.spark, reader, claims, audit, progress=progress, **kwargs)
         skip = {} if req["proof"] else {"prove_rows": _skip_prove_rows, "validate_rewrite": _skip_validate_rewrite}
-        feed = _feed_digest_class()
         with contextlib.ExitStack() as stack:
             skipped = stack.enter_context(patched(validation, skip))
-            if not req["proof"] and feed is not None:  # the proof's old-side digest in the staging read too
-                skipped += stack.enter_context(patched(feed, {"wrap": _no_feed_wrap, "result": _no_feed_result}))
             stack.enter_context(self._timed_internals(times))
             load = os.getloadavg()[0]
             cpu = _cpu_seconds()

@@ -94,13 +94,17 @@ class Log:
 
 
 def write_report(out: Path, report: str) -> None:
-    """Writes the report; the section `make bench-stack` owns (benchmarks/stack_bench.py) is kept."""
-    from benchmarks.stack_bench import own_section, write_section
+    """Writes the report; the sections other benchmarks own are kept (`make bench-stack`:
+    benchmarks/stack_bench.py; the peer side by side: benchmarks/peer.py)."""
+    from benchmarks.peer import SECTION as PEER_SECTION
+    from benchmarks.stack_bench import SECTION as STACK_SECTION, own_section, write_section
 
-    kept = own_section(out.read_text()) if out.exists() else None
+    text = out.read_text() if out.exists() else ""
+    kept = [(heading, own_section(text, heading)) for heading in (STACK_SECTION, PEER_SECTION)]
     out.write_text(report)
-    if kept:
-        write_section(out, kept)
+    for heading, section in kept:
+        if section:
+            write_section(out, section, heading)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -762,23 +762,23 @@ def render(r: dict) -> str:
     return "\n".join(lines)
 
 
-def own_section(text: str) -> str | None:
-    """This benchmark's section of a report's text (its heading to the next `## ` heading or the end), if any."""
-    start = text.find(SECTION + "\n")
+def own_section(text: str, heading: str = SECTION) -> str | None:
+    """A benchmark's section of a report's text (its heading to the next `## ` heading or the end), if any."""
+    start = text.find(heading + "\n")
     if start < 0:
         return None
-    nxt = re.search(r"^## ", text[start + len(SECTION):], flags=re.M)
-    return text[start:start + len(SECTION) + nxt.start()] if nxt else text[start:]
+    nxt = re.search(r"^## ", text[start + len(heading):], flags=re.M)
+    return text[start:start + len(heading) + nxt.start()] if nxt else text[start:]
 
 
-def write_section(out: Path, section: str) -> None:
-    """Replaces this benchmark's section of `out` (from its heading to the next `## ` heading or the end)
+def write_section(out: Path, section: str, heading: str = SECTION) -> None:
+    """Replaces a benchmark's section of `out` (from its heading to the next `## ` heading or the end)
     or appends it."""
     text = out.read_text() if out.exists() else ""
-    start = text.find(SECTION + "\n")
+    start = text.find(heading + "\n")
     if start >= 0:
-        nxt = re.search(r"^## ", text[start + len(SECTION):], flags=re.M)
-        end = start + len(SECTION) + nxt.start() if nxt else len(text)
+        nxt = re.search(r"^## ", text[start + len(heading):], flags=re.M)
+        end = start + len(heading) + nxt.start() if nxt else len(text)
         text = text[:start] + section.rstrip("\n") + "\n" + ("\n" + text[end:] if nxt else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"

@@ -265,3 +265,10 @@ def test_secret_hint_round_trips_to_the_same_property(tmp_path, monkeypatch, key
 def test_identity_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("ICEMAINT_IDENTITY", "ops-bot")
     assert parse_config(None, tmp_path).identity() == "ops-bot"
+
+
+def test_a_jdbc_sqlite_catalog_uri_keeps_its_absolute_path_for_pyiceberg():
+    from icemaint.observe.catalog import jdbc_to_sqlalchemy
+
+    assert jdbc_to_sqlalchemy("jdbc:sqlite:/tmp/wh/catalog.db", {}) == "sqlite:////tmp/wh/catalog.db"
+    assert jdbc_to_sqlalchemy("jdbc:sqlite:catalog.db", {}) == "sqlite:///catalog.db"

@@ -208,10 +208,6 @@ class StagedRewrite:
     _new_files: list = field(default_factory=list, repr=False)  # DataFiles, or DeleteFiles
     _removed_deletes: list = field(default_factory=list, repr=False)  # DeleteFiles the publish removes
     _scan_filter: object = field(default=None, repr=False)  # the date's filter (position deletes' after side)
-    # The old side's digest taken by the read that fed the writer, and that read checked against the
-    # manifests (`icemaint.engine.feed_digest`); None when the old side is digested by a read of its own.
-    before_digest: object = field(default=None, repr=False)
-    feed_check: object = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -310,11 +306,6 @@ class StagingArea:
         table with the row-lineage columns `_row_id` and `_last_updated_sequence_number`)."""
         return self._read_set(self._stage_tasks(tasks), split_size)
 
-    @staticmethod
-    def _feed(tasks: list) -> list:
-        """The tasks the staging read feeds the writer: all of them (tests replace this to drop one)."""
-        return tasks
-
     def _stage_tasks(self, tasks: list) -> str:
         set_id = f"icemaint-{uuid.uuid4().hex}"
         manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
@@ -367,27 +358,16 @@ class StagingArea:
         return int(self.table().refs().get(branch).snapshotId())
 
     def stage(self, group: FileGroup, tasks_by_path: dict, base_snapshot_id: int, *, target_file_size_bytes: int,
-              strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0,
-              sample_fraction: float | None = None) -> StagedRewrite:
-        """Writes the group's replacement files to a new staging branch at `base_snapshot_id`.
-
-        With `sample_fraction` (a bin-pack), the rows are digested for the proof as they feed the writer
-        (`icemaint.engine.feed_digest`). A sort reads its input twice (Spark samples it for the range
-        bounds), so a sorted rewrite's old side is digested by the proof's own read."""
+              strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0) -> StagedRewrite:
+        """Writes the group's replacement files to a new staging branch at `base_snapshot_id`."""
         branch = f"{STAGE_PREFIX}{self.run_token}_{index}"
         self._ref_commit(lambda t: t.manageSnapshots().createBranch(branch, int(base_snapshot_id)))
         tasks = [tasks_by_path[f.path] for f in group.files]
         expected = max(1, -(-group.total_bytes // max(1, target_file_size_bytes)))
         # A task's size counts its delete files too: split by what the reader will weigh.
         weighed = sum(int(t.sizeBytes()) for t in tasks)
-        set_id = self._stage_tasks(self._feed(tasks))
+        set_id = self._stage_tasks(tasks)
         rows = self._read_set(set_id, split_size=weighed // expected + 1)
-        feed = None
-        if sample_fraction is not None and strategy == "binpack":
-            from icemaint.engine.feed_digest import FeedDigest
-
-            feed = FeedDigest(snapshot_id=base_snapshot_id, sample_fraction=sample_fraction)
-            rows = feed.wrap(rows)
         # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
                    "output-spec-id": str(group.spec_id), "distribution-mode": "none"}
@@ -410,7 +390,6 @@ class StagingArea:
         except Exception as exc:
             self.discard(branch)
             raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
-        before_digest, feed_check = feed.result(self.spark, tasks) if feed is not None else (None, None)
         dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],
                                           {f.path for f in group.files})
         return StagedRewrite(
@@ -420,8 +399,7 @@ class StagingArea:
             new_files=tuple(str(f.location()) for f in new_files),
             dangling_deletes=tuple(str(d.location()) for d in dangling),
             replaced_bytes=group.total_bytes,
-            _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, before_digest=before_digest,
-            feed_check=feed_check)
+            _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling)
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
         """min/max of each z-order column over the group's rows (one small aggregate pass)."""

@@ -207,9 +207,6 @@ class RowSet:
     snapshot_id: int
     load: Callable[[], Any]
     description: str = ""
-    # The side's digest when it was already taken by another pass over the same rows (a staged
-    # rewrite's feeding read); `load` is then only used for the columns and to report offending rows.
-    digest: SnapshotDigest | None = None
 
 
 def _differing_rows(before: RowSet, after: RowSet, seed: int,
@@ -294,8 +291,7 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
             f"have different columns: {before_columns} vs {[f.name for f in after_df.schema.fields]}")
 
     # The same frames serve the digest and GX's count: each is read by its own action, none is cached.
-    digests = [side.digest if side.digest is not None else
-               rows_digest(frame, side.snapshot_id, sample_fraction=sample_fraction, seed=seed)
+    digests = [rows_digest(frame, side.snapshot_id, sample_fraction=sample_fraction, seed=seed)
                for side, frame in ((before, before_df), (after, after_df))]
     samples = sample_multiplicities(*digests)
     aggregates = aggregate_pairs(*digests)

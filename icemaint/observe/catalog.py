@@ -429,5 +429,6 @@ def jdbc_to_sqlalchemy(uri: str, props: dict[str, str]) -> str:
             auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "") + "@"
         return f"postgresql+psycopg2://{auth}{rest}"
     if uri.startswith("jdbc:sqlite:"):
-        return "sqlite:///" + uri[len("jdbc:sqlite:"):].lstrip("/")
+        # jdbc:sqlite:/abs/cat.db -> sqlite:////abs/cat.db (absolute); jdbc:sqlite:cat.db -> sqlite:///cat.db
+        return "sqlite:///" + uri[len("jdbc:sqlite:"):]
     raise ValueError(f"catalog.uri {uri!r}: only jdbc:postgresql:// and jdbc:sqlite: JDBC catalogs are supported")

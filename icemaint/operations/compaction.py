@@ -274,8 +274,7 @@ class Compactor(ContractOperation):
         its position-delete files."""
         if deletes_scope is None:
             return lambda: staging.stage(group, tasks, base, target_file_size_bytes=policy.target_file_size_bytes,
-                                         strategy=policy.strategy, sort_keys=sort_keys, index=index,
-                                         sample_fraction=policy.sample_fraction)
+                                         strategy=policy.strategy, sort_keys=sort_keys, index=index)
         scan_filter = staging.date_filter(health.time_column, health.time_column_type, deletes_scope.start,
                                           deletes_scope.end)
         return lambda: stage_position_deletes(staging, group, tasks, base, scan_filter,
@@ -302,19 +301,13 @@ class Compactor(ContractOperation):
             self.progress(f"proving {name.key} {date}: {len(staged.replaced_files)} files as of snapshot {base} "
                           f"-> {len(staged.new_files)} staged files (snapshot {staged.staged_snapshot_id})")
             t_val = time.perf_counter()
-            # The old side digested by the read that fed the writer, when that read is proven complete
-            # against the manifests; otherwise read again by the proof itself.
-            fed = staged.feed_check is not None and staged.feed_check.complete
             try:
                 proof = prove_rows(
-                    RowSet(base, lambda: staging.before_rows(staged), f"the replaced files as of snapshot {base}",
-                           digest=staged.before_digest if fed else None),
+                    RowSet(base, lambda: staging.before_rows(staged), f"the replaced files as of snapshot {base}"),
                     RowSet(staged.staged_snapshot_id, lambda: staging.after_rows(staged),
                            f"the staged files (snapshot {staged.staged_snapshot_id})"),
                     scope=outcome.validation["scope"], sample_fraction=policy.sample_fraction,
                     what=name.key).to_dict()
-                proof["old_side"] = {"digested_by": "the staging read" if fed else "the proof's own read",
-                                     "feed_check": staged.feed_check.to_dict() if staged.feed_check else None}
             except Exception as exc:
                 # A proof that could not run proves nothing: treated as failed, nothing is published.
                 log.exception("the proof of %s %s could not run", name.key, date)

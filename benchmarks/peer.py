@@ -1,0 +1,378 @@
+"""Side by side with a peer a platform team could pick: iceberg-zamboni (pyiceberg + pyarrow, no JVM).
+
+    python -m benchmarks.peer [--quick] [--shapes files_100,commits_1000,estate_100,files_10000]
+                              [--out benchmarks/RESULTS.md] [--note TEXT]
+
+The peer is installed into a virtualenv of its own (benchmarks/.work/peer-venv): a benchmark peer, never a
+dependency of the product. Both tools work on one catalog: a SQL catalog on SQLite named `local` at
+<work>/wh/catalog.db, the catalog zamboni's CLI opens without patching (`--local-warehouse`), which
+icemaint opens as a JDBC catalog (Debian's SQLite JDBC driver). Each shape is written twice by pyiceberg
+with identical rows and commits, one copy per tool (namespace `ice` for icemaint, `zam` for zamboni); each
+tool runs in a fresh process, the two one after the other; afterwards one independent reader (pyiceberg,
+in this process) checks every row of both copies against what was written. Both tools get the same
+targets: 128 MiB files, at least 2 input files.
+
+Writes the section "Side by side with a peer" of --out (`make bench` keeps it when it rewrites the rest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+WORK = HERE / ".work" / "peer"
+PEER_VENV = HERE / ".work" / "peer-venv"
+PEER_PACKAGE = "iceberg-zamboni==0.7.0"
+SQLITE_JAR = "/usr/share/java/sqlite-jdbc.jar"
+SECTION = "## Side by side with a peer (iceberg-zamboni)"
+DAY = dt.date(2026, 1, 1)
+TARGET_FILE_BYTES = 128 * 2**20
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    tables: int           # tables per tool
+    files: int            # small files on DAY per table
+    rows_per_file: int
+    commits: int          # commits that add the files (files == commits: one file per commit, by append)
+    what: str
+
+
+FULL = {s.name: s for s in (
+    Shape("files_100", 1, 100, 1000, 100, "one date of 100 small files (100 appends, 100k rows)"),
+    Shape("commits_1000", 1, 1000, 4000, 1000, "one date built by 1,000 single-file commits (4M rows)"),
+    Shape("estate_100", 100, 100, 100, 1, "estate catch-up: 100 tables x 1 date of 100 small files"),
+    Shape("files_10000", 1, 10000, 4000, 10, "one date of 10,000 files (40M rows)"),
+)}
+QUICK = {s.name: s for s in (
+    Shape("files_100", 1, 20, 500, 20, "one date of 20 small files (quick)"),
+    Shape("commits_1000", 1, 100, 1000, 100, "one date built by 100 single-file commits (quick)"),
+    Shape("estate_100", 4, 20, 100, 1, "estate catch-up: 4 tables x 1 date of 20 small files (quick)"),
+)}
+
+
+def log(message: str) -> None:
+    print(f"[peer {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- the peer's own environment --------------------------------------------------------------------
+
+def ensure_peer() -> Path:
+    """The peer's CLI, installed into its own virtualenv on first use."""
+    zamboni = PEER_VENV / "bin" / "zamboni"
+    if not zamboni.exists():
+        log(f"installing {PEER_PACKAGE} into {PEER_VENV} (its own virtualenv)")
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", PEER_PACKAGE], check=True)
+    return zamboni
+
+
+def peer_version() -> str:
+    out = subprocess.run([str(PEER_VENV / "bin" / "pip"), "show", "iceberg-zamboni"], capture_output=True,
+                         text=True).stdout
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Version:")), "?")
+
+
+# -- the shared catalog and the tables --------------------------------------------------------------
+
+def catalog(wh: Path):
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("local", type="sql", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+
+
+def arrow_rows(first: int, n: int):
+    """Rows whose every column is a function of event_id: the reader can check each row on its own."""
+    import numpy as np
+    import pyarrow as pa
+
+    ids = np.arange(first, first + n, dtype=np.int64)
+    base = np.datetime64(DAY.isoformat(), "us")
+    return pa.table({
+        "event_id": ids, "device_id": (ids % 97).astype(np.int32),
+        "ts": base + ((ids * 37) % 86400) * np.timedelta64(1, "s"), "reading": ids * 0.5,
+        "status": pa.array(np.array(["ok", "warn", "err"])[ids % 3]),
+    })
+
+
+def create_table(cat, name: str):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform
+    from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType, TimestampType
+
+    schema = Schema(NestedField(1, "event_id", LongType()), NestedField(2, "device_id", IntegerType()),
+                    NestedField(3, "ts", TimestampType()), NestedField(4, "reading", DoubleType()),
+                    NestedField(5, "status", StringType()))
+    spec = PartitionSpec(PartitionField(source_id=3, field_id=1000, transform=DayTransform(), name="ts_day"))
+    return cat.create_table(name, schema=schema, partition_spec=spec)
+
+
+def write_copies(cat, names: list[str], shape: Shape) -> None:
+    """The same files and commits into every table of `names`: one file per append when files == commits,
+    else pyarrow-written files added in `commits` commits."""
+    import pyarrow.parquet as pq
+
+    tables = [create_table(cat, name) for name in names]
+    per_commit = shape.files // shape.commits
+    for c in range(shape.commits):
+        first = c * per_commit * shape.rows_per_file
+        for tbl in tables:
+            if per_commit == 1:
+                tbl.append(arrow_rows(first, shape.rows_per_file))
+                continue
+            paths = []
+            for f in range(per_commit):
+                path = f"{tbl.location().removeprefix('file://')}/data/ts_day={DAY}/c{c:05d}-f{f:05d}.parquet"
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(arrow_rows(first + f * shape.rows_per_file, shape.rows_per_file), path)
+                paths.append(f"file://{path}")
+            tbl.add_files(paths)
+
+
+def check_rows(cat, name: str, expected: int) -> dict:
+    """Every row of the table read by pyiceberg: ids exactly 0..expected-1, each once, every other column
+    the function of its id it was written as. Returns the table's figures."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    tbl = cat.load_table(name)
+    seen = np.zeros(expected, dtype=np.int8)
+    bad = rows = 0
+    for batch in tbl.scan().to_arrow_batch_reader():
+        ids = batch.column("event_id").to_numpy()
+        rows += len(ids)
+        inside = (ids >= 0) & (ids < expected)
+        bad += int((~inside).sum())
+        np.add.at(seen, ids[inside], 1)
+        bad += int((batch.column("device_id").to_numpy() != (ids % 97)).sum())
+        bad += int((batch.column("reading").to_numpy() != ids * 0.5).sum())
+        status = np.array(["ok", "warn", "err"])[ids % 3]
+        bad += int((np.asarray(batch.column("status").to_pylist()) != status).sum())
+        seconds = pc.cast(batch.column("ts"), "int64").to_numpy() // 1_000_000
+        day0 = int(dt.datetime.combine(DAY, dt.time(), dt.timezone.utc).timestamp())
+        bad += int((seconds - day0 != (ids * 37) % 86400).sum())
+    files = len(tbl.inspect.files().column("file_path"))
+    return {"rows": rows, "missing": int((seen == 0).sum()), "duplicated": int((seen > 1).sum()),
+            "wrong_values": bad, "data_files": files, "ok": rows == expected and not bad and seen.min() == 1
+            and seen.max() == 1}
+
+
+# -- the two tools -------------------------------------------------------------------------------------
+
+def icemaint_config(root: Path, wh: Path) -> Path:
+    import yaml
+
+    doc = {
+        "catalog": {"name": "local", "type": "jdbc", "uri": f"jdbc:sqlite:{wh}/catalog.db", "warehouse": str(wh)},
+        "spark": {"master": "local[2]", "conf": {"spark.jars": SQLITE_JAR, "spark.ui.enabled": "false",
+                                                 "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "3g"}},
+        "state_dir": str(root / "icemaint-state"), "claims": {"backend": "file"}, "audit": {"sink": "file"},
+        "scope": {"include": ["ice.*"], "exclude": []},
+        "defaults": {"writer_idle": "0s", "hot_partition_age": "0s", "claim_wait": "0s",
+                     "target_file_size_bytes": "128MiB", "min_input_files": 2, "max_rewrite_bytes": "100GiB"},
+    }
+    path = root / "icemaint.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def zamboni_table_config(root: Path, names: list[str]) -> Path:
+    """zamboni's table config for `names` (compaction as ours: no time hold, no partition evolution)."""
+    tables = {name.split(".", 1)[1]: {"partition": [{"column": "ts", "transform": "day"}]} for name in names}
+    doc = {"version": 2, "warehouse": "local",
+           "defaults": {"partition": [], "partition_evolution": {"enabled": False, "rules": []},
+                        "ordering": {"mode": "none"}, "target_file_size_bytes": TARGET_FILE_BYTES,
+                        "min_input_files": 2, "skip_partitions_newer_than_windows": None},
+           "namespaces": {"zam": {"tables": tables}}}
+    path = root / "zamboni-tables.json"
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def timed(argv: list[str], env: dict, log_path: Path) -> tuple[float, subprocess.CompletedProcess]:
+    started = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=log_path.parent)
+    seconds = time.perf_counter() - started
+    log_path.write_text(f"$ {' '.join(argv)}\nexit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n"
+                        f"{proc.stderr}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-400:]} "
+                           f"(log: {log_path})")
+    return seconds, proc
+
+
+def run_icemaint(root: Path, config: Path, shape: Shape, names: list[str]) -> dict:
+    env = {**os.environ, "DAGSTER_HOME": str(root / "dagster"), "ICEMAINT_IDENTITY": "benchmark"}
+    Path(env["DAGSTER_HOME"]).mkdir(exist_ok=True)
+    icemaint = str(Path(sys.executable).parent / "icemaint")
+    if shape.tables == 1:
+        seconds, proc = timed([icemaint, "--config", str(config), "compact", names[0], "--date", DAY.isoformat(),
+                               "--json"], env, root / f"{shape.name}-icemaint.log")
+        [outcome] = json.loads(proc.stdout)
+        assert outcome["decision"] == "run" and outcome["published"], outcome["reason"]
+        return {"seconds": seconds, "runs": 1, "durations": outcome.get("durations", {})}
+    total, ticks, compacted = 0.0, 0, 0
+    while ticks < 3 + 2 * shape.tables:  # a tick launches at most 20 runs: catch-up takes several ticks
+        seconds, proc = timed([icemaint, "--config", str(config), "tick", "--json"], env,
+                              root / f"{shape.name}-icemaint-tick{ticks}.log")
+        total, ticks = total + seconds, ticks + 1
+        report = json.loads(proc.stdout)
+        runs = [d for d in report["decisions"] if d.get("run_id")]
+        compacted += sum(1 for d in runs if d.get("published"))
+        if not runs:
+            break
+    return {"seconds": total, "runs": compacted, "ticks": ticks}
+
+
+def run_zamboni(root: Path, zamboni: Path, wh: Path, shape: Shape, names: list[str]) -> dict:
+    env = {**os.environ, "ZAMBONI_LOCAL_WAREHOUSE": str(wh), "ZAMBONI_ROOT": str(root / "zamboni-root"),
+           "ZAMBONI_CACHE_DIR": str(root / "zamboni-cache")}
+    env.pop("VIRTUAL_ENV", None)
+    if shape.tables == 1:
+        seconds, _ = timed([str(zamboni), "compact", names[0], "--yes", "--target-file-size-bytes",
+                            str(TARGET_FILE_BYTES), "--min-input-files", "2"], env, root / f"{shape.name}-zamboni.log")
+        return {"seconds": seconds, "runs": 1}
+    config = zamboni_table_config(root, names)
+    seconds, _ = timed([str(zamboni), "maintenance", "--table-config", str(config), "--operations", "compact",
+                        "--yes", "--json", str(root / "zamboni-maintenance.jsonl")], env,
+                       root / f"{shape.name}-zamboni.log")
+    return {"seconds": seconds, "runs": shape.tables}
+
+
+# -- one shape ------------------------------------------------------------------------------------------
+
+def run_shape(shape: Shape, zamboni: Path) -> dict:
+    root = WORK / shape.name
+    if root.exists():
+        shutil.rmtree(root)
+    wh = root / "wh"
+    wh.mkdir(parents=True)
+    cat = catalog(wh)
+    cat.create_namespace("ice")
+    cat.create_namespace("zam")
+    ours = [f"ice.t{i:03d}" for i in range(shape.tables)]
+    theirs = [f"zam.t{i:03d}" for i in range(shape.tables)]
+    expected = shape.files * shape.rows_per_file
+    log(f"[{shape.name}] writing {2 * shape.tables} tables: {shape.what}")
+    started = time.perf_counter()
+    for mine, peer in zip(ours, theirs):
+        write_copies(cat, [mine, peer], shape)
+    write_seconds = time.perf_counter() - started
+    config = icemaint_config(root, wh)
+    log(f"[{shape.name}] icemaint")
+    ice = run_icemaint(root, config, shape, ours)
+    log(f"[{shape.name}] zamboni")
+    zam = run_zamboni(root, zamboni, wh, shape, theirs)
+    log(f"[{shape.name}] checking every row of both copies with pyiceberg")
+    checks = {"icemaint": [check_rows(cat, n, expected) for n in ours],
+              "zamboni": [check_rows(cat, n, expected) for n in theirs]}
+    for tool, results in checks.items():
+        bad = [r for r in results if not r["ok"]]
+        if bad:
+            raise RuntimeError(f"[{shape.name}] {tool}: rows differ from what was written: {bad[:2]}")
+    result = {"shape": shape.__dict__, "write_seconds": round(write_seconds, 1), "icemaint": ice, "zamboni": zam,
+              "files_after": {tool: sorted({r["data_files"] for r in results}) for tool, results in checks.items()},
+              "rows_checked": expected * shape.tables * 2,
+              "ratio": round(ice["seconds"] / zam["seconds"], 2) if zam["seconds"] else None}
+    log(f"[{shape.name}] icemaint {ice['seconds']:.1f} s, zamboni {zam['seconds']:.1f} s: {result['ratio']}x")
+    return result
+
+
+# -- the report --------------------------------------------------------------------------------------
+
+TARGETS = {"files_100": None, "commits_1000": 1.5, "estate_100": 2.0, "files_10000": 1.0}
+WHY = {
+    "files_100": "a JVM and a Spark session per process (~10 s before the first byte is read) against a "
+                 "Python process that starts in ~0.5 s; the data work itself is a few seconds either way",
+    "commits_1000": "the same fixed cost, plus the proof: icemaint reads the new files once more and compares "
+                    "every row's fingerprint, where the peer compares one row count",
+    "estate_100": "every table-date is its own Dagster run with its own claim, plan, staging branch, proof and "
+                  "publish; a tick launches at most 20 runs and each tick is a new process with its own JVM",
+    "files_10000": "",
+}
+
+
+def render(results: dict) -> str:
+    rows = []
+    for r in results["shapes"]:
+        shape, target = r["shape"], TARGETS.get(r["shape"]["name"])
+        verdict = "-" if target is None else ("met" if r["ratio"] <= target else "**missed**")
+        rows.append(f"| {shape['what']} | {r['icemaint']['seconds']:.1f} s | {r['zamboni']['seconds']:.1f} s | "
+                    f"{r['ratio']:.2f}x | {'-' if target is None else f'<= {target}x'} | {verdict} | "
+                    f"{r['files_after']['icemaint']} / {r['files_after']['zamboni']} |")
+    lines = [SECTION, "", f"- Date: {results['date']}; command: `{results['command']}`; machine: "
+             f"{results['machine']}; load average at the start {results['load_start']}, at the end "
+             f"{results['load_end']}.",
+             f"- Peer: iceberg-zamboni {results['peer_version']} in its own virtualenv (pyiceberg + pyarrow, no JVM; "
+             "its row check is one row count). Ours: `icemaint compact --date` (claim, staging branch, Great "
+             "Expectations proof, publish) in a fresh process; the estate with `icemaint tick` repeated until "
+             "nothing is due, against `zamboni maintenance --operations compact`.",
+             "- One catalog for both (SQLite SQL catalog `local`); identical copies written by pyiceberg; after the "
+             f"runs pyiceberg read every row of both copies ({sum(r['rows_checked'] for r in results['shapes']):,} "
+             "rows): every id once, every column as written. One run each, the two tools one after the other.",
+             "", "| shape | icemaint | zamboni | icemaint / zamboni | target | verdict | data files after (ours / "
+             "theirs) |", "|---|---|---|---|---|---|---|", *rows, ""]
+    for r in results["shapes"]:
+        name = r["shape"]["name"]
+        target = TARGETS.get(name)
+        if target is not None and r["ratio"] > target or name == "files_100":
+            detail = r["icemaint"].get("durations") or {}
+            parts = ", ".join(f"{k.removesuffix('_seconds')} {v:.1f} s" for k, v in detail.items()
+                              if isinstance(v, (int, float)))
+            lines.append(f"- **{name}**: behind by {r['ratio']:.1f}x. Why: {WHY.get(name) or 'see the log'}."
+                         + (f" icemaint's own timings: {parts}." if parts else "")
+                         + (f" {r['icemaint']['ticks']} ticks." if r["icemaint"].get("ticks") else ""))
+    if results.get("note"):
+        lines += ["", f"> {results['note']}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peer", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes: proves the harness, not the figures")
+    parser.add_argument("--shapes", default=None, help="comma-separated shape names (default: all of the mode)")
+    parser.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the file whose section is written")
+    parser.add_argument("--note", default="", help="a line for the section (e.g. machine conditions)")
+    args = parser.parse_args(argv)
+    from benchmarks.machine import describe_machine, load_average
+    from benchmarks.stack_bench import write_section
+
+    if not Path(SQLITE_JAR).exists():
+        print(f"error: {SQLITE_JAR} is missing: run scripts/ensure_debian_packages.sh libxerial-sqlite-jdbc-java",
+              file=sys.stderr)
+        return 2
+    mode = QUICK if args.quick else FULL
+    names = args.shapes.split(",") if args.shapes else list(mode)
+    unknown = [n for n in names if n not in mode]
+    if unknown:
+        parser.error(f"unknown shape(s) {unknown}; this mode has {sorted(mode)}")
+    zamboni = ensure_peer()
+    machine = describe_machine()
+    results = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "command": "python -m benchmarks.peer" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
+                                                         if (argv if argv is not None else sys.argv[1:]) else ""),
+               "machine": f"{machine['cores']} cores, {machine['cpu_model']}", "load_start": load_average(),
+               "peer_version": peer_version(), "note": args.note,
+               "shapes": [run_shape(mode[n], zamboni) for n in names]}
+    results["load_end"] = load_average()
+    WORK.mkdir(parents=True, exist_ok=True)
+    (WORK / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    write_section(Path(args.out), render(results), SECTION)
+    log(f"wrote {args.out} ({SECTION[3:]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
