@@ -13,8 +13,8 @@ from __future__ import annotations
 import uuid
 
 from icemaint.domain.rewrite_plan import DeleteGroup, DeleteRef, plan_delete_groups
-from icemaint.engine.staging import STAGE_PREFIX, StagedRewrite, StagingArea, StagingError, _java_list, \
-    _with_files, java_root_message, listed_java
+from icemaint.engine.staging import StagedRewrite, StagingArea, StagingError, _java_list, _with_files, \
+    java_root_message, listed_java
 
 PUFFIN = "PUFFIN"
 
@@ -48,8 +48,7 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
     """Writes the group's merged position-delete files and commits them, in place of the group's delete
     files, to a new staging branch at `base_snapshot_id`. `main` does not move."""
     jvm = area.jvm
-    branch = f"{STAGE_PREFIX}{area.run_token}_{index}"
-    area._ref_commit(lambda t: t.manageSnapshots().createBranch(branch, int(base_snapshot_id)))
+    branch = area.open_branch(index, base_snapshot_id)
     tbl = area.table(refresh=False)
     deletes_table = jvm.org.apache.iceberg.MetadataTableUtils.createMetadataTableInstance(
         tbl, jvm.org.apache.iceberg.MetadataTableType.POSITION_DELETES)
@@ -58,7 +57,7 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
     try:
         tasks, old_deletes = _delete_tasks(area, deletes_table, group, base_snapshot_id, scan_filter)
         jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(deletes_table, set_id, _java_list(jvm, tasks))
-        area._task_sets.append(set_id)
+        area.track_task_set(set_id)
         deletes_sql = f"{area.name.sql(area.catalog)}.`position_deletes`"
         rows = area.spark.read.format("iceberg").option("scan-task-set-id", set_id) \
             .option("split-size", str(group.total_bytes + 1)).option("file-open-cost", "0").load(deletes_sql)

@@ -310,7 +310,7 @@ class StagingArea:
         set_id = f"icemaint-{uuid.uuid4().hex}"
         manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
         manager.stageTasks(self.table(refresh=False), set_id, _java_list(self.jvm, tasks))
-        self._task_sets.append(set_id)
+        self.track_task_set(set_id)
         return set_id
 
     def _read_set(self, set_id: str, split_size: int | None = None):
@@ -357,11 +357,20 @@ class StagingArea:
                 raise
         return int(self.table().refs().get(branch).snapshotId())
 
+    def open_branch(self, index: int, base_snapshot_id: int) -> str:
+        """Creates this run's `index`-th staging branch at `base_snapshot_id`; its name."""
+        branch = f"{STAGE_PREFIX}{self.run_token}_{index}"
+        self._ref_commit(lambda t: t.manageSnapshots().createBranch(branch, int(base_snapshot_id)))
+        return branch
+
+    def track_task_set(self, set_id: str) -> None:
+        """A scan-task set staged elsewhere (e.g. of a metadata table), released with this area's reads."""
+        self._task_sets.append(set_id)
+
     def stage(self, group: FileGroup, tasks_by_path: dict, base_snapshot_id: int, *, target_file_size_bytes: int,
               strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0) -> StagedRewrite:
         """Writes the group's replacement files to a new staging branch at `base_snapshot_id`."""
-        branch = f"{STAGE_PREFIX}{self.run_token}_{index}"
-        self._ref_commit(lambda t: t.manageSnapshots().createBranch(branch, int(base_snapshot_id)))
+        branch = self.open_branch(index, base_snapshot_id)
         tasks = [tasks_by_path[f.path] for f in group.files]
         expected = max(1, -(-group.total_bytes // max(1, target_file_size_bytes)))
         # A task's size counts its delete files too: split by what the reader will weigh.
