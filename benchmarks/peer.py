@@ -227,17 +227,12 @@ def run_icemaint(root: Path, config: Path, shape: Shape, names: list[str]) -> di
         [outcome] = json.loads(proc.stdout)
         assert outcome["decision"] == "run" and outcome["published"], outcome["reason"]
         return {"seconds": seconds, "runs": 1, "durations": outcome.get("durations", {})}
-    total, ticks, compacted = 0.0, 0, 0
-    while ticks < 3 + 2 * shape.tables:  # a tick launches at most 20 runs: catch-up takes several ticks
-        seconds, proc = timed([icemaint, "--config", str(config), "tick", "--json"], env,
-                              root / f"{shape.name}-icemaint-tick{ticks}.log")
-        total, ticks = total + seconds, ticks + 1
-        report = json.loads(proc.stdout)
-        runs = [d for d in report["decisions"] if d.get("run_id")]
-        compacted += sum(1 for d in runs if d.get("published"))
-        if not runs:
-            break
-    return {"seconds": total, "runs": compacted, "ticks": ticks}
+    # A tick launches at most the sensor's budget of runs (20): the catch-up ticks in one process until idle.
+    seconds, proc = timed([icemaint, "--config", str(config), "tick", "--until-idle", "--json"], env,
+                          root / f"{shape.name}-icemaint.log")
+    reports = json.loads(proc.stdout)
+    runs = [d for r in reports for d in r["decisions"] if d.get("run_id")]
+    return {"seconds": seconds, "runs": sum(1 for d in runs if d.get("published")), "ticks": len(reports)}
 
 
 def run_zamboni(root: Path, zamboni: Path, wh: Path, shape: Shape, names: list[str]) -> dict:
@@ -286,7 +281,8 @@ def run_shape(shape: Shape, zamboni: Path) -> dict:
         bad = [r for r in results if not r["ok"]]
         if bad:
             raise RuntimeError(f"[{shape.name}] {tool}: rows differ from what was written: {bad[:2]}")
-    result = {"shape": shape.__dict__, "write_seconds": round(write_seconds, 1), "icemaint": ice, "zamboni": zam,
+    result = {"shape": shape.__dict__, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "write_seconds": round(write_seconds, 1), "icemaint": ice, "zamboni": zam,
               "files_after": {tool: sorted({r["data_files"] for r in results}) for tool, results in checks.items()},
               "rows_checked": expected * shape.tables * 2,
               "ratio": round(ice["seconds"] / zam["seconds"], 2) if zam["seconds"] else None}
@@ -303,33 +299,37 @@ WHY = {
     "commits_1000": "the same fixed cost, plus the proof: icemaint reads both sides again and compares every "
                     "row's fingerprint and every column's aggregates, where the peer compares one row count",
     "estate_100": "every table-date is its own Dagster run with its own claim, plan, staging branch, proof and "
-                  "publish; a tick launches at most 20 runs and each tick is a new process with its own JVM",
+                  "publish, one after the other (`tick --until-idle`: one process, one JVM, 20 runs a tick)",
     "files_10000": "the data work itself: Spark's Parquet read and write of 40M rows on 2 local cores against "
                    "the peer's vectorised duckdb/arrow in one process, and the proof reading both sides again",
 }
 
 
 def render(results: dict) -> str:
+    order = list(FULL)
+    shapes = sorted(results["shapes"], key=lambda r: order.index(r["shape"]["name"]) if r["shape"]["name"] in order
+                    else len(order))
     rows = []
-    for r in results["shapes"]:
+    for r in shapes:
         shape, target = r["shape"], TARGETS.get(r["shape"]["name"])
         verdict = "-" if target is None else ("met" if r["ratio"] <= target else "**missed**")
         rows.append(f"| {shape['what']} | {r['icemaint']['seconds']:.1f} s | {r['zamboni']['seconds']:.1f} s | "
                     f"{r['ratio']:.2f}x | {'-' if target is None else f'<= {target}x'} | {verdict} | "
                     f"{r['files_after']['icemaint']} / {r['files_after']['zamboni']} |")
-    lines = [SECTION, "", f"- Date: {results['date']}; command: `{results['command']}`; machine: "
+    lines = [SECTION, "", f"- Date: {results['date']}; command: `{results['command']}` (a shape measured by an "
+             "earlier command of the same kind says when, in its line); machine: "
              f"{results['machine']}; load average at the start {results['load_start']}, at the end "
              f"{results['load_end']}.",
              f"- Peer: iceberg-zamboni {results['peer_version']} in its own virtualenv (pyiceberg + pyarrow, no JVM; "
              "its row check is one row count). Ours: `icemaint compact --date` (claim, staging branch, Great "
-             "Expectations proof, publish) in a fresh process; the estate with `icemaint tick` repeated until "
-             "nothing is due, against `zamboni maintenance --operations compact`.",
+             "Expectations proof, publish) in a fresh process; the estate with `icemaint tick --until-idle` (ticks "
+             "in one process until nothing is launched), against `zamboni maintenance --operations compact`.",
              "- One catalog for both (SQLite SQL catalog `local`); identical copies written by pyiceberg; after the "
              f"runs pyiceberg read every row of both copies ({sum(r['rows_checked'] for r in results['shapes']):,} "
              "rows): every id once, every column as written. One run each, the two tools one after the other.",
              "", "| shape | icemaint | zamboni | icemaint / zamboni | target | verdict | data files after (ours / "
              "theirs) |", "|---|---|---|---|---|---|---|", *rows, ""]
-    for r in results["shapes"]:
+    for r in shapes:
         name = r["shape"]["name"]
         target = TARGETS.get(name)
         if target is not None and r["ratio"] > target or name == "files_100":
@@ -345,7 +345,8 @@ def render(results: dict) -> str:
                     "Spark session)" if inside is not None else "")
             lines.append(f"- **{name}**: behind by {r['ratio']:.1f}x. Why: {WHY.get(name) or 'see the log'}."
                          + (f"{start} {parts}{rest}." if parts else "")
-                         + (f" {r['icemaint']['ticks']} ticks." if r["icemaint"].get("ticks") else ""))
+                         + (f" {r['icemaint']['ticks']} ticks." if r["icemaint"].get("ticks") else "")
+                         + (f" Measured {r['measured_at']}." if r.get("measured_at") else ""))
     if results.get("note"):
         lines += ["", f"> {results['note']}"]
     return "\n".join(lines) + "\n"
@@ -383,8 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                "machine": f"{machine['cores']} cores, {machine['cpu_model']}", "load_start": load_average(),
                "peer_version": peer_version(), "note": args.note, "shapes": []}
     WORK.mkdir(parents=True, exist_ok=True)
+    saved = WORK / "results.json"
+    if args.shapes and saved.exists():  # some shapes again: the others keep their last figures
+        previous = json.loads(saved.read_text())
+        results["shapes"] = [r for r in previous["shapes"] if r["shape"]["name"] not in names]
     for n in names:  # the figures so far are saved after each shape: a long run stopped early keeps them
-        results["shapes"].append(run_shape(mode[n], zamboni))
+        results["shapes"] = [r for r in results["shapes"] if r["shape"]["name"] != n] + [run_shape(mode[n], zamboni)]
         results["load_end"] = load_average()
         (WORK / "results.json").write_text(json.dumps(results, indent=1, default=str))
     write_section(Path(args.out), render(results), SECTION)

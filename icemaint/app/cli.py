@@ -233,15 +233,28 @@ def cmd_plan(config: MaintenanceConfig, args) -> int:
 
 
 def cmd_tick(config: MaintenanceConfig, args) -> int:
+    """One tick; with --until-idle, ticks in this one process (one JVM) until a tick launches no run
+    (an estate catch-up: a tick launches at most the sensor's budget of runs)."""
     from icemaint.app.ticker import Ticker
 
-    report = Ticker(config, args.config).tick(dry_run=args.dry_run)
+    ticker, reports = Ticker(config, args.config), []
+    while True:
+        report = ticker.tick(dry_run=args.dry_run)
+        reports.append(report)
+        launched = any(d.get("run_id") for d in report["decisions"])
+        if not args.until_idle or args.dry_run or not launched or len(reports) >= args.max_ticks:
+            break
     if args.json:
-        _print_json(report)
+        _print_json(reports if args.until_idle else report)
     else:
-        for line in report["lines"]:
-            print(line)
-    return EXIT_FAILED if report["failed"] else EXIT_OK
+        for n, r in enumerate(reports, 1):
+            if args.until_idle:
+                print(f"-- tick {n}")
+            for line in r["lines"]:
+                print(line)
+        if args.until_idle and len(reports) >= args.max_ticks and launched:
+            print(f"stopped after --max-ticks {args.max_ticks}: runs were still being launched")
+    return EXIT_FAILED if any(r["failed"] for r in reports) else EXIT_OK
 
 
 def cmd_ui(config: MaintenanceConfig, args) -> int:
@@ -279,6 +292,16 @@ def cmd_doctor(config: MaintenanceConfig, args) -> int:
         for check in checks:
             print(check.line())
     return EXIT_FAILED if any(c.status is Status.FAIL for c in checks) else EXIT_OK
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -351,7 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("tick", help="evaluate the sensors once and run what they request, in process")
     s.add_argument("--dry-run", action="store_true", help="decide and print, request nothing")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--until-idle", action="store_true",
+                   help="tick again, in this process, until a tick launches no run (an estate catch-up)")
+    s.add_argument("--max-ticks", type=_positive_int, default=50, help="with --until-idle: at most this many ticks")
+    s.add_argument("--json", action="store_true", help="the tick's report (with --until-idle: a list, one per tick)")
     s.set_defaults(func=cmd_tick)
 
     s = sub.add_parser("explain", help="why a table is (not) maintained: every gate of its decisions with the "

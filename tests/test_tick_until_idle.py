@@ -1,0 +1,46 @@
+"""`icemaint tick --until-idle`: an estate catch-up in one process, tick after tick until nothing is launched."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from conftest import run_cli, streaming_table, write_config
+from icemaint.config import load_config
+from icemaint.observe.catalog import CatalogReader
+
+pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
+
+
+def test_until_idle_ticks_past_the_run_budget_until_every_due_date_is_compacted(capsys, spark, lake_root, tmp_path,
+                                                                               monkeypatch):
+    import sensors.compaction
+
+    writer = streaming_table(spark, "lake", f"idle_{uuid.uuid4().hex[:8]}.events", batches=4, rows_per_day=8,
+                             delete_every=0)
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        scope={"include": [writer.name.key]})
+    monkeypatch.setattr(sensors.compaction, "MAX_RUNS_PER_TICK", 1)  # a budget of one run a tick
+
+    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--json")
+    assert code == 0, err
+    reports = json.loads(out)
+    launched = [[d for d in r["decisions"] if d.get("run_id")] for r in reports]
+    assert [len(runs) for runs in launched] == [1, 1, 1, 0], [r["lines"] for r in reports]
+    assert sorted(runs[0]["date"] for runs in launched[:3]) == ["2026-01-01", "2026-01-02", "2026-01-03"]
+    assert all(runs[0]["published"] and runs[0]["validation"] for runs in launched[:3])
+    health = CatalogReader(load_config(path)).health(writer.name.key)
+    assert [p.data_files for p in health.partitions] == [1, 1, 1]
+    ids = CatalogReader(load_config(path)).load(writer.name.key).scan().to_arrow().column("event_id").to_pylist()
+    assert sorted(ids) == sorted(writer.ledger.expected_ids())
+
+    code, out, _ = run_cli(capsys, "--config", str(path), "tick", "--json")  # without it: one report, as before
+    assert code == 0 and isinstance(json.loads(out), dict)
+
+
+def test_max_ticks_must_be_a_positive_whole_number(capsys, tmp_path, lake_root):
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    code, _, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--max-ticks", "0")
+    assert code == 2 and "must be at least 1" in err and "Traceback" not in err
