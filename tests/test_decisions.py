@@ -394,10 +394,14 @@ def test_a_position_delete_rewrite_has_its_own_kind_cost_and_no_place_on_bound_d
     decision = decide_compaction(health(files), DAY, POLICY, Gates(now=NOW, identity="m"))
     assert decision.verdict == RUN and decision.kind == ReasonKind.POSITION_DELETES_DUE
     assert decision.rationale["trigger"] == "position_deletes" and decision.rationale["position_delete_files"] == 12
-    assert decision.cost_estimate["rewrite_bytes"] == 12 * 2 * KiB and decision.cost_estimate["files"] == 12
+    # the cost gate weighs what the proof reads: the date's data files
+    assert decision.cost_estimate["rewrite_bytes"] == 2 * 4 * MiB and decision.cost_estimate["files"] == 12
     # Small files too: the data rewrite goes first (it applies the deletes as well).
     both = decide_compaction(health(files + SMALL3), DAY, POLICY, Gates(now=NOW, identity="m"))
     assert both.verdict == RUN and both.kind == ReasonKind.DUE and both.rationale["trigger"] == "small_files"
     # Dated by a policy time_column's bounds: delete files have no date of their own, no delete rewrite.
     bounded = replace(health(files), time_transform="bounds")
     assert decide_compaction(bounded, DAY, POLICY, Gates(now=NOW, identity="m")).verdict == NOOP
+    # A v3 table takes deletion vectors only: its Parquet position deletes are not rewritten as such.
+    v3 = replace(health(files), format_version=3)
+    assert decide_compaction(v3, DAY, POLICY, Gates(now=NOW, identity="m")).verdict == NOOP

@@ -40,6 +40,20 @@ def test_until_idle_ticks_past_the_run_budget_until_every_due_date_is_compacted(
     assert code == 0 and isinstance(json.loads(out), dict)
 
 
+def test_until_idle_stops_when_a_tick_publishes_nothing_and_fails_when_cut_short(capsys, spark, lake_root, tmp_path,
+                                                                                 monkeypatch):
+    import sensors.compaction
+
+    writer = streaming_table(spark, "lake", f"idle_{uuid.uuid4().hex[:8]}.events", batches=4, rows_per_day=8,
+                             delete_every=0)
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        scope={"include": [writer.name.key]})
+    monkeypatch.setattr(sensors.compaction, "MAX_RUNS_PER_TICK", 1)
+    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--max-ticks", "2", "--json")
+    assert code == 1 and "stopped after --max-ticks 2" in err and "not finished" in err
+    assert len(json.loads(out)) == 2
+
+
 def test_max_ticks_must_be_a_positive_whole_number(capsys, tmp_path, lake_root):
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
     code, _, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--max-ticks", "0")

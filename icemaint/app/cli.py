@@ -233,17 +233,19 @@ def cmd_plan(config: MaintenanceConfig, args) -> int:
 
 
 def cmd_tick(config: MaintenanceConfig, args) -> int:
-    """One tick; with --until-idle, ticks in this one process (one JVM) until a tick launches no run
-    (an estate catch-up: a tick launches at most the sensor's budget of runs)."""
+    """One tick; with --until-idle, ticks in this one process (one JVM) until a tick publishes nothing (an
+    estate catch-up: a tick launches at most the sensor's budget of runs). A run that keeps failing, or
+    finds nothing to do, publishes nothing, so it never keeps the loop going."""
     from icemaint.app.ticker import Ticker
 
     ticker, reports = Ticker(config, args.config), []
     while True:
         report = ticker.tick(dry_run=args.dry_run)
         reports.append(report)
-        launched = any(d.get("run_id") for d in report["decisions"])
-        if not args.until_idle or args.dry_run or not launched or len(reports) >= args.max_ticks:
+        progressed = any(d.get("published") for d in report["decisions"])
+        if not args.until_idle or args.dry_run or not progressed or len(reports) >= args.max_ticks:
             break
+    unfinished = args.until_idle and progressed and len(reports) >= args.max_ticks
     if args.json:
         _print_json(reports if args.until_idle else report)
     else:
@@ -252,9 +254,10 @@ def cmd_tick(config: MaintenanceConfig, args) -> int:
                 print(f"-- tick {n}")
             for line in r["lines"]:
                 print(line)
-        if args.until_idle and len(reports) >= args.max_ticks and launched:
-            print(f"stopped after --max-ticks {args.max_ticks}: runs were still being launched")
-    return EXIT_FAILED if any(r["failed"] for r in reports) else EXIT_OK
+    if unfinished:
+        print(f"error: stopped after --max-ticks {args.max_ticks} while runs were still publishing: the catch-up "
+              "is not finished", file=sys.stderr)
+    return EXIT_FAILED if unfinished or any(r["failed"] for r in reports) else EXIT_OK
 
 
 def cmd_ui(config: MaintenanceConfig, args) -> int:
@@ -375,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("tick", help="evaluate the sensors once and run what they request, in process")
     s.add_argument("--dry-run", action="store_true", help="decide and print, request nothing")
     s.add_argument("--until-idle", action="store_true",
-                   help="tick again, in this process, until a tick launches no run (an estate catch-up)")
+                   help="tick again, in this process, until a tick publishes nothing (an estate catch-up)")
     s.add_argument("--max-ticks", type=_positive_int, default=50, help="with --until-idle: at most this many ticks")
     s.add_argument("--json", action="store_true", help="the tick's report (with --until-idle: a list, one per tick)")
     s.set_defaults(func=cmd_tick)

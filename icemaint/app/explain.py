@@ -14,7 +14,7 @@ from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import (DEFER, REFUSE, Decision, Gates, decide_table_compactions, measured_throughput,
-                                       partition_due, refusal_for, writer_check)
+                                       partition_due, position_deletes_maintained, refusal_for, writer_check)
 from icemaint.domain.health import TableHealth
 from icemaint.domain.names import TableName
 from icemaint.domain.units import human_duration, human_size
@@ -122,7 +122,7 @@ def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approv
     out.append(Gate("scope", "blocks" if scope_problem else "pass", scope_problem or f"maintained {health.maintained_as}"))
     part = health.partition(decision.date) if decision.date else None
     if decision.date and part is not None:
-        due = partition_due(part, policy, position_deletes=health.time_partitioned)
+        due = partition_due(part, policy, position_deletes=position_deletes_maintained(health))
         out.append(Gate("thresholds", "pass" if due.due else "blocks", due.why if due.due else due.why_not))
         day_end = dt.datetime.combine(dt.date.fromisoformat(decision.date) + dt.timedelta(days=1), dt.time(),
                                       dt.timezone.utc)

@@ -188,7 +188,7 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     part = health.partition(date)
     if part is None or part.data_files == 0:
         return replace(base, reason=f"no data files on {date}", kind=ReasonKind.NO_DATA)
-    due = partition_due(part, policy, position_deletes=health.time_partitioned)
+    due = partition_due(part, policy, position_deletes=position_deletes_maintained(health))
     if not due.due:
         return replace(base, rationale=due.rationale, kind=ReasonKind.BELOW_THRESHOLDS,
                        reason=f"below thresholds: {due.why_not}")
@@ -229,6 +229,13 @@ class PartitionDue:
     target: str = "data"  # what is rewritten: "data" files, or "position_deletes" alone
 
 
+def position_deletes_maintained(health: TableHealth) -> bool:
+    """Whether a date's position-delete files alone can be rewritten: a time-partitioned table (each date's
+    delete files in the date's partitions) of format v2 (a v3 table takes deletion vectors only, which are
+    one per data file already)."""
+    return health.time_partitioned and health.format_version == 2
+
+
 def partition_due(part: PartitionHealth, policy: TablePolicy, *, position_deletes: bool = False) -> PartitionDue:
     """The thresholds of one partition: many small files, or too many deleted rows; with `position_deletes`
     (a date of a time-partitioned table) also many position-delete files over data files that are fine."""
@@ -254,7 +261,9 @@ def partition_due(part: PartitionHealth, policy: TablePolicy, *, position_delete
                 key=part.key, due=True, why_not=why_not, target="position_deletes",
                 why=(f"{part.position_delete_files} position-delete files >= min_position_delete_files "
                      f"{policy.min_position_delete_files} (the data files are fine: only the deletes are rewritten)"),
-                rewrite_bytes=part.delete_bytes, rewrite_files=part.position_delete_files,
+                # the cost gate weighs what the proof reads (the date's data files, before and after), the
+                # benefit what is merged (delete files per MiB of deletes)
+                rewrite_bytes=part.total_bytes, rewrite_files=part.position_delete_files,
                 benefit=(part.position_delete_files - 1) / max(part.delete_bytes, 1) * 2**20, rationale=rationale)
     # Files carrying deletes are rewritten whole; small files are rewritten in any case.
     rewrite_bytes = part.total_bytes if too_many_deletes else part.small_bytes

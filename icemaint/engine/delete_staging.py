@@ -5,7 +5,9 @@ with Iceberg's own position-delete rewrite write (files written, not committed: 
 metadata table read through a scan-task set and written back with `rewritten-file-scan-task-set-id`),
 commit them to a staging branch at S as one `replace` of delete files, prove that every data file they
 apply to reads the same rows as of S and on the branch, then publish the same swap on `main` validated
-from S. Deletes of data files no longer live at S are dropped (they delete nothing).
+from S. Every delete row is kept, also those naming data files outside the planned date (a delete file of
+a coarser, older partition spec covers several dates) or no longer live: the new files delete exactly
+what the old ones did, in the same partition.
 """
 
 from __future__ import annotations
@@ -48,12 +50,12 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
     """Writes the group's merged position-delete files and commits them, in place of the group's delete
     files, to a new staging branch at `base_snapshot_id`. `main` does not move."""
     jvm = area.jvm
-    branch = area.open_branch(index, base_snapshot_id)
     tbl = area.table(refresh=False)
     deletes_table = jvm.org.apache.iceberg.MetadataTableUtils.createMetadataTableInstance(
         tbl, jvm.org.apache.iceberg.MetadataTableType.POSITION_DELETES)
     coordinator = jvm.org.apache.iceberg.spark.PositionDeletesRewriteCoordinator.get()
     set_id = f"icemaint-deletes-{uuid.uuid4().hex}"
+    branch = area.open_branch(index, base_snapshot_id)
     try:
         tasks, old_deletes = _delete_tasks(area, deletes_table, group, base_snapshot_id, scan_filter)
         jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(deletes_table, set_id, _java_list(jvm, tasks))
@@ -61,11 +63,7 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
         deletes_sql = f"{area.name.sql(area.catalog)}.`position_deletes`"
         rows = area.spark.read.format("iceberg").option("scan-task-set-id", set_id) \
             .option("split-size", str(group.total_bytes + 1)).option("file-open-cost", "0").load(deletes_sql)
-        # Only deletes of data files live at S: any other deletes nothing.
-        live = area.spark.createDataFrame([(p,) for p in sorted(tasks_by_path)], "file_path string")
-        from pyspark.sql.functions import broadcast
-
-        rows = rows.join(broadcast(live), "file_path", "leftsemi").sortWithinPartitions("file_path", "pos")
+        rows = rows.sortWithinPartitions("file_path", "pos")
         rows.write.format("iceberg").option("rewritten-file-scan-task-set-id", set_id) \
             .option("target-delete-file-size-bytes", str(int(target_file_size_bytes))) \
             .mode("append").save(deletes_sql)
@@ -73,6 +71,7 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
         staged = area.commit_to_branch(branch, lambda t: _with_files(_with_files(
             t.newRewrite().toBranch(branch).validateFromSnapshot(int(base_snapshot_id)), "deleteFile", old_deletes),
             "addFile", new_deletes))
+        sequence_number = area.sequence_number(base_snapshot_id)
     except Exception as exc:
         area.discard(branch)
         raise StagingError(f"staging the position-delete rewrite of {area.name.key} failed: "
@@ -81,7 +80,7 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
         coordinator.clearRewrite(deletes_table, set_id)
     return StagedRewrite(
         table=area.name.key, branch=branch, base_snapshot_id=int(base_snapshot_id),
-        base_sequence_number=area.sequence_number(base_snapshot_id), staged_snapshot_id=int(staged),
+        base_sequence_number=sequence_number, staged_snapshot_id=int(staged),
         replaced_files=group.delete_files, new_files=tuple(str(f.location()) for f in new_deletes),
         dangling_deletes=(), replaced_bytes=group.total_bytes, target="position_deletes",
         _old_tasks=[tasks_by_path[p] for p in group.data_files], _new_files=new_deletes,
