@@ -14,15 +14,21 @@ from icemaint.observe.catalog import CatalogReader
 pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
-def test_until_idle_ticks_past_the_run_budget_until_every_due_date_is_compacted(capsys, spark, lake_root, tmp_path,
-                                                                               monkeypatch):
+def three_due_dates(spark, lake_root, tmp_path, monkeypatch):
+    """A simulated table with 3 due dates, its config, and the sensor's budget cut to one run a tick."""
     import sensors.compaction
 
     writer = streaming_table(spark, "lake", f"idle_{uuid.uuid4().hex[:8]}.events", batches=4, rows_per_day=8,
                              delete_every=0)
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         scope={"include": [writer.name.key]})
-    monkeypatch.setattr(sensors.compaction, "MAX_RUNS_PER_TICK", 1)  # a budget of one run a tick
+    monkeypatch.setattr(sensors.compaction, "MAX_RUNS_PER_TICK", 1)
+    return writer, path
+
+
+def test_until_idle_ticks_past_the_run_budget_until_every_due_date_is_compacted(capsys, spark, lake_root, tmp_path,
+                                                                               monkeypatch):
+    writer, path = three_due_dates(spark, lake_root, tmp_path, monkeypatch)
 
     code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--json")
     assert code == 0, err
@@ -42,13 +48,7 @@ def test_until_idle_ticks_past_the_run_budget_until_every_due_date_is_compacted(
 
 def test_until_idle_stops_when_a_tick_publishes_nothing_and_fails_when_cut_short(capsys, spark, lake_root, tmp_path,
                                                                                  monkeypatch):
-    import sensors.compaction
-
-    writer = streaming_table(spark, "lake", f"idle_{uuid.uuid4().hex[:8]}.events", batches=4, rows_per_day=8,
-                             delete_every=0)
-    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        scope={"include": [writer.name.key]})
-    monkeypatch.setattr(sensors.compaction, "MAX_RUNS_PER_TICK", 1)
+    _, path = three_due_dates(spark, lake_root, tmp_path, monkeypatch)
     code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--max-ticks", "2", "--json")
     assert code == 1 and "stopped after --max-ticks 2" in err and "not finished" in err
     assert len(json.loads(out)) == 2
