@@ -15,8 +15,8 @@ from __future__ import annotations
 import uuid
 
 from icemaint.domain.rewrite_plan import DeleteGroup, DeleteRef, plan_delete_groups
-from icemaint.engine.staging import StagedRewrite, StagingArea, StagingError, _java_list, _with_files, \
-    java_root_message, listed_java
+from icemaint.engine.java import _java_list, _with_files, java_root_message, listed_java
+from icemaint.engine.staging import StagedRewrite, StagingArea, StagingError
 
 PUFFIN = "PUFFIN"
 

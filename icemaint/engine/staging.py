@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
+from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list  # noqa: F401 (re-exported)
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey
 
@@ -38,11 +39,6 @@ PROOF_KEY = "icemaint.proof"
 PROOF_ID_KEY = "icemaint.proof-id"
 STAGED_SNAPSHOT_KEY = "icemaint.staged-snapshot-id"
 STAGE_KEY = "icemaint.stage"
-
-CONFLICT_CLASSES = frozenset({"org.apache.iceberg.exceptions.ValidationException",
-                              "org.apache.iceberg.exceptions.CommitFailedException"})
-COMMIT_STATE_UNKNOWN = "org.apache.iceberg.exceptions.CommitStateUnknownException"
-
 
 class StagingError(RuntimeError):
     """A staged rewrite could not be written or read; `main` was not changed."""
@@ -60,90 +56,6 @@ class PublishStateUnknown(StagingError):
 
     The commit may still land later; the caller must not retry blindly.
     """
-
-
-def java_exception_class(exc: BaseException) -> str | None:
-    """The Java class name carried by a Py4J error (or its first Iceberg cause), else None."""
-    java = getattr(exc, "java_exception", None)
-    seen = 0
-    while java is not None and seen < 10:
-        name = java.getClass().getName()
-        if name.startswith("org.apache.iceberg.exceptions."):
-            return name
-        java, seen = java.getCause(), seen + 1
-    java = getattr(exc, "java_exception", None)
-    return java.getClass().getName() if java is not None else None
-
-
-BAD_REQUEST = "org.apache.iceberg.exceptions.BadRequestException"
-# Attempts of a staging write that a REST catalog refused for the sequence-number race below.
-STAGE_WRITE_ATTEMPTS = 4
-
-
-def sequence_number_race(exc: BaseException) -> bool:
-    """A REST catalog refused a commit to a branch because a writer's commit to another branch took the
-    sequence number the client had assigned: the server's `Cannot add snapshot with sequence number N older
-    than last sequence number N` comes back as a 400 (BadRequestException), not the 409 a retry needs
-    (apache/iceberg#15001, fixed server-side by #15126; SeaweedFS 4.48 answers so). The one place a
-    message is read: the class alone names every malformed request. Writing again on the fresh table works."""
-    if java_exception_class(exc) != BAD_REQUEST:
-        return False
-    java, seen = getattr(exc, "java_exception", None), 0
-    while java is not None and seen < 10:
-        if java.getClass().getName() == BAD_REQUEST:
-            message = str(java.getMessage() or "")
-            return "sequence number" in message and "last sequence number" in message
-        java, seen = java.getCause(), seen + 1
-    return False
-
-
-def java_root_message(exc: BaseException) -> str:
-    """The first line of the root Java cause's message (what actually went wrong), else of `exc`."""
-    java, root = getattr(exc, "java_exception", None), None
-    for _ in range(20):
-        if java is None:
-            break
-        root, java = java, java.getCause()
-    text = str(root.getMessage() or root.getClass().getName()) if root is not None else str(exc)
-    lines = text.strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
-
-
-def find_on_main(tbl, key: str, value: str):
-    """The newest snapshot of `main`'s lineage whose summary has `key` = `value` (a Java Snapshot), or None."""
-    snap = tbl.currentSnapshot()
-    while snap is not None:
-        if str(snap.summary().get(key)) == value:
-            return snap
-        parent = snap.parentId()
-        snap = tbl.snapshot(parent) if parent is not None else None
-    return None
-
-
-def iterate_java(java_iterable):
-    it = java_iterable.iterator()
-    while it.hasNext():
-        yield it.next()
-
-
-def listed_java(jvm, java_iterable):
-    """A Java iterable as a Python list, materialised on the Java side (one call, then one per item)."""
-    items = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(java_iterable)
-    return [items.get(i) for i in range(items.size())]
-
-
-def _with_files(update, method: str, files):
-    """`update` with `method` (appendFile, addFile, deleteFile) called on it for each file."""
-    for item in files:
-        update = getattr(update, method)(item)
-    return update
-
-
-def _java_list(jvm, items):
-    out = jvm.java.util.ArrayList()
-    for item in items:
-        out.add(item)
-    return out
 
 
 def zorder_kinds(schema, keys) -> dict[str, str]:
@@ -450,21 +362,17 @@ class StagingArea:
         wanted = set(staged.new_files)
         scan = tbl.newIncrementalAppendScan().fromSnapshotExclusive(int(staged.base_snapshot_id)) \
             .toSnapshot(int(staged.staged_snapshot_id))
-        iterable = scan.planFiles()
-        try:
-            tasks = [t for t in listed_java(self.jvm, iterable) if str(t.file().location()) in wanted]
-        finally:
-            iterable.close()
-        if len(tasks) != len(wanted):
-            raise StagingError(f"staged snapshot {staged.staged_snapshot_id} of {self.name.key} holds "
-                               f"{len(tasks)} of its {len(wanted)} new files")
-        return self.read_tasks(tasks)
+        return self.read_tasks(self._wanted_tasks(scan, wanted, staged, "its new files"))
 
     def _rows_as_staged(self, staged: StagedRewrite):
         wanted = {str(t.file().location()) for t in staged._old_tasks}
         scan = self.table(refresh=False).newScan().useSnapshot(int(staged.staged_snapshot_id))
         if staged._scan_filter is not None:
             scan = scan.filter(staged._scan_filter)
+        return self.read_tasks(self._wanted_tasks(scan, wanted, staged, "the data files its deletes apply to"))
+
+    def _wanted_tasks(self, scan, wanted: set[str], staged: StagedRewrite, what: str) -> list:
+        """The scan's tasks of exactly the `wanted` files; StagingError when the staged snapshot lacks any."""
         iterable = scan.planFiles()
         try:
             tasks = [t for t in listed_java(self.jvm, iterable) if str(t.file().location()) in wanted]
@@ -472,8 +380,8 @@ class StagingArea:
             iterable.close()
         if len(tasks) != len(wanted):
             raise StagingError(f"staged snapshot {staged.staged_snapshot_id} of {self.name.key} holds "
-                               f"{len(tasks)} of the {len(wanted)} data files its deletes apply to")
-        return self.read_tasks(tasks)
+                               f"{len(tasks)} of {what} ({len(wanted)})")
+        return tasks
 
     # -- publish / discard -----------------------------------------------------------------
     def publish(self, staged: StagedRewrite, properties: dict[str, str]) -> Published:

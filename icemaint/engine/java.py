@@ -1,0 +1,94 @@
+"""Iceberg's Java API through Py4J: exception classes, iterables and lists, the REST commit race.
+
+Shared by the staging, retention and revert engines; no Spark session of its own.
+"""
+
+from __future__ import annotations
+
+CONFLICT_CLASSES = frozenset({"org.apache.iceberg.exceptions.ValidationException",
+                              "org.apache.iceberg.exceptions.CommitFailedException"})
+COMMIT_STATE_UNKNOWN = "org.apache.iceberg.exceptions.CommitStateUnknownException"
+
+
+def java_exception_class(exc: BaseException) -> str | None:
+    """The Java class name carried by a Py4J error (or its first Iceberg cause), else None."""
+    java = getattr(exc, "java_exception", None)
+    seen = 0
+    while java is not None and seen < 10:
+        name = java.getClass().getName()
+        if name.startswith("org.apache.iceberg.exceptions."):
+            return name
+        java, seen = java.getCause(), seen + 1
+    java = getattr(exc, "java_exception", None)
+    return java.getClass().getName() if java is not None else None
+
+
+BAD_REQUEST = "org.apache.iceberg.exceptions.BadRequestException"
+# Attempts of a staging write that a REST catalog refused for the sequence-number race below.
+STAGE_WRITE_ATTEMPTS = 4
+
+
+def sequence_number_race(exc: BaseException) -> bool:
+    """A REST catalog refused a commit to a branch because a writer's commit to another branch took the
+    sequence number the client had assigned: the server's `Cannot add snapshot with sequence number N older
+    than last sequence number N` comes back as a 400 (BadRequestException), not the 409 a retry needs
+    (apache/iceberg#15001, fixed server-side by #15126; SeaweedFS 4.48 answers so). The one place a
+    message is read: the class alone names every malformed request. Writing again on the fresh table works."""
+    if java_exception_class(exc) != BAD_REQUEST:
+        return False
+    java, seen = getattr(exc, "java_exception", None), 0
+    while java is not None and seen < 10:
+        if java.getClass().getName() == BAD_REQUEST:
+            message = str(java.getMessage() or "")
+            return "sequence number" in message and "last sequence number" in message
+        java, seen = java.getCause(), seen + 1
+    return False
+
+
+def java_root_message(exc: BaseException) -> str:
+    """The first line of the root Java cause's message (what actually went wrong), else of `exc`."""
+    java, root = getattr(exc, "java_exception", None), None
+    for _ in range(20):
+        if java is None:
+            break
+        root, java = java, java.getCause()
+    text = str(root.getMessage() or root.getClass().getName()) if root is not None else str(exc)
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+def find_on_main(tbl, key: str, value: str):
+    """The newest snapshot of `main`'s lineage whose summary has `key` = `value` (a Java Snapshot), or None."""
+    snap = tbl.currentSnapshot()
+    while snap is not None:
+        if str(snap.summary().get(key)) == value:
+            return snap
+        parent = snap.parentId()
+        snap = tbl.snapshot(parent) if parent is not None else None
+    return None
+
+
+def iterate_java(java_iterable):
+    it = java_iterable.iterator()
+    while it.hasNext():
+        yield it.next()
+
+
+def listed_java(jvm, java_iterable):
+    """A Java iterable as a Python list, materialised on the Java side (one call, then one per item)."""
+    items = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(java_iterable)
+    return [items.get(i) for i in range(items.size())]
+
+
+def _with_files(update, method: str, files):
+    """`update` with `method` (appendFile, addFile, deleteFile) called on it for each file."""
+    for item in files:
+        update = getattr(update, method)(item)
+    return update
+
+
+def _java_list(jvm, items):
+    out = jvm.java.util.ArrayList()
+    for item in items:
+        out.add(item)
+    return out
