@@ -8,7 +8,7 @@ Compaction is measured for two versions in the same run: the working tree ("afte
 ("before", default 4b85ad6: the commit before stage-prove-publish), checked out as a temporary
 git worktree and run in its own worker process (see compaction_cost.py).
 
-Full mode: 300 and 3,000 small files (~20 and ~200 MB), sensor ticks over 10 / 100 / 1,000 tables,
+Full mode: 300 and 3,000 small files (~20 and ~200 MB), sensor ticks over 10 / 100 / 1,000 / 10,000 tables,
 3 repetitions (--reps to change). --quick: 60 and 200 files, 10 and 50 tables, 1 repetition (a smoke run: it proves
 the harness works, its figures are not the project's). Work data goes to benchmarks/.work/.
 """
@@ -53,7 +53,7 @@ class Mode:
 FULL = Mode("full", 3, (
     CompactionCase("small", SmallFileLayout(files=300, rows_per_file=5000, commits=3, date=DATE)),
     CompactionCase("large", SmallFileLayout(files=3000, rows_per_file=5000, commits=3, date=DATE)),
-), (10, 100, 1000))
+), (10, 100, 1000, 10_000))
 QUICK = Mode("quick", 1, (
     CompactionCase("small", SmallFileLayout(files=60, rows_per_file=1000, commits=2, date=DATE)),
     CompactionCase("large", SmallFileLayout(files=200, rows_per_file=1000, commits=2, date=DATE)),

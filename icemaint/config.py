@@ -57,6 +57,9 @@ def _key(key: Any) -> str:
     return key if isinstance(key, str) and key.isprintable() and key else repr(key)
 
 
+MAX_CONCURRENT_READS = 64
+
+
 @dataclass(frozen=True)
 class CatalogConfig:
     name: str = "lake"
@@ -67,6 +70,9 @@ class CatalogConfig:
     # Every metadata read through the catalog (REST, JDBC) gives up after this: a catalog that accepts a
     # connection and never answers must not hang a sensor tick forever.
     timeout_seconds: float = 30.0
+    # How many tables' metadata a sensor tick reads at once (a bounded thread pool): on an object store
+    # or a REST catalog each read mostly waits on the network.
+    concurrent_reads: int = 8
 
     @property
     def warehouse_root(self) -> str | None:
@@ -301,7 +307,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     _only(doc, _TOP_KEYS, "config")
 
     cat = _mapping(doc.get("catalog"), "catalog")
-    _only(cat, ("name", "type", "warehouse", "uri", "properties", "timeout"), "catalog")
+    _only(cat, ("name", "type", "warehouse", "uri", "properties", "timeout", "concurrent_reads"), "catalog")
     catalog_name = _string(cat.get("name", "lake"), "catalog.name")
     if not _IDENTIFIER.match(catalog_name):
         raise ConfigError(f"catalog.name: {_shown.repr(catalog_name)} must be a plain identifier "
@@ -328,8 +334,12 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         raise ConfigError(f"catalog.timeout: {exc}") from None
     if timeout <= 0:
         raise ConfigError("catalog.timeout: must be more than 0s (e.g. 30s)")
+    reads = cat.get("concurrent_reads", 8)
+    if isinstance(reads, bool) or not isinstance(reads, int) or not 1 <= reads <= MAX_CONCURRENT_READS:
+        raise ConfigError(f"catalog.concurrent_reads: {_shown.repr(reads)} must be a whole number from 1 to "
+                          f"{MAX_CONCURRENT_READS} (tables whose metadata a tick reads at once)")
     catalog = CatalogConfig(catalog_name, catalog_type, warehouse, uri and _string(uri, "catalog.uri"),
-                            _string_map(cat.get("properties"), "catalog.properties"), timeout)
+                            _string_map(cat.get("properties"), "catalog.properties"), timeout, reads)
 
     sp = _mapping(doc.get("spark"), "spark")
     _only(sp, ("master", "conf", "iceberg_runtime"), "spark")

@@ -7,6 +7,7 @@ from dagster import ConfigurableResource
 from pydantic import PrivateAttr
 
 from icemaint.domain.health import TableHealth
+from icemaint.domain.screen import Screened
 from icemaint.observe.catalog import CatalogReader
 from resources.settings import MaintenanceSettings
 
@@ -33,3 +34,11 @@ class IcebergCatalogResource(ConfigurableResource):
 
     def health(self, table: str, now: dt.datetime | None = None, measure_metadata: bool = False) -> TableHealth:
         return self.reader.health(table, now=now, measure_metadata=measure_metadata)
+
+    def tick_health(self, table: str) -> TableHealth | Screened:
+        """Health for a sensor tick: `Screened` when the manifest list shows nothing can be due."""
+        return self.reader.tick_health(table)
+
+    def read_many(self, fn, tables: list[str]) -> list:
+        """`fn` over `tables`, `catalog.concurrent_reads` at a time (a tick's metadata reads)."""
+        return self.reader.read_many(fn, tables)

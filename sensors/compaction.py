@@ -70,7 +70,8 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
 
     history = TickHistory(audit.log)
     plan = plan_compaction_tick(
-        config, tables, metadata_location=catalog.metadata_location, health=catalog.health,
+        config, tables, metadata_location=catalog.metadata_location, health=catalog.tick_health,
+        read=catalog.read_many,
         claim_holder=holder, approved=history.approved, past_runs=history.past_runs,
         cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
         valid_dates=lambda d: d in date_keys)

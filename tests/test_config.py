@@ -96,6 +96,10 @@ BAD_CONFIGS = [
     ("dagster dsn in the file", {"dagster": {"storage": "postgres", "dsn_env": "postgresql://u:p@h/db"}},
      ["dagster.dsn_env", "not an environment variable name"]),
     ("dagster unknown key", {"dagster": {"url": "x"}}, ["dagster.url", "unknown key", "storage, dsn_env"]),
+    ("concurrent reads zero", {"catalog": {"concurrent_reads": 0}},
+     ["catalog.concurrent_reads", "0", "from 1 to 64"]),
+    ("concurrent reads not a number", {"catalog": {"concurrent_reads": "many"}},
+     ["catalog.concurrent_reads", "'many'", "whole number"]),
     ("document not a mapping", ["catalog"],
      ["config", "expected a mapping"]),
 ]

@@ -88,15 +88,16 @@ def skip_text(result) -> str:
 
 @pytest.fixture
 def health_reads(monkeypatch):
-    """Spy on metadata reads: which tables the sensor computed health for (the real read still runs)."""
+    """Spy on metadata reads: which tables the sensor read beyond their metadata location (the real read
+    still runs)."""
     calls = []
-    real = CatalogReader.health
+    real = CatalogReader.tick_health
 
     def counted(self, table, *args, **kwargs):
         calls.append(table)
         return real(self, table, *args, **kwargs)
 
-    monkeypatch.setattr(CatalogReader, "health", counted)
+    monkeypatch.setattr(CatalogReader, "tick_health", counted)
     return calls
 
 

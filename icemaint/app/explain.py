@@ -204,7 +204,8 @@ def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dic
     tomorrow = (now.date() + dt.timedelta(days=1)).isoformat()
     tables = estate.tables()
     compaction = plan_compaction_tick(
-        config, tables, metadata_location=estate.reader.metadata_location, health=estate.reader.health,
+        config, tables, metadata_location=estate.reader.metadata_location, health=estate.reader.tick_health,
+        read=estate.reader.read_many,
         claim_holder=estate.holder, approved=estate.approved, past_runs=estate.past_runs, cursor={}, now=now,
         max_runs=MAX_RUNS_PER_TICK, valid_dates=lambda d: config.dates_start.isoformat() <= d <= tomorrow)
     retention = plan_retention_tick(

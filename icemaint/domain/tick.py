@@ -11,12 +11,13 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, decide_table_compactions, \
-    measured_throughput, rank_within_budget
+    measured_throughput, rank_within_budget, refusal_for
 from icemaint.domain.health import TableHealth
 from icemaint.domain.policy import TablePolicy
+from icemaint.domain.screen import Screened
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class TickPlan:
     cursor: dict[str, TableCursor] = field(default_factory=dict)
     evaluated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    screened: list[str] = field(default_factory=list)  # evaluated from their manifest list alone
     errors: dict[str, str] = field(default_factory=dict)
     # Defers and refusals that differ from what the previous evaluation of their table recorded:
     # a table deferred tick after tick for the same reason is audited once, not every tick.
@@ -58,7 +60,8 @@ class TickPlan:
 
     def summary(self) -> str:
         counts = {v: sum(1 for d in self.decisions if d.verdict == v) for v in (RUN, DEFER, REFUSE, NOOP)}
-        text = (f"{len(self.evaluated)} tables evaluated, {len(self.unchanged)} unchanged; "
+        screened = f" ({len(self.screened)} from their manifest list alone)" if self.screened else ""
+        text = (f"{len(self.evaluated)} tables evaluated{screened}, {len(self.unchanged)} unchanged; "
                 f"{len(self.runs)} runs requested; {counts[DEFER]} deferred, {counts[REFUSE]} refused, "
                 f"{counts[NOOP]} nothing to do")
         reasons = [f"{d.table} {d.scope}: {d.verdict}: {d.reason}" for d in self.decisions if d.verdict in (DEFER, REFUSE)]
@@ -115,12 +118,40 @@ class PolicySource(Protocol):
     def identity(self) -> str: ...
 
 
+def screened_decision(screened: Screened, policy: TablePolicy, identity: str) -> Decision:
+    """The one decision of a table the screen let through without reading its manifests."""
+    refused = refusal_for(policy, "compact", identity)
+    if refused:
+        return Decision(table=screened.table, operation="compact", verdict=REFUSE, reason=refused,
+                        kind=ReasonKind.POLICY)
+    return Decision(table=screened.table, operation="compact", verdict=NOOP, reason=screened.reason,
+                    kind=ReasonKind.BELOW_THRESHOLDS)
+
+
+T = TypeVar("T")
+Mapper = Callable[[Callable[[str], object], Sequence[str]], list]
+
+
+def in_order(fn: Callable[[str], T], tables: Sequence[str]) -> list:
+    """The default way a tick reads its tables' metadata: one after the other."""
+    return [fn(t) for t in tables]
+
+
+def _answer_or_error(fn: Callable[[str], T]) -> Callable[[str], T | Exception]:
+    def call(table: str):
+        try:
+            return fn(table)
+        except Exception as exc:  # one unreadable table must not stop the estate's tick; it is reported
+            return exc
+    return call
+
+
 def plan_compaction_tick(
     config: PolicySource,
     tables: Iterable[str],
     *,
     metadata_location: Callable[[str], str],
-    health: Callable[[str], TableHealth],
+    health: Callable[[str], TableHealth | Screened],
     claim_holder: Callable[[str], str | None],
     approved: Callable[[str, str], bool],
     past_runs: Callable[[str], list[dict]],
@@ -128,33 +159,52 @@ def plan_compaction_tick(
     now: dt.datetime,
     max_runs: int | None = None,
     valid_dates: Callable[[str], bool] = lambda d: True,
+    read: Mapper = in_order,
 ) -> TickPlan:
-    """Observe and decide compaction for every table; returns the runs to request and the new cursor."""
+    """Observe and decide compaction for every table; returns the runs to request and the new cursor.
+
+    `read` maps a metadata read over tables (default: `in_order`); a sensor passes a bounded thread
+    pool, since on an object store or a REST catalog each read mostly waits. `health` may answer
+    `Screened` for a table whose manifest list shows that nothing can be due.
+    Claim and audit outages still raise; a table whose metadata cannot be read is reported in
+    `errors` and keeps no cursor entry, so the next tick reads it again.
+    """
     plan = TickPlan()
     identity = config.identity()
     candidates: list[Decision] = []
     healths: dict[str, TableHealth] = {}
-    for table in tables:
-        try:
-            location = metadata_location(table)
-        except Exception as exc:  # one unreadable table must not stop the estate's tick; it is reported
-            plan.errors[table] = f"{type(exc).__name__}: {exc}"
+    tables = list(tables)
+    policies, changed = {}, []
+    for table, location in zip(tables, read(_answer_or_error(metadata_location), tables)):
+        if isinstance(location, Exception):
+            plan.errors[table] = f"{type(location).__name__}: {location}"
             continue
         previous = cursor.get(table)
-        policy = config.policy(table)
+        policy = policies[table] = config.policy(table)
         fingerprint = policy_fingerprint(policy)
         if previous and previous.metadata_location == location and previous.policy in (None, fingerprint) and (
                 previous.recheck_at is None or now.timestamp() < previous.recheck_at):
             plan.cursor[table] = previous
             plan.unchanged.append(table)
             continue
-        try:
-            h = health(table)
-        except Exception as exc:  # as above: a table whose metadata cannot be read is reported, not fatal;
-            # it keeps no cursor entry, so the next tick reads it again. Claim/audit outages still raise.
-            plan.errors[table] = f"{type(exc).__name__}: {exc}"
+        changed.append((table, location, fingerprint))
+    observed = read(_answer_or_error(health), [t for t, _, _ in changed])
+    for (table, location, fingerprint), h in zip(changed, observed):
+        if isinstance(h, Exception):
+            plan.errors[table] = f"{type(h).__name__}: {h}"
             continue
+        previous, policy = cursor.get(table), policies[table]
         plan.evaluated.append(table)
+        if isinstance(h, Screened):
+            plan.screened.append(table)
+            table_decisions = [screened_decision(h, policy, identity)]
+            candidates.extend(table_decisions)
+            digest = _decision_digest(table_decisions)
+            if digest is not None and (previous is None or previous.recorded != digest):
+                plan.to_record.extend(table_decisions)
+            plan.cursor[table] = TableCursor(h.metadata_location, None, fingerprint, digest,
+                                             table_summary(table_decisions))
+            continue
         healths[table] = h
         gates = Gates(now=now, identity=identity, claim_holder=claim_holder(table),
                       bytes_per_second=measured_throughput(past_runs(table)))

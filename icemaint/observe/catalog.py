@@ -16,6 +16,7 @@ from urllib.parse import quote
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
 from icemaint.domain.health import FileEntry, SnapshotEntry, TableHealth, compute_health
 from icemaint.domain.names import InvalidTableName, TableName
+from icemaint.domain.screen import ManifestSummary, Screened, screen_compaction
 
 log = logging.getLogger(__name__)
 EPOCH = dt.date(1970, 1, 1)
@@ -186,6 +187,19 @@ class CatalogReader:
                 raise AssertionError("the hadoop catalog is read from the warehouse directory")
         return self._catalog
 
+    def read_many(self, fn, tables):
+        """`fn` over `tables` with at most `catalog.concurrent_reads` at once, results in order (the
+        tick's metadata reads: `icemaint.domain.tick.plan_compaction_tick`'s `read`)."""
+        workers = min(self.config.catalog.concurrent_reads, len(tables))
+        if workers <= 1:
+            return [fn(t) for t in tables]
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self.config.catalog.type != "hadoop":
+            self._pyiceberg_catalog()  # opened once, before the threads share it
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="icemaint-metadata") as pool:
+            return list(pool.map(fn, tables))
+
     def _table_dir(self, name: TableName) -> Path:
         return Path(self.config.catalog.warehouse, *name.namespace, name.name)
 
@@ -257,14 +271,31 @@ class CatalogReader:
                measure_metadata: bool = False) -> TableHealth:
         """Health numbers of the table's current snapshot (see `icemaint.domain.health`); with
         `measure_metadata`, also the bytes of its metadata.json files (a stat per file in the log)."""
-        policy = self.config.policy(table)
         tbl = loaded if loaded is not None else self.load(table)
+        return self._health(table, tbl, current_manifests(tbl), now, measure_metadata)
+
+    def tick_health(self, table: str, now: dt.datetime | None = None) -> TableHealth | Screened:
+        """Health as a sensor tick needs it: a table whose manifest list shows that no partition can be
+        due (`icemaint.domain.screen`) is `Screened` without reading its manifests."""
+        policy = self.config.policy(table)
+        tbl = self.load(table)
+        manifests = current_manifests(tbl)
+        timing = time_partitioning(tbl, policy.time_column)
+        if timing.found or not policy.time_column:  # a policy time_column that is wrong is refused in full
+            reason = screen_compaction(manifest_summaries(tbl, timing, manifests), policy.min_input_files,
+                                       dated=timing.found)
+            if reason:
+                return Screened(TableName.parse(table).key, tbl.metadata_location, reason)
+        return self._health(table, tbl, manifests, now)
+
+    def _health(self, table: str, tbl, manifests: list, now: dt.datetime | None,
+                measure_metadata: bool = False) -> TableHealth:
+        policy = self.config.policy(table)
         # After the load: a commit that landed while the table was read is not in the future.
         now = now or dt.datetime.now(dt.timezone.utc)
         timing = time_partitioning(tbl, policy.time_column)
         snapshot = tbl.current_snapshot()
-        files = list(read_file_entries(tbl, timing)) if snapshot else []
-        manifests = tbl.inspect.manifests().column("length").to_pylist() if snapshot else []
+        files = list(read_file_entries(tbl, timing, manifests))
         return compute_health(
             table=TableName.parse(table).key,
             metadata_location=tbl.metadata_location,
@@ -277,7 +308,7 @@ class CatalogReader:
             format_version=int(tbl.metadata.format_version),
             time_column_problem=timing.source if policy.time_column and not timing.found else None,
             files=files,
-            manifest_lengths=manifests,
+            manifest_lengths=[m.manifest_length for m in manifests],
             snapshots=read_snapshots(tbl),
             metadata_files=len(tbl.metadata.metadata_log) + 1,
             metadata_bytes=metadata_log_bytes(tbl) if measure_metadata else None,
@@ -321,7 +352,7 @@ def read_retention_signals(tbl, table: str, policy):
     # Branch heads and tagged snapshots never expire: an old tag must not make expiry due forever.
     referenced = {ref.snapshot_id for ref in tbl.metadata.refs.values()}
     expirable = [s.timestamp_ms for s in snapshots if s.snapshot_id not in referenced]
-    lengths = tbl.inspect.manifests().column("length").to_pylist() if tbl.current_snapshot() else []
+    lengths = [m.manifest_length for m in current_manifests(tbl)]
     return RetentionSignals(
         table=table, metadata_location=tbl.metadata_location, snapshots=len(snapshots),
         oldest_snapshot_at=min(expirable) / 1000 if expirable else None,
@@ -356,37 +387,101 @@ def _spec_time_fields(tbl, column: str | None) -> dict[int, tuple[str, str]]:
     return out
 
 
-def read_file_entries(tbl, timing: TimePartitioning):
+def current_manifests(tbl) -> list:
+    """The current snapshot's manifests (one read of its manifest list); none for an empty table."""
+    snapshot = tbl.current_snapshot()
+    return list(snapshot.manifests(tbl.io)) if snapshot else []
+
+
+def manifest_summaries(tbl, timing: TimePartitioning, manifests: list) -> list[ManifestSummary]:
+    """The manifest list's numbers per manifest (`icemaint.domain.screen`): live files, and the dates
+    their time partitions span (from the partition field summaries; unknown without a time field)."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.manifest import ManifestContent
+    from pyiceberg.types import IntegerType
+
+    fields = _spec_time_fields(tbl, timing.column)
+    specs = tbl.metadata.specs()
+    out = []
+    for m in manifests:
+        added, existing = m.added_files_count, m.existing_files_count
+        live = None if added is None or existing is None else added + existing
+        first = last = None
+        if m.partition_spec_id in fields and m.partitions:
+            name, transform = fields[m.partition_spec_id]
+            position = [f.name for f in specs[m.partition_spec_id].fields].index(name)
+            summary = m.partitions[position] if position < len(m.partitions) else None
+            if summary is not None and summary.lower_bound is not None and summary.upper_bound is not None:
+                # day/hour/month/year values and dates are all 4-byte ints (days, hours, months, years);
+                # files with a null time value are on no date, and counted on every date here (an upper bound)
+                first = partition_date(from_bytes(IntegerType(), summary.lower_bound), transform)
+                last = partition_date(from_bytes(IntegerType(), summary.upper_bound), transform)
+        out.append(ManifestSummary(deletes=m.content != ManifestContent.DATA, live_files=live,
+                                   first_date=first, last_date=last))
+    return out
+
+
+def read_file_entries(tbl, timing: TimePartitioning, manifests: list | None = None):
     """The current snapshot's data and delete files, each dated by the table's time column.
 
     A file is dated by its own spec's time field (every spec the table has had); a file whose spec
     has none (an older, unpartitioned spec, or a policy `time_column`) by the column's lower bound.
+
+    Reads the manifests' entries directly: pyiceberg's `inspect.files()` would also decode every
+    column's bounds into an Arrow table, which was most of a sensor tick's time (section 6 of
+    benchmarks/RESULTS.md).
     """
-    files = tbl.inspect.files()
-    contents = files.column("content").to_pylist()
-    sizes = files.column("file_size_in_bytes").to_pylist()
-    records = files.column("record_count").to_pylist()
-    formats = files.column("file_format").to_pylist()
     fields = _spec_time_fields(tbl, timing.column)
-    spec_ids = files.column("spec_id").to_pylist() if "spec_id" in files.column_names else [None] * len(contents)
-    partitions = files.column("partition").to_pylist() if "partition" in files.column_names else [None] * len(contents)
-    metrics = files.column("readable_metrics").to_pylist() if timing.column else [None] * len(contents)
     paths = _PartitionPaths(tbl) if timing.column is None else None
-    for content, size, count, fmt, spec_id, partition, metric in zip(contents, sizes, records, formats, spec_ids,
-                                                                      partitions, metrics):
-        date = None
-        vector = content == 1 and str(fmt).upper() == "PUFFIN"
-        if paths is not None:
-            yield FileEntry(content=content, size_bytes=size, record_count=count, date=None,
-                            partition=paths.key(spec_id, partition), deletion_vector=vector)
-            continue
-        if spec_id in fields:
-            name, transform = fields[spec_id]
-            date = partition_date((partition or {}).get(name), transform)
-        elif timing.column:
-            lower = ((metric or {}).get(timing.column) or {}).get("lower_bound")
-            date = partition_date(lower, "day") if lower is not None else None
-        yield FileEntry(content=content, size_bytes=size, record_count=count, date=date, deletion_vector=vector)
+    bound = _LowerBoundDate(tbl, timing.column) if timing.column else None
+    specs = tbl.metadata.specs()
+    for manifest in (current_manifests(tbl) if manifests is None else manifests):
+        spec_id = manifest.partition_spec_id
+        names = [f.name for f in specs[spec_id].fields] if spec_id in specs else []
+        for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
+            f = entry.data_file
+            content = int(f.content)
+            vector = content == 1 and str(getattr(f.file_format, "value", f.file_format)).upper() == "PUFFIN"
+            size, count = f.file_size_in_bytes, f.record_count
+            if paths is not None:
+                yield FileEntry(content=content, size_bytes=size, record_count=count, date=None,
+                                partition=paths.key(spec_id, f.partition), deletion_vector=vector)
+                continue
+            date = None
+            if spec_id in fields:
+                name, transform = fields[spec_id]
+                date = partition_date(f.partition[names.index(name)], transform)
+            else:
+                date = bound.date(f.lower_bounds)
+            yield FileEntry(content=content, size_bytes=size, record_count=count, date=date, deletion_vector=vector)
+
+
+class _LowerBoundDate:
+    """The date of a file's lower bound of the time column (a file whose spec has no time field)."""
+
+    def __init__(self, tbl, column: str):
+        try:
+            field = tbl.schema().find_field(column)
+        except ValueError:
+            field = None
+        self.field_id = field.field_id if field is not None else None
+        self.kind = str(field.field_type) if field is not None else None
+
+    def date(self, lower_bounds: dict | None) -> dt.date | None:
+        from pyiceberg.conversions import from_bytes
+
+        raw = (lower_bounds or {}).get(self.field_id) if self.field_id is not None else None
+        if raw is None or self.kind not in _DAYS_PER_UNIT:
+            return None
+        from pyiceberg.types import DateType, LongType
+
+        value = from_bytes(DateType() if self.kind == "date" else LongType(), raw)
+        return EPOCH + dt.timedelta(days=value // _DAYS_PER_UNIT[self.kind])
+
+
+# A time column's stored unit per day: dates are days, timestamps microseconds, `_ns` nanoseconds.
+_DAYS_PER_UNIT = {"date": 1, "timestamp": 86_400_000_000, "timestamptz": 86_400_000_000,
+                  "timestamp_ns": 86_400_000_000_000, "timestamptz_ns": 86_400_000_000_000}
 
 
 class _PartitionPaths:
@@ -401,7 +496,7 @@ class _PartitionPaths:
         self.schema = tbl.schema()
         self.current = tbl.metadata.default_spec_id
 
-    def key(self, spec_id: int | None, partition: dict | None) -> str:
+    def key(self, spec_id: int | None, partition) -> str:
         from pyiceberg.typedef import Record
 
         from icemaint.domain.layout import partition_key
@@ -410,7 +505,7 @@ class _PartitionPaths:
         spec = self.specs.get(spec_id)
         if spec is None or not spec.fields:
             return partition_key(spec_id, "", self.current)
-        values = [(partition or {}).get(f.name) for f in spec.fields]
+        values = [partition[i] if partition is not None else None for i in range(len(spec.fields))]
         try:
             path = spec.partition_to_path(Record(*values), self.schema)
         except Exception:  # a label only: never fail health over how a value prints

@@ -1,0 +1,75 @@
+"""The screen a sensor tick applies before reading a table's manifests: can any partition be due at all?
+
+Reading a table's manifests is most of what observing it costs. Its manifest list (one small read)
+already says how many live files each manifest holds and, per partition field, the range of values
+they span. When those numbers show that no date (no partition) can hold `min_input_files` data files
+and there are no delete files, no compaction threshold can pass (`decisions.partition_due` needs
+that many small files, or delete files), so the table's manifests need not be read this tick.
+
+Pure: the observer (`icemaint.observe.catalog`) turns a manifest list into `ManifestSummary` rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class ManifestSummary:
+    """One manifest of the current snapshot, as its manifest-list entry describes it."""
+
+    deletes: bool                # a delete manifest (position or equality deletes)
+    live_files: int | None       # added + existing files; None when the writer did not record the counts
+    first_date: dt.date | None = None  # the dates its files' time partitions span; None: not known
+    last_date: dt.date | None = None
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A table the tick did not read further: no partition of it can be due (see the module docstring)."""
+
+    table: str
+    metadata_location: str
+    reason: str
+
+
+def most_files_on_one_date(manifests: Sequence[ManifestSummary]) -> int | None:
+    """An upper bound of the data files on any one date: each manifest's files counted on every date its
+    range spans. None when some data manifest's count or range is unknown."""
+    events: list[tuple[dt.date, int]] = []
+    for m in manifests:
+        if m.deletes:
+            continue
+        if m.live_files is None or m.first_date is None or m.last_date is None:
+            return None
+        if m.live_files:
+            events += [(m.first_date, m.live_files), (m.last_date + dt.timedelta(days=1), -m.live_files)]
+    most = running = 0
+    for _, change in sorted(events, key=lambda e: (e[0], e[1])):  # a range's end before another's start
+        running += change
+        most = max(most, running)
+    return most
+
+
+def screen_compaction(manifests: Sequence[ManifestSummary], min_input_files: int, dated: bool) -> str | None:
+    """Why no partition of the table can be due for compaction, or None when its manifests must be read.
+
+    `dated`: the table is time-partitioned, so a per-date bound from the manifests' ranges applies.
+    """
+    if any(m.deletes and m.live_files != 0 for m in manifests):
+        return None  # delete files can make a date due whatever its file count
+    counts = [m.live_files for m in manifests if not m.deletes]
+    if any(c is None for c in counts):
+        return None
+    total = sum(counts)
+    if total < min_input_files:
+        return (f"{total} data files in the whole table < min_input_files {min_input_files} and no delete files "
+                "(from the manifest list; manifests not read)")
+    if dated:
+        most = most_files_on_one_date(manifests)
+        if most is not None and most < min_input_files:
+            return (f"at most {most} data files on any date < min_input_files {min_input_files} and no delete files "
+                    "(from the manifest list; manifests not read)")
+    return None
