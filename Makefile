@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer clean
+.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,18 @@ bench: setup java
 	$(BIN)/python -m benchmarks.run
 	$(MAKE) --no-print-directory bench-backfill
 	$(MAKE) --no-print-directory bench-peer
+	$(MAKE) --no-print-directory bench-streaming
+	$(MAKE) --no-print-directory bench-nightly
+
+# One date built by ~3,000 single-file commits: planning before, after compaction, after the full
+# maintenance (a section of benchmarks/RESULTS.md).
+bench-streaming: setup java
+	$(BIN)/python -m benchmarks.streaming
+
+# 100 tables x 3 dates: icemaint's date-scoped catch-up vs a nightly whole-table rewrite_data_files
+# (a section of benchmarks/RESULTS.md).
+bench-nightly: setup java
+	$(BIN)/python -m benchmarks.nightly
 
 # Side by side with iceberg-zamboni (installed into its own virtualenv under benchmarks/.work), one shared
 # SQLite catalog (Debian's SQLite JDBC driver for our side): a section of benchmarks/RESULTS.md.

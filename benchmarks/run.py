@@ -93,14 +93,19 @@ class Log:
         print(f"[bench {time.perf_counter() - self.started:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
+# Sections of RESULTS.md that other benchmarks write (their modules own the headings' text).
+OTHER_SECTIONS = ("## Side by side with a peer (iceberg-zamboni)", "## Streaming shape (3,000 single-file commits)",
+                  "## Estate catch-up versus the nightly habit")
+
+
 def write_report(out: Path, report: str) -> None:
     """Writes the report; the sections other benchmarks own are kept (`make bench-stack`:
-    benchmarks/stack_bench.py; the peer side by side: benchmarks/peer.py)."""
-    from benchmarks.peer import SECTION as PEER_SECTION
+    benchmarks/stack_bench.py; the peer side by side: benchmarks/peer.py; the streaming shape:
+    benchmarks/streaming.py; the estate against the nightly habit: benchmarks/nightly.py)."""
     from benchmarks.stack_bench import SECTION as STACK_SECTION, own_section, write_section
 
     text = out.read_text() if out.exists() else ""
-    kept = [(heading, own_section(text, heading)) for heading in (STACK_SECTION, PEER_SECTION)]
+    kept = [(heading, own_section(text, heading)) for heading in (STACK_SECTION, *OTHER_SECTIONS)]
     out.write_text(report)
     for heading, section in kept:
         if section:

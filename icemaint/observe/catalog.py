@@ -197,8 +197,12 @@ class CatalogReader:
 
         if self.config.catalog.type != "hadoop":
             self._pyiceberg_catalog()  # opened once, before the threads share it
+        # A few chunks per worker, not a future per table: at 10,000 tables the futures alone cost
+        # more than reading the version hints they wrapped.
+        size = -(-len(tables) // (workers * 4))
+        chunks = [tables[i:i + size] for i in range(0, len(tables), size)]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="icemaint-metadata") as pool:
-            return list(pool.map(fn, tables))
+            return [r for chunk in pool.map(lambda c: [fn(t) for t in c], chunks) for r in chunk]
 
     def _table_dir(self, name: TableName) -> Path:
         return Path(self.config.catalog.warehouse, *name.namespace, name.name)
