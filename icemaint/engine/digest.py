@@ -99,8 +99,9 @@ def comparable(field) -> str:
 
     col = ident(field.name)
     if isinstance(field.dataType, (DoubleType, FloatType)):
-        # Spark's hashes read -0.0 as 0.0; pow(-0.0, -1) is -Infinity, so the flag keeps the sign.
-        return f"{col}, (pow({col}, -1) < 0)"
+        # Spark's hashes read -0.0 as 0.0; pow(-0.0, -1) is -Infinity, so the flag keeps the sign. Only a
+        # zero needs it: `AND` stops at `col = 0` for every other value, so pow runs on zeros alone.
+        return f"{col}, ({col} = 0 AND pow({col}, -1) < 0)"
     return f"to_json({col})" if _contains_map(field.dataType) else col
 
 
