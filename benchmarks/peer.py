@@ -184,8 +184,11 @@ def icemaint_config(root: Path, wh: Path) -> Path:
                                                  "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "3g"}},
         "state_dir": str(root / "icemaint-state"), "claims": {"backend": "file"}, "audit": {"sink": "file"},
         "scope": {"include": ["ice.*"], "exclude": []},
+        # Like for like with the peer's `--operations compact`: our tick would also rewrite the manifests the
+        # appends left (the retention sensor), which the peer does not do.
         "defaults": {"writer_idle": "0s", "hot_partition_age": "0s", "claim_wait": "0s",
-                     "target_file_size_bytes": "128MiB", "min_input_files": 2, "max_rewrite_bytes": "100GiB"},
+                     "target_file_size_bytes": "128MiB", "min_input_files": 2, "max_rewrite_bytes": "100GiB",
+                     "allowed_operations": ["compact"]},
     }
     path = root / "icemaint.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -323,7 +326,8 @@ def render(results: dict) -> str:
              f"- Peer: iceberg-zamboni {results['peer_version']} in its own virtualenv (pyiceberg + pyarrow, no JVM; "
              "its row check is one row count). Ours: `icemaint compact --date` (claim, staging branch, Great "
              "Expectations proof, publish) in a fresh process; the estate with `icemaint tick --until-idle` (ticks "
-             "in one process until nothing is launched), against `zamboni maintenance --operations compact`.",
+             "in one process until nothing is launched; policy `allowed_operations: [compact]`, so it compacts and does not "
+             "also rewrite manifests), against `zamboni maintenance --operations compact`.",
              "- One catalog for both (SQLite SQL catalog `local`); identical copies written by pyiceberg; after the "
              f"runs pyiceberg read every row of both copies ({sum(r['rows_checked'] for r in results['shapes']):,} "
              "rows): every id once, every column as written. One run each, the two tools one after the other.",
