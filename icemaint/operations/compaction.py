@@ -264,6 +264,15 @@ class Compactor(ContractOperation):
                         outcome.decision, outcome.reason = decision.verdict, f"after a publish conflict: {decision.reason}"
                     return
                 continue
+            if not outcome.committed_snapshot_ids and outcome.staged and \
+                    all(e["verdict"] == "no_gain" for e in outcome.staged):
+                e = outcome.staged[-1]
+                outcome.decision = NOOP
+                outcome.reason = (f"nothing gained: the rewrite of {e['replaced_files']} files wrote {e['new_files']}, "
+                                  "so it was not published (main is unchanged); the writer rolls files before "
+                                  "target_file_size_bytes: check it against small_file_size_bytes and the table's "
+                                  "write.parquet.page-size-bytes / row-group size")
+                return
             outcome.decision, outcome.reason = RUN, decision.reason
             return
 
@@ -296,6 +305,13 @@ class Compactor(ContractOperation):
         outcome.staged.append(entry)
         _add_seconds(outcome, "rewrite_seconds", t0)
         try:
+            if len(staged.new_files) >= len(staged.replaced_files):
+                # Nothing gained: publishing would only make a new snapshot whose date is as due as before, so
+                # every tick would rewrite it again (e.g. a writer that rolls files below small_file_size_bytes).
+                entry["verdict"] = "no_gain"
+                self.progress(f"not publishing {name.key} {date}: {len(staged.replaced_files)} files rewrite to "
+                              f"{len(staged.new_files)}")
+                return True
             if self.after_stage:
                 self.after_stage(staged)
             self.progress(f"proving {name.key} {date}: {len(staged.replaced_files)} files as of snapshot {base} "
