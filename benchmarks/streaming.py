@@ -552,68 +552,18 @@ def check_rows(tdir: Path, expected: int) -> dict:
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def _scan_planned(df) -> bool | None:
-    """Whether every Iceberg batch scan of `df`'s physical plan has planned its files already (None: no scan).
-
-    Reads `SparkPartitioningAwareScan.tasks` by reflection: set once Iceberg's planFiles ran."""
-    from benchmarks.probes import _iter_plan
-
-    found = []
-    for node in _iter_plan(df._jdf.queryExecution().executedPlan()):
-        if node.getClass().getSimpleName() != "BatchScanExec":
-            continue
-        scan, cls = node.scan(), node.scan().getClass()
-        while cls is not None and cls.getSimpleName() != "SparkPartitioningAwareScan":
-            cls = cls.getSuperclass()
-        if cls is None:
-            return None
-        field = cls.getDeclaredField("tasks")
-        field.setAccessible(True)
-        found.append(field.get(scan) is not None)
-    return all(found) if found else None
-
-
-def timed_probe(spark, sql: str) -> dict:
-    """Planning and scan time of `sql` with Iceberg's file planning counted once.
-
-    Spark 3.5 plans an Iceberg scan's files while it builds the physical plan (the exchange rules ask the scan
-    for its partitions), so the wall time to `executedPlan()` already holds Iceberg's `totalPlanningDuration`,
-    and `benchmarks.probes.timed_query`, which adds the metric to that time, counts it twice (measured here:
-    1,000 manifests, 2.6 s to the physical plan, metric 2.6 s, its "scan" -1.4 s). Whether the files were
-    planned before execution is read from the scan itself, so the split holds either way:
-    planning = Spark's part + Iceberg's metric; scan = the rest of the wall time to the collected result.
-    """
-    from benchmarks.probes import scan_metrics
-
-    t0 = time.perf_counter()
-    df = spark.sql(sql)
-    df._jdf.queryExecution().executedPlan()
-    t1 = time.perf_counter()
-    inside = _scan_planned(df)
-    t2 = time.perf_counter()
-    rows = df.collect()
-    t3 = time.perf_counter()
-    metrics = scan_metrics(df)
-    iceberg = float(metrics["totalPlanningDuration"])
-    to_plan, execute = (t1 - t0) * 1000, (t3 - t2) * 1000
-    planning = to_plan if inside else to_plan + iceberg
-    return {"planning_ms": round(planning, 3), "spark_planning_ms": round(planning - iceberg, 3),
-            "iceberg_planning_ms": iceberg, "scan_ms": round(execute if inside else execute - iceberg, 3),
-            "planned_before_execution": inside, "result": [list(r) for r in rows], **metrics}
-
-
 def measure_probe(spark, reps: int) -> dict:
     """The scan probe (`benchmarks.probes.scan_probe_sql`) on the table's current state: medians over `reps` after
     one untimed warm-up. Each query loads the table afresh: the catalog caches nothing (`cache-enabled=false`)."""
     from benchmarks.measure import median
-    from benchmarks.probes import scan_probe_sql
+    from benchmarks.probes import scan_probe_sql, timed_query
     from icemaint.domain.names import TableName
 
     table_sql = TableName.parse(TABLE).sql(CATALOG)
     sql = scan_probe_sql(table_sql, SCOPE)
     spark.sql(f"REFRESH TABLE {table_sql}")
-    timed_probe(spark, sql)
-    runs = [timed_probe(spark, sql) for _ in range(reps)]
+    timed_query(spark, sql)
+    runs = [timed_query(spark, sql) for _ in range(reps)]
     keys = ("planning_ms", "spark_planning_ms", "iceberg_planning_ms", "scan_ms")
     return {"scan_probe": {
         **{k: median(r[k] for r in runs) for k in keys},

@@ -98,3 +98,23 @@ def test_dates_and_all_due_exclude_each_other(capsys, config_file):
                              "--all-due")
     assert code == 2 and err.strip() == ("error: --date and --all-due exclude each other: give dates, or let the "
                                          "pass find the due ones")
+
+
+def test_due_manifests_go_before_compaction(capsys, spark, lake_root, tmp_path, table_name):
+    writer = streaming_table(spark, "lake", table_name, batches=6, days=3, rows_per_day=10)
+    sql = writer.name.sql("lake")
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        defaults={"manifest_min_count": 2})
+    manifests_before = len(CatalogReader(load_config(path)).load(table_name).inspect.manifests())
+
+    code, out, err = run_cli(capsys, "--config", str(path), "maintain", table_name, "--json")
+
+    report = json.loads(out)
+    assert code == 0 and report["success"], (report, err)
+    steps = [(s["operation"], s["decision"]) for s in report["steps"]]
+    assert steps[0] == ("manifests", "run") and [op for op, _ in steps[1:4]] == ["compact"] * 3, steps
+    assert [op for op, _ in steps[4:]] in ([], ["manifests"]), steps  # again only when the compactions made it due
+    assert all(d == "run" for _, d in steps), steps
+    assert manifests_before >= 6
+    assert ids(spark, sql, "event_id") == sorted(writer.ledger.expected_ids())
+    assert [p.data_files for p in CatalogReader(load_config(path)).health(table_name).partitions] == [1, 1, 1]

@@ -77,3 +77,30 @@ def test_identity_date_and_zone_less_timestamp_columns(spark, config, table_name
     outcome = compactor(config, spark).run(CompactionRequest(table_name, "2026-01-02"))
     assert outcome.decision == "run" and outcome.published and outcome.files_after == 1, outcome.reason
     assert full_row_hash(spark, sql, main_lineage(spark, sql)[0]["snapshot_id"]) == before
+
+
+def test_a_file_spanning_two_dates_is_rewritten_whole_with_every_row_group(spark, lake_root, table_name):
+    """A table dated by its time column's bounds (no time partition): a file written across midnight is a
+    candidate of its first date and is replaced whole, so all of it must be read, the row groups of the next
+    date included. Planned with the date's residual, Iceberg's Parquet reader skipped those row groups: the
+    proof read the same tasks and passed, and the publish dropped their rows."""
+    from conftest import make_config
+
+    config = make_config(lake_root, tables={table_name: {"time_column": "ts"}})
+    sql = TableName.parse(table_name).sql(config.catalog.name)
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP, v STRING) USING iceberg "
+              "TBLPROPERTIES ('write.parquet.row-group-size-bytes'='4096', 'write.distribution-mode'='none')")
+    # one file of 4,000 rows in time order, 2,000 on 2026-01-02 and 2,000 on 2026-01-03: many row groups
+    spark.range(0, 4000, 1, 1).selectExpr(
+        "id", "timestamp_seconds(1767312000 + id * 43) AS ts", "sha2(CAST(id AS STRING), 256) AS v") \
+        .sortWithinPartitions("ts").writeTo(sql).append()
+    insert_files(spark, sql, [f"2026-01-02 0{h}:00:00" for h in range(3)], start_id=10_000)
+    reader = CatalogReader(config)
+    health = reader.health(table_name)
+    assert health.partition("2026-01-02").data_files == 4, [(p.date, p.data_files) for p in health.partitions]
+
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, "2026-01-02"))
+
+    assert outcome.decision == "run" and outcome.published, outcome.reason
+    ids = sorted(reader.load(table_name).scan().to_arrow().column("id").to_pylist())  # pyiceberg, not Spark
+    assert ids == list(range(4000)) + [10_000, 10_001, 10_002]

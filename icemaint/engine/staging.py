@@ -121,6 +121,7 @@ class StagedRewrite:
     _removed_deletes: list = field(default_factory=list, repr=False)  # DeleteFiles the publish removes
     _scan_filter: object = field(default=None, repr=False)  # the date's filter (position deletes' after side)
     _old_task_set: str | None = field(default=None, repr=False)  # the staged scan-task set of `_old_tasks`
+    applied_deletes: int = 0  # delete files that applied to the replaced data files (their rewrite applies them)
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,12 @@ class StagingArea:
             (candidates, tasks by path): the pure description for planning, and the Java scan tasks
             (file + deletes) the staging reads.
         """
+        # ignoreResiduals: a file that also holds rows of other dates (a table dated by its time column's
+        # bounds, or a file of an older spec without the time field) is rewritten and replaced whole, so its
+        # tasks must read it whole; with the date's residual Iceberg's Parquet reader skips the row groups
+        # outside the date, and the publish would drop their rows (the proof, reading the same tasks, with them).
         return self._plan(self.table().newScan().useSnapshot(int(snapshot_id))
-                          .filter(self.date_filter(column, column_type, start, end)), snapshot_id)
+                          .filter(self.date_filter(column, column_type, start, end)).ignoreResiduals(), snapshot_id)
 
     def date_filter(self, column: str, column_type: str, start: dt.date, end: dt.date):
         """Iceberg's expression for rows in [start, end) of the time column."""
@@ -196,6 +201,7 @@ class StagingArea:
         return int(self.table(refresh=False).spec().specId())
 
     def _plan(self, scan, snapshot_id: int | None = None) -> tuple[list[CandidateFile], dict]:
+        self._weights.clear()  # a re-plan (after a publish conflict) weighs its own tasks
         tbl = self.table(refresh=False)
         iterable = scan.planFiles()
         try:
@@ -373,7 +379,7 @@ class StagingArea:
             replaced_files=tuple(f.path for f in group.files),
             new_files=tuple(str(f.location()) for f in new_files),
             dangling_deletes=tuple(str(d.location()) for d in dangling),
-            replaced_bytes=group.total_bytes,
+            replaced_bytes=group.total_bytes, applied_deletes=sum(f.delete_files for f in group.files),
             _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id)
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
@@ -425,7 +431,7 @@ class StagingArea:
         wanted = {str(t.file().location()) for t in staged._old_tasks}
         scan = self.table(refresh=False).newScan().useSnapshot(int(staged.staged_snapshot_id))
         if staged._scan_filter is not None:
-            scan = scan.filter(staged._scan_filter)
+            scan = scan.filter(staged._scan_filter).ignoreResiduals()  # whole files, as the before side reads them
         return self.read_tasks(self._wanted_tasks(scan, wanted, staged, "the data files its deletes apply to"))
 
     def _wanted_tasks(self, scan, wanted: set[str], staged: StagedRewrite, what: str) -> list:

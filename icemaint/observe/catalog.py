@@ -6,6 +6,7 @@ This is what sensors use: cheap, Spark-free observation (see STACK.md for the me
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import logging
 import os
 from dataclasses import dataclass
@@ -196,7 +197,13 @@ class CatalogReader:
         from concurrent.futures import ThreadPoolExecutor
 
         if self.config.catalog.type != "hadoop":
-            self._pyiceberg_catalog()  # opened once, before the threads share it
+            try:
+                self._pyiceberg_catalog()  # opened once, before the threads share it
+            except CatalogUnavailable:
+                pass  # each table's read reports it, as with one reader
+        # The caller's garbage is collected here, in its own thread: a SQLite connection it dropped (Dagster's
+        # instance storage) finalized by a collection in a reader thread makes SQLAlchemy log an error.
+        gc.collect()
         # A few chunks per worker, not a future per table: at 10,000 tables the futures alone cost
         # more than reading the version hints they wrapped.
         size = -(-len(tables) // (workers * 4))

@@ -274,6 +274,10 @@ class Compactor(ContractOperation):
                                   "write.parquet.page-size-bytes / row-group size")
                 return
             outcome.decision, outcome.reason = RUN, decision.reason
+            unpublished = sum(1 for e in outcome.staged if e["verdict"] == "no_gain")
+            if unpublished:
+                outcome.reason += (f" ({unpublished} of {len(outcome.staged)} groups not published: their rewrite "
+                                   "wrote as many files as it replaced)")
             return
 
     @staticmethod
@@ -305,9 +309,11 @@ class Compactor(ContractOperation):
         outcome.staged.append(entry)
         _add_seconds(outcome, "rewrite_seconds", t0)
         try:
-            if len(staged.new_files) >= len(staged.replaced_files):
+            if staged.target == "data" and not staged.applied_deletes and not staged.dangling_deletes \
+                    and len(staged.new_files) >= len(staged.replaced_files):
                 # Nothing gained: publishing would only make a new snapshot whose date is as due as before, so
                 # every tick would rewrite it again (e.g. a writer that rolls files below small_file_size_bytes).
+                # A rewrite that applies deletes gains even with as many files, and is published.
                 entry["verdict"] = "no_gain"
                 self.progress(f"not publishing {name.key} {date}: {len(staged.replaced_files)} files rewrite to "
                               f"{len(staged.new_files)}")
