@@ -73,6 +73,8 @@ def verdicts(results: dict) -> list[Verdict]:
          cost["new_compaction_only_ratio"], 1.10, False, where),
         ("overhead_with_validation", "after: with the GX proof <= 1.35x bare", cost["new_with_proof_ratio"], 1.35,
          False, where),
+        ("proof_issue_20", "after: with the GX proof <= 1.5x bare (issue 20, item 3)", cost["new_with_proof_ratio"],
+         PROOF_ISSUE_20, False, where),
         ("no_dearer_compaction_only", f"staging no dearer: after / before, compaction-only <= {NO_DEARER:.2f}x",
          cost["compaction_only_new_over_old"], NO_DEARER, False, where),
         ("no_dearer_with_proof", f"staging no dearer: after / before, with proof <= {NO_DEARER:.2f}x",
@@ -130,17 +132,21 @@ def _cpu_note(cost: dict, key: str) -> str:
     return "" if value is None else f" (CPU {_x(value)})"
 
 
-def _why_validation(case: dict) -> list[str]:
+# Issue 20's target for compaction with its proof (the report's older 1.35x target stays beside it).
+PROOF_ISSUE_20 = 1.5
+
+
+def _why_validation(case: dict, limit: float = 1.35) -> list[str]:
     v, fl, val = case["variants"], case["floor"], case["validation"]["new"]
     bare = case["cost"]["bare_new_seconds"]
     proof = v["new_proof"]["validation_seconds"]
     before, after = val["read_before_seconds"], val["read_after_seconds"]
-    room = bare * 1.35 - v["new_noproof"]["wall_seconds"]
+    room = bare * limit - v["new_noproof"]["wall_seconds"]
     return [f"The GX proof took {_s(proof)} = {_x(proof / bare)} of the bare rewrite. It reads each side once: the "
             f"replaced files as of S (still the {case['layout']['files']} small files) {_s(before)}, the staged files "
             f"{_s(after)}; GX's expectations, the sample comparison and the report take the remaining "
             f"{_s(proof - before - after)}. A proof over every row cannot avoid reading both sides: pyarrow alone "
-            f"needs {_s(fl['read_seconds'])} to read the small files, and the 1.35x target leaves {_s(max(room, 0))} "
+            f"needs {_s(fl['read_seconds'])} to read the small files, and the {limit:g}x target leaves {_s(max(room, 0))} "
             f"for the whole proof at this size (after compaction-only's {_x(case['cost']['new_compaction_only_ratio'])}), "
             f"so a proof that reads every row of both sides cannot meet it on this machine. Section 4 shows how it "
             f"grows with rows."]
@@ -272,6 +278,12 @@ def why_missed(results: dict, missed: list[Verdict]) -> list[str]:
             body = _why_overhead(big)
         elif v.key == "overhead_with_validation":
             body = _why_validation(big)
+        elif v.key == "proof_issue_20":
+            body = _why_validation(big, PROOF_ISSUE_20) + [
+                "Since issue 20 a passing proof hashes each value once (the whole-row fingerprint; the per-column "
+                "hash sums that name a differing column are read only when a proof fails) and its before side reads "
+                "the task set the staging read; the time left is reading both sides: a proof over every row of both "
+                "sides has to pay for both reads."]
         elif v.key in ("no_dearer_compaction_only", "no_dearer_with_proof"):
             body = _why_dearer(big, proof=v.key == "no_dearer_with_proof")
         elif v.key == "planning_scan_probe":
