@@ -12,7 +12,7 @@ from typing import Optional
 import dagster as dg
 
 from icemaint.safety.audit import AuditRecord
-from icemaint.observe.catalog import read_retention_signals
+from icemaint.observe.manifests import read_retention_signals
 from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS, RETENTION_JOBS, RetentionDecision, \
     RetentionTickPlan, decode_cursor, encode_cursor, plan_retention_tick
 from icemaint.domain.tick import policy_fingerprint

@@ -155,7 +155,7 @@ def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approv
 def explain(config: MaintenanceConfig, table: str, date: str | None = None, estate: ReadOnlyEstate | None = None,
             audit_limit: int = 10) -> Explanation:
     from icemaint.domain.retention_tick import decide_retention
-    from icemaint.observe.catalog import read_retention_signals
+    from icemaint.observe.manifests import read_retention_signals
 
     estate = estate or ReadOnlyEstate(config)
     key = TableName.parse(table).key
@@ -197,7 +197,7 @@ def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dic
     """What the next tick would do across the estate, ranked, without a cursor (every table evaluated)."""
     from icemaint.domain.retention_tick import plan_retention_tick
     from icemaint.domain.tick import plan_compaction_tick, policy_fingerprint
-    from icemaint.observe.catalog import read_retention_signals
+    from icemaint.observe.manifests import read_retention_signals
 
     estate = estate or ReadOnlyEstate(config)
     now = dt.datetime.now(dt.timezone.utc)

@@ -72,7 +72,7 @@ class MaintenancePass:
         """Whether the manifest rewrite is due and allowed now (read from the manifest list, no Spark)."""
         from icemaint.domain.decisions import refusal_for
         from icemaint.domain.retention import manifests_due
-        from icemaint.observe.catalog import read_retention_signals
+        from icemaint.observe.manifests import read_retention_signals
 
         policy = self.config.policy(table)
         if refusal_for(policy, "manifests", self.config.identity()):

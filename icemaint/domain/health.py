@@ -1,6 +1,6 @@
 """Table health: pure computation from metadata rows (files, manifests, snapshots) to numbers.
 
-No Spark, no pyiceberg, no Dagster here: `icemaint.observe.catalog` reads the rows, this module counts.
+No Spark, no pyiceberg, no Dagster here: `icemaint.observe.manifests` reads the rows, this module counts.
 """
 
 from __future__ import annotations

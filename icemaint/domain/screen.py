@@ -6,7 +6,7 @@ they span. When those numbers show that no date (no partition) can hold `min_inp
 and there are no delete files, no compaction threshold can pass (`decisions.partition_due` needs
 that many small files, or delete files), so the table's manifests need not be read this tick.
 
-Pure: the observer (`icemaint.observe.catalog`) turns a manifest list into `ManifestSummary` rows.
+Pure: the observer (`icemaint.observe.manifests`) turns a manifest list into `ManifestSummary` rows.
 """
 
 from __future__ import annotations

@@ -1,0 +1,277 @@
+"""Turns a table's metadata into health inputs (pyiceberg, no Spark): what dates its files fall on.
+
+Owns the reading of one loaded table's metadata, below the catalog: its time partitioning (which
+column and transform date its files, for every partition spec it has had), its current manifest list
+and the `ManifestSummary` rows the tick's screen reads from it, the `FileEntry` rows of its current
+data and delete files, its `SnapshotEntry` rows, the bytes of its metadata log, and the retention
+signals. Opening the catalog and loading the table is `icemaint.observe.catalog`'s work.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from icemaint.domain.health import FileEntry, SnapshotEntry
+from icemaint.domain.screen import ManifestSummary
+
+EPOCH = dt.date(1970, 1, 1)
+TIME_TRANSFORMS = ("hour", "day", "month", "year")
+
+
+@dataclass(frozen=True)
+class TimePartitioning:
+    column: str | None
+    transform: str | None  # hour | day | month | year | identity | "bounds" (from file stats) | None
+    source: str            # "partition spec", "policy", or a reason there is none
+    column_type: str | None = None  # the column's Iceberg type, e.g. "timestamptz" or "date"
+
+    @property
+    def found(self) -> bool:
+        return self.column is not None
+
+
+def partition_date(value: Any, transform: str) -> dt.date | None:
+    """The date a partition value of a time transform falls on (month/year: their first day)."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, int):
+        if transform == "day":
+            return EPOCH + dt.timedelta(days=value)
+        if transform == "hour":
+            return (dt.datetime(1970, 1, 1) + dt.timedelta(hours=value)).date()
+        if transform == "month":
+            return dt.date(1970 + value // 12, value % 12 + 1, 1)
+        if transform == "year":
+            return dt.date(1970 + value, 1, 1)
+    raise ValueError(f"cannot read a date from partition value {value!r} ({transform})")
+
+
+def time_partitioning(table, time_column: str | None = None) -> TimePartitioning:
+    """The table's time column: from a day/hour/month/year (or identity-on-date) partition field,
+    else the policy's `time_column` (files are then dated by their column lower bound)."""
+    schema = table.schema()
+    spec = table.spec()
+    for pf in spec.fields:
+        transform = str(pf.transform)
+        source = schema.find_field(pf.source_id)
+        if transform in TIME_TRANSFORMS:
+            # the full path (`st.ts` for a field in a struct), not the leaf name another column may share
+            return TimePartitioning(schema.find_column_name(pf.source_id), transform, "partition spec",
+                                    str(source.field_type))
+        if transform == "identity" and str(source.field_type) == "date":
+            return TimePartitioning(schema.find_column_name(pf.source_id), "identity", "partition spec", "date")
+    if time_column:
+        try:
+            field_type = str(schema.find_field(time_column).field_type)
+        except ValueError:
+            return TimePartitioning(None, None, (
+                f"policy time_column {time_column!r} is not a column of the table: name one of its date or timestamp "
+                "columns, or remove time_column to have the table compacted per partition of its layout"))
+        if field_type not in ("date", "timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns"):
+            return TimePartitioning(None, None, (
+                f"policy time_column {time_column!r} has type {field_type}: only a date or timestamp column can "
+                "date-scope a table (a string or number holding times is not parsed); remove time_column to have "
+                "the table compacted per partition of its layout, or name a date/timestamp column"))
+        return TimePartitioning(time_column, "bounds", "policy", field_type)
+    return TimePartitioning(None, None, "no day/hour/month/year partition and no time_column in policy")
+
+
+def metadata_log_bytes(tbl) -> int:
+    """Bytes of the table's current metadata.json and of those in its metadata log that still exist."""
+    total = 0
+    for location in [entry.metadata_file for entry in tbl.metadata.metadata_log] + [tbl.metadata_location]:
+        try:
+            total += len(tbl.io.new_input(location))
+        except FileNotFoundError:  # removed (delete-after-commit, orphan removal) while still listed
+            continue
+    return total
+
+
+def read_snapshots(tbl) -> list[SnapshotEntry]:
+    out = []
+    for snap in tbl.metadata.snapshots:
+        summary = snap.summary
+        props = dict(summary.additional_properties) if summary else {}
+        out.append(SnapshotEntry(
+            snapshot_id=snap.snapshot_id,
+            parent_id=snap.parent_snapshot_id,
+            committed_at=dt.datetime.fromtimestamp(snap.timestamp_ms / 1000, dt.timezone.utc),
+            operation=summary.operation.value if summary else None,
+            summary=props,
+        ))
+    return out
+
+
+def read_retention_signals(tbl, table: str, policy):
+    """Snapshot count and age and manifest sizes from a pyiceberg table (reads the manifest list only)."""
+    from icemaint.domain.retention_tick import RetentionSignals
+
+    snapshots = tbl.metadata.snapshots
+    # Branch heads and tagged snapshots never expire: an old tag must not make expiry due forever.
+    referenced = {ref.snapshot_id for ref in tbl.metadata.refs.values()}
+    expirable = [s.timestamp_ms for s in snapshots if s.snapshot_id not in referenced]
+    lengths = [m.manifest_length for m in current_manifests(tbl)]
+    return RetentionSignals(
+        table=table, metadata_location=tbl.metadata_location, snapshots=len(snapshots),
+        oldest_snapshot_at=min(expirable) / 1000 if expirable else None,
+        manifests=len(lengths), small_manifests=sum(1 for n in lengths if n < policy.manifest_small_bytes))
+
+
+def _spec_time_fields(tbl, column: str | None) -> dict[int, tuple[str, str]]:
+    """Per partition spec the table has had: (partition field name, transform) of its time field.
+
+    Files keep the spec they were written with: after `REPLACE PARTITION FIELD days(ts) WITH
+    hours(ts)` a date's files carry `ts_day` or `ts_hour` depending on when they were written.
+    """
+    out: dict[int, tuple[str, str]] = {}
+    if column is None:
+        return out
+    schema = tbl.schema()
+    for spec_id, spec in tbl.metadata.specs().items():
+        for pf in spec.fields:
+            try:
+                source = schema.find_field(pf.source_id)
+            except ValueError:  # the source column was dropped since
+                continue
+            transform = str(pf.transform)
+            if schema.find_column_name(pf.source_id) != column:
+                continue
+            if transform in TIME_TRANSFORMS:
+                out[spec_id] = (pf.name, transform)
+                break
+            if transform == "identity" and str(source.field_type) == "date":
+                out[spec_id] = (pf.name, "day")
+                break
+    return out
+
+
+def current_manifests(tbl) -> list:
+    """The current snapshot's manifests (one read of its manifest list); none for an empty table."""
+    snapshot = tbl.current_snapshot()
+    return list(snapshot.manifests(tbl.io)) if snapshot else []
+
+
+def manifest_summaries(tbl, timing: TimePartitioning, manifests: list) -> list[ManifestSummary]:
+    """The manifest list's numbers per manifest (`icemaint.domain.screen`): live files, and the dates
+    their time partitions span (from the partition field summaries; unknown without a time field)."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.manifest import ManifestContent
+    from pyiceberg.types import IntegerType
+
+    fields = _spec_time_fields(tbl, timing.column)
+    specs = tbl.metadata.specs()
+    out = []
+    for m in manifests:
+        added, existing = m.added_files_count, m.existing_files_count
+        live = None if added is None or existing is None else added + existing
+        first = last = None
+        if m.partition_spec_id in fields and m.partitions:
+            name, transform = fields[m.partition_spec_id]
+            position = [f.name for f in specs[m.partition_spec_id].fields].index(name)
+            summary = m.partitions[position] if position < len(m.partitions) else None
+            if summary is not None and summary.lower_bound is not None and summary.upper_bound is not None:
+                # day/hour/month/year values and dates are all 4-byte ints (days, hours, months, years);
+                # files with a null time value are on no date, and counted on every date here (an upper bound)
+                first = partition_date(from_bytes(IntegerType(), summary.lower_bound), transform)
+                last = partition_date(from_bytes(IntegerType(), summary.upper_bound), transform)
+        out.append(ManifestSummary(deletes=m.content != ManifestContent.DATA, live_files=live,
+                                   first_date=first, last_date=last))
+    return out
+
+
+def read_file_entries(tbl, timing: TimePartitioning, manifests: list | None = None):
+    """The current snapshot's data and delete files, each dated by the table's time column.
+
+    A file is dated by its own spec's time field (every spec the table has had); a file whose spec
+    has none (an older, unpartitioned spec, or a policy `time_column`) by the column's lower bound.
+
+    Reads the manifests' entries directly: pyiceberg's `inspect.files()` would also decode every
+    column's bounds into an Arrow table, which was most of a sensor tick's time (section 6 of
+    benchmarks/RESULTS.md).
+    """
+    fields = _spec_time_fields(tbl, timing.column)
+    paths = _PartitionPaths(tbl) if timing.column is None else None
+    bound = _LowerBoundDate(tbl, timing.column) if timing.column else None
+    specs = tbl.metadata.specs()
+    for manifest in (current_manifests(tbl) if manifests is None else manifests):
+        spec_id = manifest.partition_spec_id
+        names = [f.name for f in specs[spec_id].fields] if spec_id in specs else []
+        for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
+            f = entry.data_file
+            content = int(f.content)
+            vector = content == 1 and str(getattr(f.file_format, "value", f.file_format)).upper() == "PUFFIN"
+            size, count = f.file_size_in_bytes, f.record_count
+            if paths is not None:
+                yield FileEntry(content=content, size_bytes=size, record_count=count, date=None,
+                                partition=paths.key(spec_id, f.partition), deletion_vector=vector)
+                continue
+            date = None
+            if spec_id in fields:
+                name, transform = fields[spec_id]
+                date = partition_date(f.partition[names.index(name)], transform)
+            else:
+                date = bound.date(f.lower_bounds)
+            yield FileEntry(content=content, size_bytes=size, record_count=count, date=date, deletion_vector=vector)
+
+
+class _LowerBoundDate:
+    """The date of a file's lower bound of the time column (a file whose spec has no time field)."""
+
+    def __init__(self, tbl, column: str):
+        try:
+            field = tbl.schema().find_field(column)
+        except ValueError:
+            field = None
+        self.field_id = field.field_id if field is not None else None
+        self.kind = str(field.field_type) if field is not None else None
+
+    def date(self, lower_bounds: dict | None) -> dt.date | None:
+        from pyiceberg.conversions import from_bytes
+
+        raw = (lower_bounds or {}).get(self.field_id) if self.field_id is not None else None
+        if raw is None or self.kind not in _DAYS_PER_UNIT:
+            return None
+        from pyiceberg.types import DateType, LongType
+
+        value = from_bytes(DateType() if self.kind == "date" else LongType(), raw)
+        return EPOCH + dt.timedelta(days=value // _DAYS_PER_UNIT[self.kind])
+
+
+# A time column's stored unit per day: dates are days, timestamps microseconds, `_ns` nanoseconds.
+_DAYS_PER_UNIT = {"date": 1, "timestamp": 86_400_000_000, "timestamptz": 86_400_000_000,
+                  "timestamp_ns": 86_400_000_000_000, "timestamptz_ns": 86_400_000_000_000}
+
+
+class _PartitionPaths:
+    """A file's partition key (`icemaint.domain.layout`) from pyiceberg's partition record.
+
+    The path is built as Iceberg's Java `PartitionSpec.partitionToPath` builds it, which is what the
+    stager's keys come from; a value pyiceberg cannot render falls back to its plain text.
+    """
+
+    def __init__(self, tbl):
+        self.specs = tbl.metadata.specs()
+        self.schema = tbl.schema()
+        self.current = tbl.metadata.default_spec_id
+
+    def key(self, spec_id: int | None, partition) -> str:
+        from pyiceberg.typedef import Record
+
+        from icemaint.domain.layout import partition_key
+
+        spec_id = self.current if spec_id is None else spec_id
+        spec = self.specs.get(spec_id)
+        if spec is None or not spec.fields:
+            return partition_key(spec_id, "", self.current)
+        values = [partition[i] if partition is not None else None for i in range(len(spec.fields))]
+        try:
+            path = spec.partition_to_path(Record(*values), self.schema)
+        except Exception:  # a label only: never fail health over how a value prints
+            path = "/".join(f"{f.name}={v}" for f, v in zip(spec.fields, values))
+        return partition_key(spec_id, path, self.current)
