@@ -273,3 +273,109 @@ def row_json(schema) -> str:
     return ("to_json(struct(" + ", ".join(ident(f.name) for f in schema.fields) + "), "
             "map('ignoreNullFields', 'false', "
             "'timestampFormat', 'yyyy-MM-dd\\'T\\'HH:mm:ss.SSSSSSXXX'))")
+
+
+# ---------------------------------------------------------------------------------------------
+# The old side digested while it is fed to the rewrite's writer
+
+
+FILE_COLUMN = "_file"  # Iceberg's metadata column: the data file a row was read from
+
+
+@dataclass(frozen=True)
+class FedRows:
+    """The digest of a rewrite's old rows, taken by the read that fed its writer (no read of its own).
+
+    Attributes:
+        digest: Count, aggregates and sample fingerprints, exactly as `rows_digest` computes them.
+        file_hash_sum: The exact sum, over every row read, of xxhash64(the path of the file it came
+            from): with the planned files' record counts this proves each file fed all its rows
+            (`expected_file_hash_sum`), so a file missing from the read or rows a filter dropped fail.
+    """
+
+    digest: SnapshotDigest
+    file_hash_sum: int
+
+
+class FeedDigest:
+    """A digest being taken while a writer consumes the rows; `result` once the write has finished."""
+
+    def __init__(self, observation, aggregates: list[Aggregate], snapshot_id: int, started: float):
+        self._observation = observation
+        self._aggregates = aggregates
+        self._snapshot_id = int(snapshot_id)
+        self._started = started
+
+    def result(self, timeout: float = 30.0) -> FedRows | None:
+        """The digest, or None when Spark did not deliver the observed metrics within `timeout` seconds
+        (the proof then reads the old side itself). Only call after the write finished."""
+        future = self._observation._jo.future()
+        deadline = time.monotonic() + timeout
+        while not future.isCompleted():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.01)
+        metrics = self._observation.get
+        n_exprs = sum(len(a.exprs) for a in self._aggregates)
+        values = [metrics[f"m{i}"] for i in range(1 + n_exprs + 3)]
+        high, low, sample_text = values[1 + n_exprs:]
+        fp = [int(v) for v in sample_text.replace(":", ",").split(",")] if sample_text else []
+        sample = pd.DataFrame({"fp1": fp[0::2], "fp2": fp[1::2]}, dtype="int64")
+        read = {"planning_ms": 0.0, "scan_ms": 0.0, "rows": int(values[0]), "fed_by_rewrite": True,
+                "rewrite_ms": round((time.monotonic() - self._started) * 1000, 3)}
+        digest = SnapshotDigest(snapshot_id=self._snapshot_id, row_count=int(values[0]),
+                                aggregates=aggregate_values(self._aggregates, values[1:1 + n_exprs]),
+                                sample=sample, read=read)
+        return FedRows(digest=digest, file_hash_sum=int(high or 0) * 2**32 + int(low or 0))
+
+
+def can_feed(rows) -> bool:
+    """Whether the rows can be digested on their way to the writer: the read offers Iceberg's file column
+    (a format v3 table's rewrite read does not) and no column of the table shadows it."""
+    from pyspark.errors import AnalysisException
+
+    if FILE_COLUMN in {f.name.lower() for f in rows.schema.fields}:
+        return False
+    try:
+        rows.selectExpr(FILE_COLUMN)  # analysed now: raises when the read has no such column
+    except AnalysisException:
+        return False
+    return True
+
+
+def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
+    """(rows to write, FeedDigest): the same rows, digested by an Observation while the writer reads them.
+
+    The digest is `rows_digest`'s without per-column hashes (a failing proof reads again with them),
+    plus each row's file, so the proof can check the read fed every planned row. Only for a write that
+    reads its input once (no sort: a range partitioner samples its input with a job of its own, which
+    would count rows twice); the proof fails, never passes, if rows were counted twice.
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    fp1 = _free_name(rows.schema, "__icemaint_fp1")
+    source = _free_name(rows.schema, "__icemaint_file")
+    first, second = fingerprint_exprs(rows.schema, seed)
+    aggregates = aggregates_for(rows.schema, ident(fp1), column_hashes=False)
+    sampled = sample_predicate(ident(fp1), sample_fraction)
+    # collect_list skips NULLs: only sampled rows are listed, as "fp1:fp2" text (one string leaves Spark)
+    sample = f"array_join(collect_list(CASE WHEN {sampled} THEN concat({ident(fp1)}, ':', {second}) END), ',')"
+    exprs = (["count(1)"] + [e for a in aggregates for e in a.exprs]
+             + list(_split_sum(f"xxhash64({ident(source)})")) + [sample])
+    observation = Observation(f"icemaint_feed_{snapshot_id}_{uuid.uuid4().hex[:8]}")
+    fed = (rows.selectExpr("*", f"{FILE_COLUMN} AS {ident(source)}", f"{first} AS {ident(fp1)}")
+           .observe(observation, *[F.expr(e).alias(f"m{i}") for i, e in enumerate(exprs)])
+           .drop(fp1, source))
+    return fed, FeedDigest(observation, aggregates, snapshot_id, started)
+
+
+def expected_file_hash_sum(spark, record_counts: dict[str, int]) -> int:
+    """Σ record count x xxhash64(path) over the planned files: what `FedRows.file_hash_sum` must be when
+    every file fed each of its rows once (paths hashed by Spark, as the read hashes them)."""
+    if not record_counts:
+        return 0
+    paths = sorted(record_counts)
+    hashed = spark.createDataFrame([(p,) for p in paths], "path STRING").selectExpr("path", "xxhash64(path) AS h")
+    return sum(int(record_counts[r["path"]]) * int(r["h"]) for r in hashed.collect())

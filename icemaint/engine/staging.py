@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list  # noqa: F401 (re-exported)
+from icemaint.engine.digest import can_feed
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey
 
@@ -122,6 +123,10 @@ class StagedRewrite:
     _scan_filter: object = field(default=None, repr=False)  # the date's filter (position deletes' after side)
     _old_task_set: str | None = field(default=None, repr=False)  # the staged scan-task set of `_old_tasks`
     applied_deletes: int = 0  # delete files that applied to the replaced data files (their rewrite applies them)
+    # The old rows' digest taken by the read that fed the writer (`digest.digest_feed`), with the replaced
+    # files' record counts from their manifests, which that read must account for; None when not fed.
+    feed: object = field(default=None, repr=False)
+    replaced_rows: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -339,8 +344,13 @@ class StagingArea:
         self._task_sets.append(set_id)
 
     def stage(self, group: FileGroup, tasks_by_path: dict, base_snapshot_id: int, *, target_file_size_bytes: int,
-              strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0) -> StagedRewrite:
-        """Writes the group's replacement files to a new staging branch at `base_snapshot_id`."""
+              strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0,
+              feed=None) -> StagedRewrite:
+        """Writes the group's replacement files to a new staging branch at `base_snapshot_id`.
+
+        `feed(rows) -> (rows, FeedDigest)` digests the old rows on their way to the writer; used for a
+        bin-pack of files without deletes (the read counts each file's rows, which only then are its
+        manifest's record counts), whose writer reads its input exactly once."""
         branch = self.open_branch(index, base_snapshot_id)
         tasks = [tasks_by_path[f.path] for f in group.files]
         expected = max(1, -(-group.total_bytes // max(1, target_file_size_bytes)))
@@ -349,6 +359,10 @@ class StagingArea:
                       for f, t in zip(group.files, tasks))
         set_id = self._stage_tasks(tasks)
         rows = self._read_set(set_id, split_size=weighed // expected + 1)
+        fed = None
+        if feed is not None and strategy == "binpack" and not any(f.delete_files for f in group.files) \
+                and can_feed(rows):
+            rows, fed = feed(rows)
         # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
                    "output-spec-id": str(group.spec_id), "distribution-mode": "none"}
@@ -380,7 +394,8 @@ class StagingArea:
             new_files=tuple(str(f.location()) for f in new_files),
             dangling_deletes=tuple(str(d.location()) for d in dangling),
             replaced_bytes=group.total_bytes, applied_deletes=sum(f.delete_files for f in group.files),
-            _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id)
+            _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id,
+            feed=fed, replaced_rows={f.path: f.record_count for f in group.files} if fed is not None else {})
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
         """min/max of each z-order column over the group's rows (one small aggregate pass)."""

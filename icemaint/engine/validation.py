@@ -25,11 +25,14 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from icemaint.engine.digest import SnapshotDigest, row_hash_args, rows_digest, sampled_rows, snapshot_sql
+from icemaint.engine.digest import (
+    FedRows, SnapshotDigest, expected_file_hash_sum, row_hash_args, rows_digest, sampled_rows, snapshot_sql,
+)
 
 ROW_COUNT_PARITY = "row_count_parity"
 SAMPLE_COMPARISON = "sample_comparison"
 COLUMN_AGGREGATES = "column_aggregates"
+READ_COMPLETENESS = "read_completeness"  # only when the old side was digested by the read that fed the rewrite
 CHECK_NAMES = (ROW_COUNT_PARITY, SAMPLE_COMPARISON, COLUMN_AGGREGATES)
 
 _MAX_TEXT = 8000  # characters kept of a query, a traceback or any long string in a trimmed GX result
@@ -153,8 +156,9 @@ def aggregate_pairs(before: SnapshotDigest, after: SnapshotDigest) -> pd.DataFra
 
 
 def _run_suite(spark_after_df, before_row_count: int, samples: pd.DataFrame,
-               aggregates: pd.DataFrame) -> dict[str, dict]:
-    """Runs the three expectations with GX; returns each result's JSON dict by check name."""
+               aggregates: pd.DataFrame, completeness: pd.DataFrame | None = None) -> dict[str, dict]:
+    """Runs the three expectations with GX (four with `completeness`); returns each result's JSON dict by
+    check name."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -178,6 +182,10 @@ def _run_suite(spark_after_df, before_row_count: int, samples: pd.DataFrame,
          gx.expectations.ExpectColumnPairValuesToBeEqual(
              column_A="before_value", column_B="after_value", meta={"check": COLUMN_AGGREGATES})),
     ]
+    if completeness is not None:
+        runs.append((READ_COMPLETENESS, batch(frames, "planned_against_read", completeness),
+                     gx.expectations.ExpectColumnPairValuesToBeEqual(
+                         column_A="planned", column_B="read", meta={"check": READ_COMPLETENESS})))
     return {name: _jsonable(b.validate(expectation, result_format="SUMMARY").to_json_dict())
             for name, b, expectation in runs}
 
@@ -279,14 +287,21 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
 
 
 def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sample_fraction: float = 0.05,
-               seed: int = 0, max_reported_rows: int = 20, what: str = "") -> ValidationResult:
+               seed: int = 0, max_reported_rows: int = 20, what: str = "", fed: FedRows | None = None,
+               planned_rows: dict[str, int] | None = None) -> ValidationResult:
     """Proves with Great Expectations that `after` holds exactly the rows of `before`.
 
     The same three checks as `validate_rewrite`, on any two row sets (a staged rewrite compares
     the replaced files as of S with the staged files). Each side is read once (twice when the proof fails).
 
+    With `fed` (the old side digested by the read that fed the rewrite's writer, `digest.digest_feed`) the
+    first comparison reads only `after`, and a fourth check, `read_completeness`, proves that read
+    complete: its row count and file-weighted hash sum must equal what the planned files' record counts
+    (`planned_rows`: path -> rows, from the manifests) give, so a file left out of the read or a filter
+    that dropped rows fails the proof. It needs `sample_fraction` and `seed` to be the feed's.
+
     Raises:
-        ValidationError: The two sides have different columns.
+        ValidationError: The two sides have different columns, or `fed` without `planned_rows`.
     """
     started = time.monotonic()
     _check_arguments(scope, sample_fraction, seed, max_reported_rows)
@@ -300,9 +315,13 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
             f"{before.description or before.snapshot_id} and {after.description or after.snapshot_id} of {what} "
             f"have different columns: {before_columns} vs {[f.name for f in after_df.schema.fields]}")
 
+    if fed is not None and planned_rows is None:
+        raise ValidationError("a digest fed by the rewrite's read needs the planned files' record counts")
     # The same frames serve the digest and GX's count: each is read by its own action, none is cached.
-    digests = [rows_digest(frame, side.snapshot_id, sample_fraction=sample_fraction, seed=seed, column_hashes=False)
+    digests = [fed.digest if fed is not None and side is before else
+               rows_digest(frame, side.snapshot_id, sample_fraction=sample_fraction, seed=seed, column_hashes=False)
                for side, frame in ((before, before_df), (after, after_df))]
+    completeness = None if fed is None else _completeness(after_df.sparkSession, fed, planned_rows)
     unstable = False
     if not digests_agree(*digests):
         # A failing proof: both sides are read again with a hash sum per column, so the report names the
@@ -313,10 +332,10 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
         unstable = digests_agree(*digests)
     samples = sample_multiplicities(*digests)
     aggregates = aggregate_pairs(*digests)
-    results = _run_suite(after_df, digests[0].row_count, samples, aggregates)
+    results = _run_suite(after_df, digests[0].row_count, samples, aggregates, completeness)
 
     checks = []
-    for name in CHECK_NAMES:
+    for name in CHECK_NAMES + ((READ_COMPLETENESS,) if completeness is not None else ()):
         doc = results.get(name, {})
         passed = bool(doc.get("success"))
         result = doc.get("result") or {}
@@ -333,6 +352,11 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
                         "distinct_sampled_rows": len(samples),
                         "missing_in_after": missing, "unexpected_in_after": unexpected,
                         "rows": rows}
+        elif name == READ_COMPLETENESS:
+            observed = {"planned_files": len(planned_rows), "planned_rows": int(completeness["planned"][0]),
+                        "rows_read": int(completeness["read"][0]),
+                        "file_weighted_hash_sum": {"planned": completeness["planned"][1],
+                                                   "read": completeness["read"][1]}}
         else:
             same = aggregates["before_value"] == aggregates["after_value"]
             both_null = aggregates["before_value"].isna() & aggregates["after_value"].isna()
@@ -361,6 +385,15 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
         duration_seconds=round(time.monotonic() - started, 3),
         reads={"before": digests[0].read, "after": digests[1].read},
     )
+
+
+def _completeness(spark, fed: FedRows, planned_rows: dict[str, int]) -> pd.DataFrame:
+    """The planned files' rows (from their manifests) against what the feeding read counted, as exact strings."""
+    return pd.DataFrame({
+        "measure": ["rows", "file_weighted_hash_sum"],
+        "planned": [str(sum(int(n) for n in planned_rows.values())), str(expected_file_hash_sum(spark, planned_rows))],
+        "read": [str(fed.digest.row_count), str(fed.file_hash_sum)],
+    }, dtype=object)
 
 
 def full_row_hash(spark, table_sql: str, snapshot_id: int, scope: str | None = None

@@ -31,6 +31,7 @@ from icemaint.engine.delete_staging import plan_position_deletes, stage_position
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
 
 log = logging.getLogger(__name__)
+PROOF_SEED = 0  # which rows the proof samples: the feeding read and the proof must use the same
 
 
 class CompactionError(RuntimeError):
@@ -286,8 +287,14 @@ class Compactor(ContractOperation):
         """How one group is staged: its data files rewritten, or (`deletes_scope` set, a DeleteGroup) only
         its position-delete files."""
         if deletes_scope is None:
+            from icemaint.engine.digest import digest_feed
+
+            # The proof's old side is digested by the read that feeds the writer: the proof reads only the new files.
+            def feed(rows):
+                return digest_feed(rows, base, sample_fraction=policy.sample_fraction, seed=PROOF_SEED)
+
             return lambda: staging.stage(group, tasks, base, target_file_size_bytes=policy.target_file_size_bytes,
-                                         strategy=policy.strategy, sort_keys=sort_keys, index=index)
+                                         strategy=policy.strategy, sort_keys=sort_keys, index=index, feed=feed)
         scan_filter = staging.date_filter(health.time_column, health.time_column_type, deletes_scope.start,
                                           deletes_scope.end)
         return lambda: stage_position_deletes(staging, group, tasks, base, scan_filter,
@@ -324,12 +331,13 @@ class Compactor(ContractOperation):
                           f"-> {len(staged.new_files)} staged files (snapshot {staged.staged_snapshot_id})")
             t_val = time.perf_counter()
             try:
+                fed = staged.feed.result() if staged.feed is not None else None
                 proof = prove_rows(
                     RowSet(base, lambda: staging.before_rows(staged), f"the replaced files as of snapshot {base}"),
                     RowSet(staged.staged_snapshot_id, lambda: staging.after_rows(staged),
                            f"the staged files (snapshot {staged.staged_snapshot_id})"),
-                    scope=outcome.validation["scope"], sample_fraction=policy.sample_fraction,
-                    what=name.key).to_dict()
+                    scope=outcome.validation["scope"], sample_fraction=policy.sample_fraction, seed=PROOF_SEED,
+                    what=name.key, fed=fed, planned_rows=staged.replaced_rows if fed is not None else None).to_dict()
             except Exception as exc:
                 # A proof that could not run proves nothing: treated as failed, nothing is published.
                 log.exception("the proof of %s %s could not run", name.key, date)
