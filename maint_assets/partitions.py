@@ -20,6 +20,7 @@ PLANNED_SCHEMA_TAG = "icemaint/planned_schema_id"
 PARTITION_TAG = "dagster/partition"
 # A batched backfill run (several dates of one table) names its range instead of a partition.
 RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 table_partitions = dg.DynamicPartitionsDefinition(name=TABLE_DIMENSION)
 

@@ -154,3 +154,12 @@ def test_a_write_that_changes_rows_after_the_feeding_read_fails_the_proof(spark,
     differing = {(a["column_name"], a["aggregate"])
                  for a in failed[COLUMN_AGGREGATES]["observed"]["differing_aggregates"]}
     assert ("*", "hash_sum") in differing, differing
+
+
+def test_the_fed_sample_is_the_policys_share_capped_at_about_twenty_thousand_rows():
+    from icemaint.engine.digest import FED_SAMPLE_ROWS, fed_sample_fraction
+
+    assert fed_sample_fraction(0.05, 1_000) == 0.05
+    assert fed_sample_fraction(1.0, FED_SAMPLE_ROWS) == 1.0
+    assert fed_sample_fraction(0.05, 15_000_000) == pytest.approx(FED_SAMPLE_ROWS / 15_000_000)
+    assert fed_sample_fraction(0.001, 15_000_000) == 0.001  # a smaller share is kept

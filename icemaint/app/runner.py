@@ -16,7 +16,7 @@ from icemaint.app.instance import get_instance
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
-from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG
+from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TRIGGER_TAG
 from sensors.reaper import process_tags
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,8 @@ class RunReport:
     outcome: dict = field(default_factory=dict)
     error: str | None = None
     table_state: str | None = None
+    # A run over several partitions (a batch of dates): each partition key's outcome.
+    outcomes: dict = field(default_factory=dict)
 
     @property
     def failure_line(self) -> str:
@@ -85,7 +87,7 @@ class MaintenanceRunner:
         return parse_date(date, self.config.dates_start, today + dt.timedelta(days=1)).isoformat()
 
     # -- runs --------------------------------------------------------------------------------
-    def _execute(self, job_name: str, partition_key: str, run_config: dict | None = None,
+    def _execute(self, job_name: str, partition_key: str | None, run_config: dict | None = None,
                  tags: dict | None = None, outcome_key: str = "outcome") -> RunReport:
         job = self.defs.resolve_job_def(job_name)
         table = (tags or {}).get(TABLE_TAG)
@@ -96,13 +98,15 @@ class MaintenanceRunner:
         result = job.execute_in_process(instance=self.instance, partition_key=partition_key, run_id=run_id,
                                         run_config=run_config, tags={**(tags or {}), **process_tags(run_id)},
                                         raise_on_error=False)
-        outcome, error = {}, None
+        outcome, outcomes, error = {}, {}, None
         for event in result.all_events:
             if event.is_step_materialization or event.event_type_value == "ASSET_OBSERVATION":
                 data = event.event_specific_data
                 entry = getattr(data, "materialization", None) or getattr(data, "asset_observation", None)
                 if entry is not None and outcome_key in entry.metadata:
                     outcome = entry.metadata[outcome_key].value
+                    if entry.partition is not None:
+                        outcomes[str(entry.partition)] = outcome
             if event.is_step_failure:
                 error = error_line(event.event_specific_data.error) if event.event_specific_data.error else "step failed"
                 # A refusal fails its step on purpose and carries its outcome: report the decision it is.
@@ -110,7 +114,7 @@ class MaintenanceRunner:
                 if not outcome and failure is not None and outcome_key in failure.metadata:
                     outcome = failure.metadata[outcome_key].value
         return RunReport(result.run_id, result.success, outcome, error,
-                         self._state(before, self._main(table)) if before else None)
+                         self._state(before, self._main(table)) if before else None, outcomes)
 
     def _main(self, table: str | None) -> tuple | None:
         """(snapshot id,) of the table's `main`, or None when it cannot be read."""
@@ -145,6 +149,23 @@ class MaintenanceRunner:
             return self._execute("table_compaction_job", key, {"ops": {"table_compaction": config}}, tags=tags)
         day = self.check_date(date)
         return self._execute("compaction_job", f"{day}|{key}", {"ops": {"compaction": config}}, tags=tags)
+
+    def compact_dates(self, table: str, dates: list[str], *, trigger: str = "cli") -> RunReport:
+        """Materialize `compaction` for consecutive dates of one table in one run: the partition range a
+        batched backfill run covers (one run record and Spark session; each date its own request, claim,
+        proof, audit record and materialization, its outcome in `RunReport.outcomes` by partition key)."""
+        key = self.check_table(table)
+        days = [self.check_date(d) for d in dates]
+        if not days:
+            raise ValueError("no dates to compact")
+        if len(days) == 1:
+            return self.compact(key, days[0], trigger=trigger)
+        if any(parse_date(b) - parse_date(a) != dt.timedelta(days=1) for a, b in zip(days, days[1:])):
+            raise ValueError(f"the dates of one run must be consecutive and ascending, got {', '.join(days)}")
+        tags = {TABLE_TAG: key, TRIGGER_TAG: trigger,
+                RANGE_START_TAG: f"{days[0]}|{key}", RANGE_END_TAG: f"{days[-1]}|{key}"}
+        config = {"config": {"dry_run": False, "approved": False}}
+        return self._execute("compaction_job", None, {"ops": {"compaction": config}}, tags=tags)
 
     # -- retention ---------------------------------------------------------------------------
     def _retention(self, job_name: str, asset: str, table: str, settings: dict, trigger: str) -> RunReport:

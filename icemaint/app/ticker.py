@@ -88,13 +88,14 @@ class Ticker:
         plan = evaluate_compaction(instance, self.catalog, self.claims, self.audit, self._cursor("compaction"),
                                    now, date_keys)
         decisions, quiet = [], {}
+        launched = {} if dry_run else self._compact_in_batches([(d.table, d.date) for d in plan.decisions
+                                                                if d.verdict == RUN])
         for d in plan.decisions:
             entry = {"table": d.table, "date": d.date, "operation": d.operation, "decision": d.verdict,
                      "reason": d.reason}
             if d.verdict == RUN and not dry_run:
-                report = self._launch(self.runner.compact, d.table, d.date, trigger="tick")
-                outcome = report.outcome
-                entry.update({"run_id": report.run_id, "success": report.success,
+                report, outcome, success = launched[(d.table, d.date)]
+                entry.update({"run_id": report.run_id, "success": success,
                               "result": outcome.get("decision", "failed"),
                               "result_reason": outcome.get("reason") or report.failure_line,
                               "before_snapshot_id": outcome.get("before_snapshot_id"),
@@ -103,7 +104,7 @@ class Ticker:
                               "partitions": outcome.get("partitions"),
                               "validation": outcome.get("validation", {}).get("passed"),
                               "published": outcome.get("published")})
-                failed |= not report.success
+                failed |= not success
             decisions.append(entry)
             if d.verdict == NOOP:
                 quiet.setdefault(d.table, []).append(d)
@@ -140,6 +141,29 @@ class Ticker:
         return {"decisions": decisions, "discovered": added, "removed": removed, "errors": errors,
                 "reaped": [d.run_id for d in reaped],
                 "lines": lines, "failed": failed or retention_failed or bool(errors)}
+
+    def _compact_in_batches(self, runs: list[tuple[str, str | None]]) -> dict:
+        """Executes the tick's compaction runs, consecutive dates of a table as one run over their partition
+        range (`date_batches`); (table, date) -> (its run's report, its outcome, whether it was done).
+
+        A date of a failed batch run counts as done when it has its own outcome and was not refused (a
+        later date's failure fails the whole run); a date without an outcome was not done."""
+        from icemaint.domain.tick import date_batches
+        from maint_assets.compaction import BACKFILL_DATES_PER_RUN
+
+        out = {}
+        for batch in date_batches(runs, BACKFILL_DATES_PER_RUN):
+            table, dates = batch[0][0], [date for _, date in batch]
+            if len(batch) == 1:
+                report = self._launch(self.runner.compact, table, dates[0], trigger="tick")
+                out[batch[0]] = (report, report.outcome, report.success)
+                continue
+            report = self._launch(self.runner.compact_dates, table, dates, trigger="tick")
+            for date in dates:
+                outcome = report.outcomes.get(f"{date}|{table}", {})
+                done = report.success or bool(outcome) and outcome.get("decision") != REFUSE
+                out[(table, date)] = (report, outcome, done)
+        return out
 
     def _tick_retention(self, dry_run: bool) -> tuple[list[dict], list[str], bool, dict]:
         """Retention after compaction (which may just have superseded files): expiry, orphans, manifests."""

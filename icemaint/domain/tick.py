@@ -231,3 +231,35 @@ def plan_compaction_tick(
         elif d.kind == ReasonKind.TICK_BUDGET:
             plan.cursor[d.table].recheck_at = now.timestamp()  # look again next tick
     return plan
+
+
+def date_batches(runs: Sequence[tuple[str, str | None]], limit: int) -> list[list[tuple[str, str | None]]]:
+    """The tick's (table, date) runs as runs of consecutive dates of one table, at most `limit` dates each.
+
+    A batch becomes one Dagster run over its partition range (one Spark session, one run record), each
+    date still its own request, claim, proof, audit record and materialization. Batches are ordered by their
+    best-ranked run (the tick's order); a run without a date (a table compacted per partition) stands alone,
+    and a run listed twice runs once.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be an int of at least 1, got {limit!r}")
+    rank: dict[tuple[str, str | None], int] = {}
+    for i, run in enumerate(runs):
+        rank.setdefault(run, i)
+    batches: list[list[tuple[str, str | None]]] = []
+    dated: dict[str, list[str]] = {}
+    for table, date in rank:
+        if date is None:
+            batches.append([(table, None)])
+        else:
+            dated.setdefault(table, []).append(date)
+    for table, dates in dated.items():
+        batch: list[tuple[str, str | None]] = []
+        for date in sorted(dates):
+            follows = batch and dt.date.fromisoformat(batch[-1][1]) + dt.timedelta(days=1) == dt.date.fromisoformat(date)
+            if follows and len(batch) < limit:
+                batch.append((table, date))
+            else:
+                batch = [(table, date)]
+                batches.append(batch)
+    return sorted(batches, key=lambda b: min(rank[r] for r in b))

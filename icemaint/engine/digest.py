@@ -280,6 +280,17 @@ def row_json(schema) -> str:
 
 
 FILE_COLUMN = "_file"  # Iceberg's metadata column: the data file a row was read from
+# Sampled fingerprints leave the feeding read through Spark's accumulators, which the driver also keeps per
+# task for its status store: a 5% sample of 15M rows there ran a 1 GiB driver out of memory. The fed
+# sample is capped at about this many rows (the whole-row hash sum still covers every row).
+FED_SAMPLE_ROWS = 20_000
+
+
+def fed_sample_fraction(sample_fraction: float, planned_rows: int) -> float:
+    """The share of rows the feeding read samples: the policy's, capped at about FED_SAMPLE_ROWS rows."""
+    if planned_rows <= FED_SAMPLE_ROWS:
+        return sample_fraction
+    return min(sample_fraction, FED_SAMPLE_ROWS / planned_rows)
 
 
 @dataclass(frozen=True)
@@ -295,12 +306,15 @@ class FedRows:
 
     digest: SnapshotDigest
     file_hash_sum: int
+    sample_fraction: float
 
 
 class FeedDigest:
     """A digest being taken while a writer consumes the rows; `result` once the write has finished."""
 
-    def __init__(self, observation, aggregates: list[Aggregate], snapshot_id: int, started: float):
+    def __init__(self, observation, aggregates: list[Aggregate], snapshot_id: int, started: float,
+                 sample_fraction: float):
+        self.sample_fraction = sample_fraction
         self._observation = observation
         self._aggregates = aggregates
         self._snapshot_id = int(snapshot_id)
@@ -326,7 +340,8 @@ class FeedDigest:
         digest = SnapshotDigest(snapshot_id=self._snapshot_id, row_count=int(values[0]),
                                 aggregates=aggregate_values(self._aggregates, values[1:1 + n_exprs]),
                                 sample=sample, read=read)
-        return FedRows(digest=digest, file_hash_sum=int(high or 0) * 2**32 + int(low or 0))
+        return FedRows(digest=digest, file_hash_sum=int(high or 0) * 2**32 + int(low or 0),
+                       sample_fraction=self.sample_fraction)
 
 
 def can_feed(rows) -> bool:
@@ -347,7 +362,8 @@ def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
     """(rows to write, FeedDigest): the same rows, digested by an Observation while the writer reads them.
 
     The digest is `rows_digest`'s without per-column hashes (a failing proof reads again with them),
-    plus each row's file, so the proof can check the read fed every planned row. Only for a write that
+    plus each row's file, so the proof can check the read fed every planned row (`sample_fraction`: keep
+    it within `fed_sample_fraction`, the sample leaves through accumulators). Only for a write that
     reads its input once (no sort: a range partitioner samples its input with a job of its own, which
     would count rows twice); the proof fails, never passes, if rows were counted twice.
     """
@@ -368,7 +384,7 @@ def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
     fed = (rows.selectExpr("*", f"{FILE_COLUMN} AS {ident(source)}", f"{first} AS {ident(fp1)}")
            .observe(observation, *[F.expr(e).alias(f"m{i}") for i, e in enumerate(exprs)])
            .drop(fp1, source))
-    return fed, FeedDigest(observation, aggregates, snapshot_id, started)
+    return fed, FeedDigest(observation, aggregates, snapshot_id, started, sample_fraction)
 
 
 def expected_file_hash_sum(spark, record_counts: dict[str, int]) -> int:

@@ -3,10 +3,12 @@
 Every Spark and JVM call of a staged rewrite lives here (Iceberg's public Java API through Py4J):
 
 - `plan_date_files` / `plan_table_files`: the data files of one date (or of the whole table) as of the
-  planned snapshot S (every partition spec the table has had), each with the delete files that apply.
+  planned snapshot S (every partition spec the table has had), each with the delete files that apply
+  (the scan is turned into files by `icemaint.engine.planning`).
 - `StagingArea.stage`: creates the staging branch at S, reads exactly the chosen files as of S
   (Iceberg's scan-task-set read: deletes as of S applied, no predicate that could drop a row) and
-  writes the replacement files to the branch. `main` does not move.
+  writes the replacement files to the branch; a bin-pack of files without deletes digests the rows on
+  their way to the writer for the proof (`feed`). `main` does not move.
 - `StagingArea.before_rows` / `after_rows`: the two sides of the proof, read the same exact way.
 - `StagingArea.publish`: one `replace` commit on `main` that swaps exactly the proven old files
   for exactly the proven new files, validated from S with S's data sequence number, with the
@@ -28,6 +30,7 @@ from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list  # noqa: F401 (re-exported)
 from icemaint.engine.digest import can_feed
+from icemaint.engine.planning import date_filter, plan_files
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey
 
@@ -77,15 +80,6 @@ def zorder_kinds(schema, keys) -> dict[str, str]:
             raise StagingError(f"z-order column {key.column!r} has type {dtype}; z-order takes numbers, "
                                "dates, timestamps and strings")
     return out
-
-
-def _bound(value: dt.date, column_type: str) -> str:
-    """An Iceberg literal string for the start of `value` in the column's type."""
-    if column_type == "date":
-        return value.isoformat()
-    if column_type in ("timestamptz", "timestamptz_ns"):
-        return f"{value.isoformat()}T00:00:00+00:00"
-    return f"{value.isoformat()}T00:00:00"
 
 
 @dataclass
@@ -138,14 +132,6 @@ class Published:
     state_was_unknown: bool = False
 
 
-def _no_delete_files(snapshot) -> bool:
-    """Whether a Java snapshot's summary says it holds no delete files (False when it does not say)."""
-    if snapshot is None:
-        return False
-    total = snapshot.summary().get("total-delete-files")
-    return total is not None and str(total) == "0"
-
-
 class StagingArea:
     """Stage, read, publish and discard rewrites of one table (one instance per run)."""
 
@@ -193,10 +179,7 @@ class StagingArea:
 
     def date_filter(self, column: str, column_type: str, start: dt.date, end: dt.date):
         """Iceberg's expression for rows in [start, end) of the time column."""
-        expressions = self.jvm.org.apache.iceberg.expressions.Expressions
-        lower = expressions.greaterThanOrEqual(column, _bound(start, column_type))
-        upper = expressions.lessThan(column, _bound(end, column_type))
-        return getattr(expressions, "and")(lower, upper)
+        return date_filter(self.jvm, column, column_type, start, end)
 
     def plan_table_files(self, snapshot_id: int) -> tuple[list[CandidateFile], dict]:
         """Every data file of the table as of `snapshot_id` (a table maintained per partition, not per date)."""
@@ -206,72 +189,9 @@ class StagingArea:
         return int(self.table(refresh=False).spec().specId())
 
     def _plan(self, scan, snapshot_id: int | None = None) -> tuple[list[CandidateFile], dict]:
-        self._weights.clear()  # a re-plan (after a publish conflict) weighs its own tasks
-        tbl = self.table(refresh=False)
-        iterable = scan.planFiles()
-        try:
-            items = self.jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(iterable)
-        finally:
-            iterable.close()
-        if snapshot_id is not None and _no_delete_files(tbl.snapshot(int(snapshot_id))):
-            planned = self._plan_in_bulk(tbl, items)
-            if planned is not None:
-                return planned
-        candidates, tasks = [], {}
-        specs, java_specs = {}, tbl.specs()
-        for task in [items.get(i) for i in range(items.size())]:
-            data = task.file()
-            path = str(data.location())
-            spec_id = int(data.specId())
-            if spec_id not in specs:
-                specs[spec_id] = java_specs.get(spec_id)
-            java_deletes = task.deletes()
-            deletes = tuple((str(d.location()), int(d.recordCount()))
-                            for d in listed_java(self.jvm, java_deletes)) if java_deletes.size() else ()
-            candidates.append(CandidateFile(
-                path=path, size_bytes=int(data.fileSizeInBytes()), record_count=int(data.recordCount()),
-                spec_id=spec_id, partition=str(specs[spec_id].partitionToPath(data.partition())),
-                delete_files=len(deletes), deletes=deletes))
-            tasks[path] = task
-        return candidates, tasks
-
-    def _plan_in_bulk(self, tbl, items) -> tuple[list[CandidateFile], dict] | None:
-        """The planned tasks of a snapshot without delete files, described by one JSON document from the JVM
-        (Iceberg's REST scan-task serializer) instead of ~10 Py4J calls per file: one call a file remains
-        (the task itself, which staging needs), and three per distinct partition (its path).
-
-        None (plan file by file) when the serializer refuses or a task has deletes after all (a summary
-        that said none was wrong)."""
-        import json
-
-        from py4j.protocol import Py4JJavaError
-
-        responses = self.jvm.org.apache.iceberg.rest.responses
-        specs = tbl.specs()
-        try:
-            response = responses.FetchScanTasksResponse.builder().withFileScanTasks(items) \
-                .withDeleteFiles(self.jvm.java.util.ArrayList()).withSpecsById(specs).build()
-            described = json.loads(str(responses.FetchScanTasksResponseParser.toJson(response)))
-        except Py4JJavaError as exc:
-            log.info("planning %s file by file: %s", self.name.key, java_root_message(exc))
-            return None
-        described = described.get("file-scan-tasks") or []
-        if len(described) != int(items.size()) or any(d.get("delete-file-references") for d in described):
-            return None
-        candidates, tasks, partitions = [], {}, {}
-        for i, doc in enumerate(described):
-            task, data = items.get(i), doc["data-file"]
-            spec_id = int(data["spec-id"])
-            key = (spec_id, json.dumps(data.get("partition"), sort_keys=True))
-            if key not in partitions:
-                partitions[key] = str(specs.get(spec_id).partitionToPath(task.file().partition()))
-            path = str(data["file-path"])
-            candidates.append(CandidateFile(
-                path=path, size_bytes=int(data["file-size-in-bytes"]), record_count=int(data["record-count"]),
-                spec_id=spec_id, partition=partitions[key]))
-            tasks[path] = task
-            self._weights[path] = int(doc.get("length", data["file-size-in-bytes"]))
-        return candidates, tasks
+        planned = plan_files(self.jvm, self.table(refresh=False), scan, snapshot_id, self.name.key)
+        self._weights = planned.weights  # a re-plan (after a publish conflict) weighs its own tasks
+        return planned.candidates, planned.tasks
 
     def sequence_number(self, snapshot_id: int) -> int:
         return int(self.table(refresh=False).snapshot(int(snapshot_id)).sequenceNumber())
@@ -348,7 +268,7 @@ class StagingArea:
               feed=None) -> StagedRewrite:
         """Writes the group's replacement files to a new staging branch at `base_snapshot_id`.
 
-        `feed(rows) -> (rows, FeedDigest)` digests the old rows on their way to the writer; used for a
+        `feed(rows, planned rows) -> (rows, FeedDigest)` digests the old rows on their way to the writer; used for a
         bin-pack of files without deletes (the read counts each file's rows, which only then are its
         manifest's record counts), whose writer reads its input exactly once."""
         branch = self.open_branch(index, base_snapshot_id)
@@ -362,7 +282,7 @@ class StagingArea:
         fed = None
         if feed is not None and strategy == "binpack" and not any(f.delete_files for f in group.files) \
                 and can_feed(rows):
-            rows, fed = feed(rows)
+            rows, fed = feed(rows, sum(f.record_count for f in group.files))
         # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
                    "output-spec-id": str(group.spec_id), "distribution-mode": "none"}

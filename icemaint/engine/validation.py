@@ -318,9 +318,13 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
     if fed is not None and planned_rows is None:
         raise ValidationError("a digest fed by the rewrite's read needs the planned files' record counts")
     # The same frames serve the digest and GX's count: each is read by its own action, none is cached.
+    # A fed digest's sample may be smaller than the policy's (`digest.fed_sample_fraction`): the after side is
+    # sampled alike; a failing proof reads both sides again at the policy's share.
+    first_fraction = fed.sample_fraction if fed is not None else sample_fraction
     digests = [fed.digest if fed is not None and side is before else
-               rows_digest(frame, side.snapshot_id, sample_fraction=sample_fraction, seed=seed, column_hashes=False)
+               rows_digest(frame, side.snapshot_id, sample_fraction=first_fraction, seed=seed, column_hashes=False)
                for side, frame in ((before, before_df), (after, after_df))]
+    compared_fraction = first_fraction
     completeness = None if fed is None else _completeness(after_df.sparkSession, fed, planned_rows)
     unstable = False
     if not digests_agree(*digests):
@@ -328,6 +332,7 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
         # columns that differ (the verdict is the same: the whole-row hash sum already covers every value).
         digests = [rows_digest(side.load(), side.snapshot_id, sample_fraction=sample_fraction, seed=seed)
                    for side in (before, after)]
+        compared_fraction = sample_fraction
         # A pass never comes from the second read: sides that agree only when read again are not stable.
         unstable = digests_agree(*digests)
     samples = sample_multiplicities(*digests)
@@ -346,7 +351,7 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
             missing, unexpected, rows = (0, 0, []) if passed else _differing_rows(
                 before, after, seed, samples, max_reported_rows)
             observed = {"differences": int(result.get("unexpected_count") or 0),
-                        "sample_fraction": float(sample_fraction), "seed": seed,
+                        "sample_fraction": float(compared_fraction), "seed": seed,
                         "sampled_before_rows": len(digests[0].sample),
                         "sampled_after_rows": len(digests[1].sample),
                         "distinct_sampled_rows": len(samples),

@@ -287,11 +287,12 @@ class Compactor(ContractOperation):
         """How one group is staged: its data files rewritten, or (`deletes_scope` set, a DeleteGroup) only
         its position-delete files."""
         if deletes_scope is None:
-            from icemaint.engine.digest import digest_feed
+            from icemaint.engine.digest import digest_feed, fed_sample_fraction
 
             # The proof's old side is digested by the read that feeds the writer: the proof reads only the new files.
-            def feed(rows):
-                return digest_feed(rows, base, sample_fraction=policy.sample_fraction, seed=PROOF_SEED)
+            def feed(rows, planned_rows: int):
+                return digest_feed(rows, base, sample_fraction=fed_sample_fraction(policy.sample_fraction, planned_rows),
+                                   seed=PROOF_SEED)
 
             return lambda: staging.stage(group, tasks, base, target_file_size_bytes=policy.target_file_size_bytes,
                                          strategy=policy.strategy, sort_keys=sort_keys, index=index, feed=feed)

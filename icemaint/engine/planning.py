@@ -1,0 +1,128 @@
+"""Which files a rewrite replaces: the data files of a snapshot's scan, with the delete files that apply.
+
+Owns planning for `StagingArea` (Iceberg's Java scan API through Py4J): `date_filter` builds the
+expression for one date of the time column, `plan_files` turns a scan's planned tasks into the pure
+`CandidateFile` rows `icemaint.domain.rewrite_plan` groups, and keeps the Java tasks the staging reads.
+A snapshot without delete files is described in bulk by one JSON document from the JVM (Iceberg's REST
+scan-task serializer) instead of ~10 Py4J calls per file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass, field
+
+from icemaint.domain.rewrite_plan import CandidateFile
+from icemaint.engine.java import java_root_message, listed_java
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlannedFiles:
+    """A scan's data files.
+
+    Attributes:
+        candidates: The pure description of each file, for grouping.
+        tasks: The Java scan task (file + deletes) of each file by path: what the staging reads.
+        weights: A file's scan weight in bytes, by path, when planned in bulk (else empty: the task weighs it).
+    """
+
+    candidates: list[CandidateFile]
+    tasks: dict
+    weights: dict[str, int] = field(default_factory=dict)
+
+
+def _bound(value: dt.date, column_type: str) -> str:
+    """An Iceberg literal string for the start of `value` in the column's type."""
+    if column_type == "date":
+        return value.isoformat()
+    if column_type in ("timestamptz", "timestamptz_ns"):
+        return f"{value.isoformat()}T00:00:00+00:00"
+    return f"{value.isoformat()}T00:00:00"
+
+
+def date_filter(jvm, column: str, column_type: str, start: dt.date, end: dt.date):
+    """Iceberg's expression for rows in [start, end) of the time column."""
+    expressions = jvm.org.apache.iceberg.expressions.Expressions
+    lower = expressions.greaterThanOrEqual(column, _bound(start, column_type))
+    upper = expressions.lessThan(column, _bound(end, column_type))
+    return getattr(expressions, "and")(lower, upper)
+
+
+def _no_delete_files(snapshot) -> bool:
+    """Whether a Java snapshot's summary says it holds no delete files (False when it does not say)."""
+    if snapshot is None:
+        return False
+    total = snapshot.summary().get("total-delete-files")
+    return total is not None and str(total) == "0"
+
+
+def plan_files(jvm, tbl, scan, snapshot_id: int | None, what: str) -> PlannedFiles:
+    """The scan's planned data files (`tbl`: the Java table; `snapshot_id`: the scan's snapshot, which allows
+    the bulk description when its summary says it holds no delete files; `what`: the table, for logs)."""
+    iterable = scan.planFiles()
+    try:
+        items = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(iterable)
+    finally:
+        iterable.close()
+    if snapshot_id is not None and _no_delete_files(tbl.snapshot(int(snapshot_id))):
+        planned = _plan_in_bulk(jvm, tbl, items, what)
+        if planned is not None:
+            return planned
+    candidates, tasks = [], {}
+    specs, java_specs = {}, tbl.specs()
+    for task in [items.get(i) for i in range(items.size())]:
+        data = task.file()
+        path = str(data.location())
+        spec_id = int(data.specId())
+        if spec_id not in specs:
+            specs[spec_id] = java_specs.get(spec_id)
+        java_deletes = task.deletes()
+        deletes = tuple((str(d.location()), int(d.recordCount()))
+                        for d in listed_java(jvm, java_deletes)) if java_deletes.size() else ()
+        candidates.append(CandidateFile(
+            path=path, size_bytes=int(data.fileSizeInBytes()), record_count=int(data.recordCount()),
+            spec_id=spec_id, partition=str(specs[spec_id].partitionToPath(data.partition())),
+            delete_files=len(deletes), deletes=deletes))
+        tasks[path] = task
+    return PlannedFiles(candidates, tasks)
+
+
+def _plan_in_bulk(jvm, tbl, items, what: str) -> PlannedFiles | None:
+    """The planned tasks of a snapshot without delete files, described by one JSON document from the JVM
+    (Iceberg's REST scan-task serializer) instead of ~10 Py4J calls per file: one call a file remains
+    (the task itself, which staging needs), and three per distinct partition (its path).
+
+    None (plan file by file) when the serializer refuses or a task has deletes after all (a summary
+    that said none was wrong)."""
+    from py4j.protocol import Py4JJavaError
+
+    responses = jvm.org.apache.iceberg.rest.responses
+    specs = tbl.specs()
+    try:
+        response = responses.FetchScanTasksResponse.builder().withFileScanTasks(items) \
+            .withDeleteFiles(jvm.java.util.ArrayList()).withSpecsById(specs).build()
+        described = json.loads(str(responses.FetchScanTasksResponseParser.toJson(response)))
+    except Py4JJavaError as exc:
+        log.info("planning %s file by file: %s", what, java_root_message(exc))
+        return None
+    described = described.get("file-scan-tasks") or []
+    if len(described) != int(items.size()) or any(d.get("delete-file-references") for d in described):
+        return None
+    planned, partitions = PlannedFiles([], {}), {}
+    for i, doc in enumerate(described):
+        task, data = items.get(i), doc["data-file"]
+        spec_id = int(data["spec-id"])
+        key = (spec_id, json.dumps(data.get("partition"), sort_keys=True))
+        if key not in partitions:
+            partitions[key] = str(specs.get(spec_id).partitionToPath(task.file().partition()))
+        path = str(data["file-path"])
+        planned.candidates.append(CandidateFile(
+            path=path, size_bytes=int(data["file-size-in-bytes"]), record_count=int(data["record-count"]),
+            spec_id=spec_id, partition=partitions[key]))
+        planned.tasks[path] = task
+        planned.weights[path] = int(doc.get("length", data["file-size-in-bytes"]))
+    return planned
