@@ -15,7 +15,8 @@ is written once and copied aside; each contender runs on a restored copy in a fr
 start to its exit:
 
 - icemaint: `icemaint tick --until-idle --json` (ticks in one process until nothing is launched; each due
-  table-date is its own Dagster run: claim, staging branch, Great Expectations proof, publish);
+  table-date has its own claim, staging branch, Great Expectations proof and publish; a table's consecutive
+  due dates of one tick run as one Dagster run over their partition range);
 - the nightly habit: one Spark process (`--driver`, this module) that calls
   `CALL local.system.rewrite_data_files(table => '<table>')` for each table in turn, default options, as a
   cron job does. Iceberg's bin-pack then takes every file below 75% of the table's target as a candidate and
@@ -352,7 +353,7 @@ def run_icemaint(root: Path, wh: Path, due_dates: int) -> dict:
                            capture_output=True, text=True).stdout.strip()
     return {"seconds": round(seconds, 2), "launched_at": launched, "ticks": len(reports),
             "code": str(Path(where).parent.parent) if where else None,
-            "runs": len(runs), "runs_by_operation": by_operation,
+            "runs": len({d["run_id"] for d in runs}), "table_dates": len(runs), "runs_by_operation": by_operation,
             "published": sum(1 for d in runs if d.get("published")),
             "runs_per_tick": [sum(1 for d in r["decisions"] if d.get("run_id")) for r in reports],
             "cpu": cpu.result, "audit": audit_steps(state / "audit" / "audit.jsonl"),
@@ -546,8 +547,9 @@ def render(results: dict) -> str:
         "on the habit (or of catching up with it), not of every night; a real table with more history of "
         "medium files pays it for each such date.",
         "- icemaint: `icemaint tick --until-idle` (scope the estate, writer_idle and hot_partition_age 0 s, "
-        "min_input_files 5): each due table-date is its own Dagster run with claim, staging branch, Great "
-        "Expectations proof and publish, ticks in one process until a tick publishes nothing. The nightly "
+        "min_input_files 5): each due table-date has its own claim, staging branch, Great Expectations proof, "
+        "publish, audit record and materialization; a table's consecutive due dates of one tick run as one "
+        "Dagster run over their partition range; ticks in one process until a tick publishes nothing. The nightly "
         "habit: one Spark process (local[2], the same session settings) calling "
         "`CALL local.system.rewrite_data_files(table => ...)` on each whole table in turn, default options. "
         "Wall time is each process from its start to its exit (with its JVM).",
@@ -577,7 +579,8 @@ def render(results: dict) -> str:
         _row("small files left", f"{it['small_files_after']:,}", f"{nt['small_files_after']:,}"),
         _row("dates touched (of them healthy)", f"{it['dates_touched']} ({it['healthy_dates_touched']})",
              f"{nt['dates_touched']} ({nt['healthy_dates_touched']})"),
-        _row("work units", f"{ice['runs']} Dagster runs in {ice['ticks']} ticks ("
+        _row("work units", f"{ice.get('table_dates', ice['runs'])} table-dates in {ice['runs']} Dagster runs in "
+             f"{ice['ticks']} ticks ("
              + ", ".join(f"{k} {v}" for k, v in sorted(ice["runs_by_operation"].items())) + ")",
              f"{nightly['calls']} procedure calls"),
         _row("rows", "every id once, as written" if ice["rows"]["ok"] else "**differ**",
@@ -602,8 +605,9 @@ def render(results: dict) -> str:
                   f"{human_seconds(nightly['slowest_call_seconds'])}), rewriting "
                   f"{human_size(nt['bytes_rewritten'])} to icemaint's {human_size(it['bytes_rewritten'])}.",
                   "- Why: the nightly habit pays one plan-and-commit per table, with no proof; icemaint pays a "
-                  "claim, a staging branch, a proof that reads the replaced and the staged files again, a "
-                  "publish and Dagster's run bookkeeping per table-date, one after the other on one session."]
+                  "claim, a staging branch, a proof (the replaced files digested while they are rewritten, the "
+                  "staged files read again), a publish and Dagster's bookkeeping per table-date, one after the "
+                  "other on one session."]
     if "write amplification" in missed:
         lines += ["", "### Write amplification miss", "",
                   f"- icemaint rewrote {human_size(it['bytes_rewritten_not_small'])} of files that were not small "

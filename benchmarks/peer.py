@@ -299,12 +299,15 @@ TARGETS = {"files_100": None, "commits_1000": 1.5, "estate_100": 2.0, "files_100
 WHY = {
     "files_100": "a JVM, Dagster and a Spark session per process against a Python process; the data work "
                  "itself is small either way",
-    "commits_1000": "the same fixed cost, plus the proof: icemaint reads both sides again and compares every "
+    "commits_1000": "the same fixed cost, plus the proof: icemaint digests the replaced rows as they are "
+                    "rewritten, reads the staged files again and compares every "
                     "row's fingerprint and every column's aggregates, where the peer compares one row count",
-    "estate_100": "every table-date is its own Dagster run with its own claim, plan, staging branch, proof and "
-                  "publish, one after the other (`tick --until-idle`: one process, one JVM, 20 runs a tick)",
+    "estate_100": "every table-date has its own claim, plan, staging branch, proof and publish, one after the "
+                  "other (`tick --until-idle`: one process, one JVM, 20 table-dates a tick, a table's consecutive "
+                  "dates in one Dagster run), where the peer rewrites each table without a proof",
     "files_10000": "the data work itself: Spark's Parquet read and write of 40M rows on 2 local cores against "
-                   "the peer's vectorised duckdb/arrow in one process, and the proof reading both sides again",
+                   "the peer's vectorised duckdb/arrow in one process, the digest of the replaced rows in the rewrite's pass and "
+                   "the proof reading the staged files again",
 }
 
 

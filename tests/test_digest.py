@@ -107,19 +107,20 @@ def test_a_passing_proof_runs_one_spark_job_per_snapshot_plus_gx_row_count(spark
     assert len(jobs) <= 4, "\n".join(stages)
 
 
-def test_without_column_hashes_only_the_per_column_hash_sums_are_left_out(spark, config, table_name):
-    """What a passing proof reads: the whole-row hash sum stays (it hashes every value), the per-column
-    hash sums that only name a differing column are read when a proof fails."""
+def test_without_detail_only_the_whole_row_hash_sum_and_non_null_counts_are_kept(spark, config, table_name):
+    """What a passing proof reads: the whole-row hash sum (it hashes every value) and each column's non-null
+    count; each column's hash sum, min, max and sum, which only name a differing column, are read when a proof
+    fails."""
     table_sql = TableName.parse(table_name).sql(config.catalog.name)
     spark.sql(f"CREATE TABLE {table_sql} (k INT, v STRING, f DOUBLE) USING iceberg")
     spark.sql(f"INSERT INTO {table_sql} VALUES (1, 'a', 0.0), (2, 'b', -0.0), (3, NULL, 2.5)")
     snapshot = current_snapshot(spark, table_sql)
 
     full = snapshot_digest(spark, table_sql, snapshot, None, sample_fraction=1.0, seed=0)
-    lean = snapshot_digest(spark, table_sql, snapshot, None, sample_fraction=1.0, seed=0, column_hashes=False)
+    lean = snapshot_digest(spark, table_sql, snapshot, None, sample_fraction=1.0, seed=0, detail=False)
 
-    dropped = set(full.aggregates) - set(lean.aggregates)
-    assert dropped == {("k", "hash_sum"), ("v", "hash_sum"), ("f", "hash_sum")}
+    assert set(lean.aggregates) == {(WHOLE_ROW, "hash_sum"), ("k", "non_null_count"), ("v", "non_null_count"),
+                                    ("f", "non_null_count")}
     assert set(lean.aggregates) < set(full.aggregates)
     assert all(lean.aggregates[k] == full.aggregates[k] for k in lean.aggregates)
     assert lean.aggregates[(WHOLE_ROW, "hash_sum")] is not None and lean.row_count == 3

@@ -163,3 +163,20 @@ def test_the_fed_sample_is_the_policys_share_capped_at_about_twenty_thousand_row
     assert fed_sample_fraction(1.0, FED_SAMPLE_ROWS) == 1.0
     assert fed_sample_fraction(0.05, 15_000_000) == pytest.approx(FED_SAMPLE_ROWS / 15_000_000)
     assert fed_sample_fraction(0.001, 15_000_000) == 0.001  # a smaller share is kept
+
+
+def test_a_failed_read_completeness_fails_the_row_count_parity_check_of_the_run():
+    """The blocking Dagster check a fed proof's completeness reports through: row_count_parity."""
+    from maint_assets.compaction import check_result
+
+    def outcome(complete: bool) -> dict:
+        checks = [{"name": n, "passed": True, "observed": {}, "gx_result": {}}
+                  for n in ("row_count_parity", "sample_comparison", "column_aggregates")]
+        checks.append({"name": READ_COMPLETENESS, "passed": complete, "observed": {"rows_read": 1}, "gx_result": {}})
+        return {"table": "t.x", "date": DATE, "decision": "run" if complete else "not_published",
+                "validation": {"passed": complete, "commits": [{"passed": complete, "checks": checks}]}}
+
+    assert check_result("row_count_parity", outcome(True)).passed
+    failed = check_result("row_count_parity", outcome(False))
+    assert not failed.passed and "FAILED" in failed.description
+    assert check_result("sample_comparison", outcome(False)).passed  # the others report their own verdicts

@@ -68,3 +68,19 @@ def test_a_tick_compacts_a_tables_due_dates_in_one_run(capsys, spark, lake_root,
     assert [p.data_files for p in reader.health(writer.name.key).partitions] == [1, 1, 1]
     ids = reader.load(writer.name.key).scan().to_arrow().column("event_id").to_pylist()
     assert sorted(ids) == sorted(writer.ledger.expected_ids())
+
+
+@pytest.mark.parametrize("outcome, done", [
+    ({"decision": "run", "validation": {"passed": True}}, True),
+    ({"decision": "noop", "validation": {"passed": None}}, True),
+    ({"decision": "defer", "validation": {"passed": None}}, True),   # the tick tries it again later
+    ({"decision": "not_published", "validation": {"passed": False}}, False),
+    ({"decision": "run", "validation": {"passed": False}}, False),
+    ({"decision": "refuse"}, False),
+    ({"decision": "failed"}, False),
+    ({}, False),                                                     # no outcome: never counted as done
+])
+def test_a_batched_date_is_done_only_by_its_own_outcome(outcome, done):
+    from icemaint.app.ticker import date_done
+
+    assert date_done(outcome) is done

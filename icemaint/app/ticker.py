@@ -12,7 +12,14 @@ import os
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN
+from icemaint.domain.decisions import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE, RUN
+
+
+def date_done(outcome: dict) -> bool:
+    """Whether one date of a batched run was done, by its own outcome alone: it has one, it was neither
+    refused nor failed, and its proof, if it ran one, passed (as a run of that date alone would end)."""
+    return bool(outcome) and outcome.get("decision") not in (REFUSE, NOT_PUBLISHED, FAILED) \
+        and (outcome.get("validation") or {}).get("passed") is not False
 
 
 class Ticker:
@@ -146,8 +153,9 @@ class Ticker:
         """Executes the tick's compaction runs, consecutive dates of a table as one run over their partition
         range (`date_batches`); (table, date) -> (its run's report, its outcome, whether it was done).
 
-        A date of a failed batch run counts as done when it has its own outcome and was not refused (a
-        later date's failure fails the whole run); a date without an outcome was not done."""
+        A date of a batch counts as done only by its own outcome: it has one, it was neither refused nor
+        failed, and its proof, if it ran one, passed (as a run of that date alone would have ended); another
+        date's failure, which fails the batch's run, does not make it undone."""
         from icemaint.domain.tick import date_batches
         from maint_assets.compaction import BACKFILL_DATES_PER_RUN
 
@@ -161,8 +169,7 @@ class Ticker:
             report = self._launch(self.runner.compact_dates, table, dates, trigger="tick")
             for date in dates:
                 outcome = report.outcomes.get(f"{date}|{table}", {})
-                done = report.success or bool(outcome) and outcome.get("decision") != REFUSE
-                out[(table, date)] = (report, outcome, done)
+                out[(table, date)] = (report, outcome, date_done(outcome))
         return out
 
     def _tick_retention(self, dry_run: bool) -> tuple[list[dict], list[str], bool, dict]:

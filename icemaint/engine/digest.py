@@ -158,17 +158,18 @@ def _signless_zero(col: str, dtype) -> str:
     return col
 
 
-def aggregates_for(schema, fingerprint_column: str, column_hashes: bool = True) -> list[Aggregate]:
+def aggregates_for(schema, fingerprint_column: str, detail: bool = True) -> list[Aggregate]:
     """The aggregates compared between snapshots, in report order.
 
-    Whole row: an exact sum of the row fingerprints' first halves. Every column: its non-null count,
-    and with `column_hashes` an exact sum of its value hashes. Fixed-width columns: min and max.
-    Integers and decimals of up to 18 digits: the exact sum. Float sums are left out on purpose: a
-    float sum depends on the order of addition, which a rewrite changes; the hash sums cover them.
+    Always: an exact sum of the row fingerprints' first halves (the whole-row hash sum: every value of
+    every row, NULL positions and the sign of a zero included) and each column's non-null count. With
+    `detail`, per column also an exact sum of its value hashes, min and max of fixed-width columns, and
+    the exact sum of integers and decimals of up to 18 digits (float sums are left out on purpose: a
+    float sum depends on the order of addition, which a rewrite changes; the hash sums cover them).
 
-    The per-column hash sums add no strength to the whole-row hash sum (which already hashes every
-    value); they name the column that differs. Hashing every value a second time was a third of a
-    proof's time, so a proof reads without them and reads again with them only when it failed.
+    The detail adds no detection to the whole-row hash sum, which already changes with any value of any
+    row; it names the column that differs. Computing it for every row was half of the digest's cost, so a
+    proof reads without it and reads both sides again with it only when it failed.
     """
     from pyspark.sql.types import ByteType, DecimalType, IntegerType, LongType, ShortType
 
@@ -176,6 +177,8 @@ def aggregates_for(schema, fingerprint_column: str, column_hashes: bool = True) 
     for field in schema.fields:
         col, dtype = ident(field.name), field.dataType
         out.append(Aggregate(field.name, "non_null_count", (f"count({col})",)))
+        if not detail:
+            continue
         if _fixed_width(dtype):
             value = _signless_zero(col, dtype)
             out.append(Aggregate(field.name, "min", (f"CAST(min({value}) AS STRING)",)))
@@ -188,8 +191,7 @@ def aggregates_for(schema, fingerprint_column: str, column_hashes: bool = True) 
             # the unscaled value: exact as a long for up to 18 digits
             out.append(Aggregate(field.name, "sum", _split_sum(
                 f"CAST({col} * {10 ** dtype.scale} AS BIGINT)")))
-        if column_hashes:
-            out.append(Aggregate(field.name, "hash_sum", _split_sum(f"xxhash64({comparable(field)})")))
+        out.append(Aggregate(field.name, "hash_sum", _split_sum(f"xxhash64({comparable(field)})")))
     return out
 
 
@@ -203,16 +205,16 @@ def _free_name(schema, base: str) -> str:
 
 
 def snapshot_digest(spark, table_sql: str, snapshot_id: int, scope: str | None, *,
-                    sample_fraction: float, seed: int, column_hashes: bool = True) -> SnapshotDigest:
+                    sample_fraction: float, seed: int, detail: bool = True) -> SnapshotDigest:
     """Reads the snapshot's scoped rows once; returns counts, aggregates and sample fingerprints."""
     return rows_digest(spark.sql(snapshot_sql(table_sql, snapshot_id, scope)), snapshot_id,
-                       sample_fraction=sample_fraction, seed=seed, column_hashes=column_hashes)
+                       sample_fraction=sample_fraction, seed=seed, detail=detail)
 
 
 def rows_digest(rows, snapshot_id: int, *, sample_fraction: float, seed: int,
-                column_hashes: bool = True) -> SnapshotDigest:
+                detail: bool = True) -> SnapshotDigest:
     """Reads the rows of a DataFrame once; returns counts, aggregates and sample fingerprints
-    (`column_hashes`: see `aggregates_for`).
+    (`detail`: see `aggregates_for`).
 
     Never cache or persist these frames: Spark's cache manager matches Iceberg relations without
     their snapshot id, so a cached `VERSION AS OF <before>` would answer the after snapshot's query
@@ -224,7 +226,7 @@ def rows_digest(rows, snapshot_id: int, *, sample_fraction: float, seed: int,
     started = time.monotonic()
     fp1 = _free_name(rows.schema, "__icemaint_fp1")
     first, second = fingerprint_exprs(rows.schema, seed)
-    aggregates = aggregates_for(rows.schema, ident(fp1), column_hashes)
+    aggregates = aggregates_for(rows.schema, ident(fp1), detail)
     exprs = ["count(1)"] + [e for a in aggregates for e in a.exprs]
     observation = Observation(f"icemaint_digest_{snapshot_id}_{uuid.uuid4().hex[:8]}")
     sampled = (rows.selectExpr("*", f"{first} AS {ident(fp1)}")
@@ -323,15 +325,21 @@ class FeedDigest:
     def result(self, timeout: float = 30.0) -> FedRows | None:
         """The digest, or None when Spark did not deliver the observed metrics within `timeout` seconds
         (the proof then reads the old side itself). Only call after the write finished."""
-        future = self._observation._jo.future()
-        deadline = time.monotonic() + timeout
-        while not future.isCompleted():
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.01)
-        metrics = self._observation.get
+        from py4j.protocol import Py4JError
+
         n_exprs = sum(len(a.exprs) for a in self._aggregates)
-        values = [metrics[f"m{i}"] for i in range(1 + n_exprs + 3)]
+        try:
+            future = self._observation._jo.future()
+            deadline = time.monotonic() + timeout
+            while not future.isCompleted():
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.01)
+            metrics = self._observation.get
+            # Spark completes the observation with no metrics when the plan that ran did not collect them
+            values = [metrics[f"m{i}"] for i in range(1 + n_exprs + 3)]
+        except (Py4JError, KeyError):
+            return None
         high, low, sample_text = values[1 + n_exprs:]
         fp = [int(v) for v in sample_text.replace(":", ",").split(",")] if sample_text else []
         sample = pd.DataFrame({"fp1": fp[0::2], "fp2": fp[1::2]}, dtype="int64")
@@ -361,7 +369,7 @@ def can_feed(rows) -> bool:
 def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
     """(rows to write, FeedDigest): the same rows, digested by an Observation while the writer reads them.
 
-    The digest is `rows_digest`'s without per-column hashes (a failing proof reads again with them),
+    The digest is `rows_digest`'s without detail (a failing proof reads again with it),
     plus each row's file, so the proof can check the read fed every planned row (`sample_fraction`: keep
     it within `fed_sample_fraction`, the sample leaves through accumulators). Only for a write that
     reads its input once (no sort: a range partitioner samples its input with a job of its own, which
@@ -374,7 +382,7 @@ def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
     fp1 = _free_name(rows.schema, "__icemaint_fp1")
     source = _free_name(rows.schema, "__icemaint_file")
     first, second = fingerprint_exprs(rows.schema, seed)
-    aggregates = aggregates_for(rows.schema, ident(fp1), column_hashes=False)
+    aggregates = aggregates_for(rows.schema, ident(fp1), detail=False)
     sampled = sample_predicate(ident(fp1), sample_fraction)
     # collect_list skips NULLs: only sampled rows are listed, as "fp1:fp2" text (one string leaves Spark)
     sample = f"array_join(collect_list(CASE WHEN {sampled} THEN concat({ident(fp1)}, ':', {second}) END), ',')"

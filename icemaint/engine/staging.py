@@ -280,9 +280,13 @@ class StagingArea:
         set_id = self._stage_tasks(tasks)
         rows = self._read_set(set_id, split_size=weighed // expected + 1)
         fed = None
-        if feed is not None and strategy == "binpack" and not any(f.delete_files for f in group.files) \
-                and can_feed(rows):
-            rows, fed = feed(rows, sum(f.record_count for f in group.files))
+        if feed is not None and strategy == "binpack" and not any(f.delete_files for f in group.files):
+            try:
+                if can_feed(rows):
+                    rows, fed = feed(rows, sum(f.record_count for f in group.files))
+            except Exception as exc:  # the proof then reads the old side itself
+                log.warning("digesting %s's rewrite as it is read failed, the proof reads it again: %s",
+                            self.name.key, java_root_message(exc))
         # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
                    "output-spec-id": str(group.spec_id), "distribution-mode": "none"}

@@ -1,19 +1,22 @@
 """Proof that a rewrite changed no data: Great Expectations checks comparing two snapshots of a table.
 
-Owns `validate_rewrite` and `full_row_hash`. Each snapshot's scoped rows are read once by Spark
-(`icemaint.engine.digest.snapshot_digest`: row count, per-column aggregates, a whole-row hash sum and the
-fingerprints of a content-hashed sample); Great Expectations then proves equality with its own
-expectations:
+Owns `validate_rewrite`, `prove_rows` and `full_row_hash`. Each side's scoped rows are read once by Spark
+(`icemaint.engine.digest.rows_digest`: row count, per-column non-null counts, a whole-row hash sum over
+every value of every row and the fingerprints of a content-hashed sample), or, for a staged bin-pack, the
+old side is digested by the read that fed the rewrite (`digest.digest_feed`); Great Expectations then
+proves equality with its own expectations:
 
 - row_count_parity: `ExpectTableRowCountToEqual` on the after snapshot itself (a Spark batch GX
   counts) against the before snapshot's row count;
 - sample_comparison: `ExpectColumnPairValuesToBeEqual` over every sampled row's multiplicity in the
   two snapshots (rows keyed by a 128-bit content fingerprint; a changed row appears in both
   directions, a dropped duplicate as a lower count);
-- column_aggregates: `ExpectColumnPairValuesToBeEqual` over every aggregate's before/after value.
+- column_aggregates: `ExpectColumnPairValuesToBeEqual` over every aggregate's before/after value;
+- read_completeness (fed old side only): `ExpectColumnPairValuesToBeEqual` over the planned files' rows
+  and file-weighted hash sum (from their manifests) against what the feeding read counted.
 
-Only on failure are both sides read again, with a hash sum per column so the report names the columns
-that differ, and the offending sampled rows read back and reported as JSON.
+Only on failure are both sides read again, with each column's hash sum, min, max and exact sum so the
+report names the columns that differ, and the offending sampled rows read back and reported as JSON.
 """
 
 from __future__ import annotations
@@ -250,10 +253,10 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
     Three checks always run, on the rows of both snapshots selected by `scope`:
     `row_count_parity` (same row count), `sample_comparison` (a seeded, content-hashed sample of
     rows compared row for row by 128-bit fingerprint, with multiplicity, null-safely, in both
-    directions) and `column_aggregates` (whole-row hash sum; per column: non-null count, min and
-    max of fixed-width types, exact sum of integers/decimals; on failure also an order-independent hash
-    sum per column). A failing check does not stop the others. Each snapshot's rows are read once when
-    the proof passes, twice when it fails.
+    directions) and `column_aggregates` (the whole-row hash sum and each column's non-null count; on
+    failure also per column an order-independent hash sum, min and max of fixed-width types and the exact
+    sum of integers/decimals, to name the columns that differ). A failing check does not stop the others.
+    Each snapshot's rows are read once when the proof passes, twice when it fails.
 
     Args:
         spark: The SparkSession with the table's catalog.
@@ -322,13 +325,13 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
     # sampled alike; a failing proof reads both sides again at the policy's share.
     first_fraction = fed.sample_fraction if fed is not None else sample_fraction
     digests = [fed.digest if fed is not None and side is before else
-               rows_digest(frame, side.snapshot_id, sample_fraction=first_fraction, seed=seed, column_hashes=False)
+               rows_digest(frame, side.snapshot_id, sample_fraction=first_fraction, seed=seed, detail=False)
                for side, frame in ((before, before_df), (after, after_df))]
     compared_fraction = first_fraction
     completeness = None if fed is None else _completeness(after_df.sparkSession, fed, planned_rows)
     unstable = False
     if not digests_agree(*digests):
-        # A failing proof: both sides are read again with a hash sum per column, so the report names the
+        # A failing proof: both sides are read again with each column's detail, so the report names the
         # columns that differ (the verdict is the same: the whole-row hash sum already covers every value).
         digests = [rows_digest(side.load(), side.snapshot_id, sample_fraction=sample_fraction, seed=seed)
                    for side in (before, after)]

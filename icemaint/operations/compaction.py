@@ -417,7 +417,9 @@ class Compactor(ContractOperation):
         """What the layout costs a reader, before and after: the proof's own read of the rewritten files.
 
         The proof reads every row of the replaced files and of the staged files once, so its planning
-        and scan times are the same read on the two layouts; no extra probe query is run.
+        and scan times are the same read on the two layouts; no extra probe query is run. When the replaced
+        files were digested by the rewrite's own read (`fed_by_rewrite`), their side has no read of its own:
+        its times are 0 and its cost is in the rewrite's.
         """
         proofs = validation.get("commits") or []
         if proofs:
@@ -498,6 +500,11 @@ def failure_summary(proof: dict) -> str:
         elif check["name"] == "sample_comparison":
             parts.append(f"{observed.get('missing_in_after', 0)} sampled rows missing and "
                          f"{observed.get('unexpected_in_after', 0)} unexpected")
+        elif check["name"] == "read_completeness":
+            parts.append(f"the rewrite's read fed {observed.get('rows_read')} rows of the "
+                         f"{observed.get('planned_rows')} its {observed.get('planned_files')} files hold"
+                         + ("" if observed.get("rows_read") != observed.get("planned_rows") else
+                            " (the same count, from other files)"))
         else:
             differing = observed.get("differing_aggregates") or []
             named = ", ".join(f"{d.get('aggregate')}({d.get('column_name')})" for d in differing[:4])
