@@ -56,6 +56,7 @@ bench-streaming: setup java
 # 100 tables x 3 dates: icemaint's date-scoped catch-up vs a nightly whole-table rewrite_data_files
 # (a section of benchmarks/RESULTS.md).
 bench-nightly: setup java
+	bash scripts/ensure_debian_packages.sh libxerial-sqlite-jdbc-java
 	$(BIN)/python -m benchmarks.nightly
 
 # Side by side with iceberg-zamboni (installed into its own virtualenv under benchmarks/.work), one shared

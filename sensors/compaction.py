@@ -59,8 +59,10 @@ class TickHistory:
 
 
 def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: TableClaimResource,
-                        audit: AuditResource, cursor_text: str | None, now: dt.datetime, date_keys: set[str]):
-    """The tick's plan: shared by the sensor and `icemaint tick`."""
+                        audit: AuditResource, cursor_text: str | None, now: dt.datetime, date_keys: set[str],
+                        batch_dates: bool = False):
+    """The tick's plan: shared by the sensor and `icemaint tick`. With `batch_dates` (`icemaint tick`, which
+    runs a table's due dates as one Dagster run) the run budget counts tables, not table-dates."""
     config = catalog.settings.config
     tables = instance.get_dynamic_partitions(table_partitions.name)
 
@@ -74,7 +76,7 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
         read=catalog.read_many,
         claim_holder=holder, approved=history.approved, past_runs=history.past_runs,
         cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
-        valid_dates=lambda d: d in date_keys)
+        valid_dates=lambda d: d in date_keys, run_of=(lambda d: d.table) if batch_dates else None)
     for d in plan.to_record:
         if d.verdict in (DEFER, REFUSE):
             audit.append(AuditRecord(table=d.table, operation="compact", decision=d.verdict, reason=d.reason,

@@ -198,6 +198,21 @@ def test_rank_orders_by_benefit_and_defers_past_max_runs():
     assert ranked[3] is noop
 
 
+def test_rank_counts_runs_by_run_of_so_a_kept_tables_other_dates_join_its_run():
+    decisions = [run("t.a", 9.0, date="2024-06-01"), run("t.b", 8.0), run("t.a", 1.0, date="2024-06-02"),
+                 run("t.c", 0.5)]
+    by_date = rank_within_budget(decisions, max_runs=2)
+    assert [(d.table, d.date, d.verdict) for d in by_date] == [
+        ("t.a", "2024-06-01", RUN), ("t.b", DAY, RUN), ("t.a", "2024-06-02", DEFER), ("t.c", DAY, DEFER)]
+    by_table = rank_within_budget(decisions, max_runs=2, run_of=lambda d: d.table)
+    assert [(d.table, d.date, d.verdict) for d in by_table] == [
+        ("t.a", "2024-06-01", RUN), ("t.b", DAY, RUN), ("t.a", "2024-06-02", RUN), ("t.c", DAY, DEFER)]
+    # a joining date still spends bytes
+    capped = rank_within_budget([run("t.a", 9.0, 80, "2024-06-01"), run("t.a", 8.0, 50, "2024-06-02")],
+                                max_runs=1, max_bytes=100, run_of=lambda d: d.table)
+    assert [d.verdict for d in capped] == [RUN, DEFER]
+
+
 def test_rank_byte_budget_keeps_at_least_one_and_does_not_spend_run_slots():
     ranked = rank_within_budget([run("t.a", 3, 80), run("t.b", 2, 50), run("t.c", 1, 10)],
                                 max_runs=2, max_bytes=100)

@@ -14,33 +14,40 @@ from icemaint.observe.catalog import CatalogReader
 pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
-def three_due_dates(spark, lake_root, tmp_path, monkeypatch):
-    """A simulated table with 3 due dates, its config, and the sensor's budget cut to one run a tick."""
+def three_due_dates(spark, lake_root, tmp_path, monkeypatch, tables: int = 1):
+    """Simulated tables with 3 due dates each, their config, and the sensor's budget cut to one run a tick
+    (`icemaint tick` runs a table's dates as one run, so the budget counts tables)."""
     import sensors.compaction
 
-    writer = streaming_table(spark, "lake", f"idle_{uuid.uuid4().hex[:8]}.events", batches=4, rows_per_day=8,
-                             delete_every=0)
+    writers = [streaming_table(spark, "lake", f"idle_{uuid.uuid4().hex[:8]}.events", batches=4, rows_per_day=8,
+                               delete_every=0) for _ in range(tables)]
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        scope={"include": [writer.name.key]})
+                        scope={"include": [w.name.key for w in writers]})
     monkeypatch.setattr(sensors.compaction, "MAX_RUNS_PER_TICK", 1)
-    return writer, path
+    return writers, path
 
 
 def test_until_idle_ticks_past_the_run_budget_until_every_due_date_is_compacted(capsys, spark, lake_root, tmp_path,
                                                                                monkeypatch):
-    writer, path = three_due_dates(spark, lake_root, tmp_path, monkeypatch)
+    writers, path = three_due_dates(spark, lake_root, tmp_path, monkeypatch, tables=2)
 
     code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--json")
     assert code == 0, err
     reports = json.loads(out)
     launched = [[d for d in r["decisions"] if d.get("run_id")] for r in reports]
-    assert [len(runs) for runs in launched] == [1, 1, 1, 0], [r["lines"] for r in reports]
-    assert sorted(runs[0]["date"] for runs in launched[:3]) == ["2026-01-01", "2026-01-02", "2026-01-03"]
-    assert all(runs[0]["published"] and runs[0]["validation"] for runs in launched[:3])
-    health = CatalogReader(load_config(path)).health(writer.name.key)
-    assert [p.data_files for p in health.partitions] == [1, 1, 1]
-    ids = CatalogReader(load_config(path)).load(writer.name.key).scan().to_arrow().column("event_id").to_pylist()
-    assert sorted(ids) == sorted(writer.ledger.expected_ids())
+    # one table a tick (the budget), its three dates in one run
+    assert [len(runs) for runs in launched] == [3, 3, 0], [r["lines"] for r in reports]
+    assert [len({d["table"] for d in runs}) for runs in launched[:2]] == [1, 1]
+    assert [len({d["run_id"] for d in runs}) for runs in launched[:2]] == [1, 1]
+    assert {runs[0]["table"] for runs in launched[:2]} == {w.name.key for w in writers}
+    for runs in launched[:2]:
+        assert sorted(d["date"] for d in runs) == ["2026-01-01", "2026-01-02", "2026-01-03"]
+        assert all(d["published"] and d["validation"] and d["success"] for d in runs)
+    reader = CatalogReader(load_config(path))
+    for writer in writers:
+        assert [p.data_files for p in reader.health(writer.name.key).partitions] == [1, 1, 1]
+        ids = reader.load(writer.name.key).scan().to_arrow().column("event_id").to_pylist()
+        assert sorted(ids) == sorted(writer.ledger.expected_ids())
 
     code, out, _ = run_cli(capsys, "--config", str(path), "tick", "--json")  # without it: one report, as before
     assert code == 0 and isinstance(json.loads(out), dict)
@@ -48,7 +55,7 @@ def test_until_idle_ticks_past_the_run_budget_until_every_due_date_is_compacted(
 
 def test_until_idle_stops_when_a_tick_publishes_nothing_and_fails_when_cut_short(capsys, spark, lake_root, tmp_path,
                                                                                  monkeypatch):
-    _, path = three_due_dates(spark, lake_root, tmp_path, monkeypatch)
+    _, path = three_due_dates(spark, lake_root, tmp_path, monkeypatch, tables=3)
     code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--max-ticks", "2", "--json")
     assert code == 1 and "stopped after --max-ticks 2" in err and "not finished" in err
     assert len(json.loads(out)) == 2

@@ -93,7 +93,7 @@ class Ticker:
             lines.append(f"discovery: added {added or '[]'}, removed {removed or '[]'}")
         date_keys = set(date_partitions(self.config.dates_start).get_partition_keys(current_time=now))
         plan = evaluate_compaction(instance, self.catalog, self.claims, self.audit, self._cursor("compaction"),
-                                   now, date_keys)
+                                   now, date_keys, batch_dates=True)
         decisions, quiet = [], {}
         launched = {} if dry_run else self._compact_in_batches([(d.table, d.date) for d in plan.decisions
                                                                 if d.verdict == RUN])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from icemaint.domain.health import PartitionHealth, TableHealth
 from icemaint.domain.layout import WHOLE_TABLE, describe, describe_all
@@ -383,14 +383,21 @@ def decide_table_compactions(health: TableHealth, policy: TablePolicy, gates: Ga
 
 
 def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = None,
-                       max_bytes: int | None = None) -> list[Decision]:
+                       max_bytes: int | None = None, run_of: Callable[[Decision], object] | None = None
+                       ) -> list[Decision]:
     """Runs ordered by benefit (small files removed per MiB rewritten); runs past the tick's budget
-    become defers. Non-run decisions pass through unchanged, after the runs."""
+    become defers. Non-run decisions pass through unchanged, after the runs.
+
+    `run_of` names the run a decision is executed in when several share one (`icemaint tick` runs a
+    table's dates as one Dagster run: `lambda d: d.table`): `max_runs` then counts those runs, and a
+    decision joining a run already kept costs no run of the budget (its bytes still count)."""
     runs = sorted((d for d in decisions if d.verdict == RUN), key=lambda d: (-d.benefit, d.table, d.date or ""))
-    out, used_bytes, kept = [], 0, 0
+    out, used_bytes, kept, units = [], 0, 0, set()
     for d in runs:
         cost = d.cost_estimate.get("rewrite_bytes", 0)
-        if max_runs is not None and kept >= max_runs:
+        unit = run_of(d) if run_of is not None else None
+        joins = run_of is not None and unit in units
+        if max_runs is not None and kept >= max_runs and not joins:
             out.append(replace(d, verdict=DEFER, kind=ReasonKind.TICK_BUDGET,
                                reason=f"tick budget: at most {max_runs} runs per tick; ranked lower"))
             continue
@@ -399,7 +406,9 @@ def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = Non
                                reason=f"tick budget: {human_size(max_bytes)} per tick used; ranked lower"))
             continue
         used_bytes += cost
-        kept += 1
+        if not joins:
+            kept += 1
+            units.add(unit)
         out.append(d)
     placed = [d for d in out if d.verdict == RUN] + [d for d in out if d.verdict != RUN]
     return placed + [d for d in decisions if d.verdict != RUN]

@@ -160,11 +160,13 @@ def plan_compaction_tick(
     max_runs: int | None = None,
     valid_dates: Callable[[str], bool] = lambda d: True,
     read: Mapper = in_order,
+    run_of: Callable[[Decision], object] | None = None,
 ) -> TickPlan:
     """Observe and decide compaction for every table; returns the runs to request and the new cursor.
 
     `read` maps a metadata read over tables (default: `in_order`); a sensor passes a bounded thread
-    pool, since on an object store or a REST catalog each read mostly waits. `health` may answer
+    pool, since on an object store or a REST catalog each read mostly waits. `run_of`: see
+    `rank_within_budget` (the runs `max_runs` counts). `health` may answer
     `Screened` for a table whose manifest list shows that nothing can be due.
     Claim and audit outages still raise; a table whose metadata cannot be read is reported in
     `errors` and keeps no cursor entry, so the next tick reads it again.
@@ -223,7 +225,7 @@ def plan_compaction_tick(
             plan.to_record.extend(d for d in table_decisions if d.verdict in (DEFER, REFUSE))
         plan.cursor[table] = TableCursor(location, min(rechecks) if rechecks else None, fingerprint, digest,
                                          table_summary(table_decisions))
-    ranked = rank_within_budget(candidates, max_runs=max_runs)
+    ranked = rank_within_budget(candidates, max_runs=max_runs, run_of=run_of)
     for d in ranked:
         plan.decisions.append(d)
         if d.verdict == RUN:
