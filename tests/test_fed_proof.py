@@ -156,6 +156,21 @@ def test_a_write_that_changes_rows_after_the_feeding_read_fails_the_proof(spark,
     assert ("*", "hash_sum") in differing, differing
 
 
+def test_the_expected_file_hash_sum_hashes_paths_as_spark_hashes_the_read_file_column(spark):
+    """The planned side is hashed in Python, the read side by Spark: the two must be the same function, for
+    any path a catalog can hold (non-ASCII, long, with a tail of 1-7 bytes past XXH64's 8-byte words)."""
+    from icemaint.engine.digest import expected_file_hash_sum, spark_xxhash64
+
+    paths = ["", "a", "s3://bücket/é/日本/part-00000.parquet",
+             "file:/tmp/lake/db/t/data/ts_day=2026-03-01/00000-1-" + "f" * 300 + ".parquet"]
+    paths += [f"file:/w/data/x={'é' * i}/{'p' * (i * 7)}.parquet" for i in range(1, 40)]
+    rows = spark.createDataFrame([(p,) for p in paths], "p STRING").selectExpr("p", "xxhash64(p) AS h").collect()
+    assert [spark_xxhash64(r["p"]) for r in rows] == [r["h"] for r in rows]
+    counts = {p: i + 1 for i, p in enumerate(paths)}
+    assert expected_file_hash_sum(counts) == sum(counts[r["p"]] * r["h"] for r in rows)
+    assert expected_file_hash_sum({}) == 0
+
+
 def test_the_fed_sample_is_the_policys_share_capped_at_about_twenty_thousand_rows():
     from icemaint.engine.digest import FED_SAMPLE_ROWS, fed_sample_fraction
 

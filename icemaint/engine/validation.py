@@ -22,6 +22,7 @@ report names the columns that differ, and the offending sampled rows read back a
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -158,39 +159,62 @@ def aggregate_pairs(before: SnapshotDigest, after: SnapshotDigest) -> pd.DataFra
     }, dtype=object)
 
 
+class _Suite:
+    """GX's ephemeral context with the proof's four batch definitions, made once per process.
+
+    A batch definition takes its dataframe at `get_batch`, so the context, its two data sources and their
+    assets serve every proof: making them anew cost each proof about as much as GX's own checks. GX's
+    context is not thread-safe, so proofs run through it one at a time (`_SUITE_LOCK`).
+    """
+
+    def __init__(self):
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self.gx = gx
+        context = gx.get_context(mode="ephemeral")
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        spark_source = context.data_sources.add_spark("icemaint_after_snapshot", persist=False)
+        frames = context.data_sources.add_pandas("icemaint_snapshot_comparison")
+        self.definitions = {
+            ROW_COUNT_PARITY: spark_source.add_dataframe_asset("after_snapshot"),
+            SAMPLE_COMPARISON: frames.add_dataframe_asset("sampled_row_multiplicities"),
+            COLUMN_AGGREGATES: frames.add_dataframe_asset("column_aggregates"),
+            READ_COMPLETENESS: frames.add_dataframe_asset("planned_against_read"),
+        }
+        self.definitions = {name: asset.add_batch_definition_whole_dataframe("whole")
+                            for name, asset in self.definitions.items()}
+
+    def validate(self, name: str, dataframe, expectation) -> dict:
+        batch = self.definitions[name].get_batch(batch_parameters={"dataframe": dataframe})
+        return _jsonable(batch.validate(expectation, result_format="SUMMARY").to_json_dict())
+
+
+_SUITE: _Suite | None = None
+_SUITE_LOCK = threading.Lock()
+
+
 def _run_suite(spark_after_df, before_row_count: int, samples: pd.DataFrame,
                aggregates: pd.DataFrame, completeness: pd.DataFrame | None = None) -> dict[str, dict]:
     """Runs the three expectations with GX (four with `completeness`); returns each result's JSON dict by
     check name."""
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    spark_source = context.data_sources.add_spark("icemaint_after_snapshot", persist=False)
-    frames = context.data_sources.add_pandas("icemaint_snapshot_comparison")
-
-    def batch(source, asset: str, dataframe):
-        return source.add_dataframe_asset(asset).add_batch_definition_whole_dataframe("whole") \
-            .get_batch(batch_parameters={"dataframe": dataframe})
-
-    runs = [
-        (ROW_COUNT_PARITY, batch(spark_source, "after_snapshot", spark_after_df),
-         gx.expectations.ExpectTableRowCountToEqual(value=before_row_count,
-                                                    meta={"check": ROW_COUNT_PARITY})),
-        (SAMPLE_COMPARISON, batch(frames, "sampled_row_multiplicities", samples),
-         gx.expectations.ExpectColumnPairValuesToBeEqual(
-             column_A="before_count", column_B="after_count", meta={"check": SAMPLE_COMPARISON})),
-        (COLUMN_AGGREGATES, batch(frames, "column_aggregates", aggregates),
-         gx.expectations.ExpectColumnPairValuesToBeEqual(
-             column_A="before_value", column_B="after_value", meta={"check": COLUMN_AGGREGATES})),
-    ]
-    if completeness is not None:
-        runs.append((READ_COMPLETENESS, batch(frames, "planned_against_read", completeness),
-                     gx.expectations.ExpectColumnPairValuesToBeEqual(
-                         column_A="planned", column_B="read", meta={"check": READ_COMPLETENESS})))
-    return {name: _jsonable(b.validate(expectation, result_format="SUMMARY").to_json_dict())
-            for name, b, expectation in runs}
+    global _SUITE
+    with _SUITE_LOCK:
+        if _SUITE is None:
+            _SUITE = _Suite()
+        suite, gx = _SUITE, _SUITE.gx
+        runs = [
+            (ROW_COUNT_PARITY, spark_after_df,
+             gx.expectations.ExpectTableRowCountToEqual(value=before_row_count, meta={"check": ROW_COUNT_PARITY})),
+            (SAMPLE_COMPARISON, samples, gx.expectations.ExpectColumnPairValuesToBeEqual(
+                column_A="before_count", column_B="after_count", meta={"check": SAMPLE_COMPARISON})),
+            (COLUMN_AGGREGATES, aggregates, gx.expectations.ExpectColumnPairValuesToBeEqual(
+                column_A="before_value", column_B="after_value", meta={"check": COLUMN_AGGREGATES})),
+        ]
+        if completeness is not None:
+            runs.append((READ_COMPLETENESS, completeness, gx.expectations.ExpectColumnPairValuesToBeEqual(
+                column_A="planned", column_B="read", meta={"check": READ_COMPLETENESS})))
+        return {name: suite.validate(name, frame, expectation) for name, frame, expectation in runs}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,7 +352,7 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
                rows_digest(frame, side.snapshot_id, sample_fraction=first_fraction, seed=seed, detail=False)
                for side, frame in ((before, before_df), (after, after_df))]
     compared_fraction = first_fraction
-    completeness = None if fed is None else _completeness(after_df.sparkSession, fed, planned_rows)
+    completeness = None if fed is None else _completeness(fed, planned_rows)
     unstable = False
     if not digests_agree(*digests):
         # A failing proof: both sides are read again with each column's detail, so the report names the
@@ -395,11 +419,11 @@ def prove_rows(before: RowSet, after: RowSet, *, scope: str | None = None, sampl
     )
 
 
-def _completeness(spark, fed: FedRows, planned_rows: dict[str, int]) -> pd.DataFrame:
+def _completeness(fed: FedRows, planned_rows: dict[str, int]) -> pd.DataFrame:
     """The planned files' rows (from their manifests) against what the feeding read counted, as exact strings."""
     return pd.DataFrame({
         "measure": ["rows", "file_weighted_hash_sum"],
-        "planned": [str(sum(int(n) for n in planned_rows.values())), str(expected_file_hash_sum(spark, planned_rows))],
+        "planned": [str(sum(int(n) for n in planned_rows.values())), str(expected_file_hash_sum(planned_rows))],
         "read": [str(fed.digest.row_count), str(fed.file_hash_sum)],
     }, dtype=object)
 
