@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly clean
+.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent clean
 
 setup: $(STAMP)
 
@@ -47,6 +47,12 @@ bench: setup java
 	$(MAKE) --no-print-directory bench-peer
 	$(MAKE) --no-print-directory bench-streaming
 	$(MAKE) --no-print-directory bench-nightly
+	$(MAKE) --no-print-directory bench-concurrent
+
+# 20 small tables caught up by `icemaint tick --until-idle` with max_runs_total 1, 2 and 4: tables' runs
+# at once on one Spark session against one at a time (a section of benchmarks/RESULTS.md).
+bench-concurrent: setup java
+	$(BIN)/python -m benchmarks.concurrent_tick
 
 # One date built by ~3,000 single-file commits: planning before, after compaction, after the full
 # maintenance (a section of benchmarks/RESULTS.md).

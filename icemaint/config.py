@@ -75,6 +75,13 @@ class CatalogConfig:
     concurrent_reads: int = 8
 
     @property
+    def concurrent_commits(self) -> bool:
+        """Whether commits to different tables may run at once (`icemaint tick` runs tables' runs at once only
+        then): not through a SQLite JDBC catalog, where a second writer fails with SQLITE_BUSY (measured: every
+        commit of a threaded tick failed at once; with `busy_timeout` they waited it out and failed then)."""
+        return not (self.type == "jdbc" and (self.uri or "").startswith("jdbc:sqlite:"))
+
+    @property
     def warehouse_root(self) -> str | None:
         """The warehouse as a location every table's files should lie under: a URI, or a local path for the
         path-based catalogs; None when it is a name the catalog resolves (a REST catalog's `warehouse`)."""

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_cli, streaming_table, write_config
 from icemaint.config import load_config
-from icemaint.domain.tick import date_batches
+from icemaint.domain.tick import date_batches, table_lanes
 from icemaint.observe.catalog import CatalogReader
 from icemaint.safety.audit import open_audit
 
@@ -28,6 +28,17 @@ def test_consecutive_dates_of_a_table_batch_in_rank_order():
     # the year's turn and a month's end are consecutive days (batches in the order of their best rank)
     assert date_batches([("t", "2026-12-31"), ("t", "2027-01-01"), ("t", "2026-02-28"), ("t", "2026-03-01")], 5) == [
         [("t", "2026-12-31"), ("t", "2027-01-01")], [("t", "2026-02-28"), ("t", "2026-03-01")]]
+
+
+def test_a_tables_batches_share_one_lane_so_lanes_can_run_at_once():
+    batches = date_batches([("a", "2026-01-03"), ("b", "2026-01-01"), ("a", "2026-01-01"), ("c", None),
+                            ("a", "2026-01-05")], 31)
+    # a's dates are not consecutive: three batches, one lane, in the tick's rank order; lanes by first batch
+    assert table_lanes(batches) == [
+        [[("a", "2026-01-03")], [("a", "2026-01-01")], [("a", "2026-01-05")]],
+        [[("b", "2026-01-01")]],
+        [[("c", None)]]]
+    assert table_lanes([]) == []
 
 
 @pytest.mark.parametrize("limit", [0, -1, True, 1.5, "3"])

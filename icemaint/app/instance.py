@@ -65,3 +65,29 @@ def get_instance(config: MaintenanceConfig):
 
     ensure_dagster_home(config)
     return DagsterInstance.get()
+
+
+def allow_runs_in_threads(instance) -> bool:
+    """Lets runs of `instance` execute at once in threads of one process (`icemaint tick` runs tables' runs
+    concurrently on one Spark session); returns whether they may. Two of Dagster's per-run set-ups act on the
+    whole process, and each broke a threaded tick here:
+
+    - Every run re-configures the process's logging (`logging.config.dictConfig`) to collect the handlers of
+      dagster.yaml's `python_logs.dagster_handler_config`, even when it names none. dictConfig closes every
+      handler of the process while holding logging's module lock, so a run starting while another logs
+      deadlocks both (the second run of a threaded tick hung forever). With no such handlers the call yields
+      none: this instance answers none without re-configuring logging. With handlers configured, Dagster's
+      behaviour is kept and the answer is False (runs one at a time).
+    - Every run captures stdout and stderr by pointing the process's file descriptors 1 and 2 at its compute
+      log files and back; two runs interleaving leave them pointing at a finished run's file (the tick's own
+      report vanished into one). This instance keeps no compute logs for the runs this process executes (the
+      steps print nothing: their logs are Dagster events, Spark's log is its own file); runs the daemon
+      launches, each in its own process, keep theirs.
+    """
+    from dagster._core.storage.noop_compute_log_manager import NoOpComputeLogManager
+
+    if instance.get_python_log_dagster_handler_config():
+        return False
+    instance.get_yaml_python_handlers = lambda: []
+    instance._compute_log_manager = NoOpComputeLogManager()
+    return True

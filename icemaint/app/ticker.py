@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+from icemaint.app.instance import allow_runs_in_threads
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE, RUN
 
@@ -153,14 +154,32 @@ class Ticker:
         """Executes the tick's compaction runs, consecutive dates of a table as one run over their partition
         range (`date_batches`); (table, date) -> (its run's report, its outcome, whether it was done).
 
+        Runs of different tables execute at once, up to `max_runs_total` (the instance's run queue bound),
+        on this process's one Spark session: each table's runs go to one worker in order, so a table never
+        has two runs at once and its claim is never contended by this tick.
+
         A date of a batch counts as done only by its own outcome: it has one, it was neither refused nor
         failed, and its proof, if it ran one, passed (as a run of that date alone would have ended); another
         date's failure, which fails the batch's run, does not make it undone."""
-        from icemaint.domain.tick import date_batches
+        from icemaint.domain.tick import date_batches, table_lanes
         from maint_assets.compaction import BACKFILL_DATES_PER_RUN
 
+        lanes = table_lanes(date_batches(runs, BACKFILL_DATES_PER_RUN))
+        workers = min(self.config.max_runs_total, len(lanes)) if self.config.catalog.concurrent_commits else 1
+        if workers <= 1 or not allow_runs_in_threads(self.runner.instance):
+            return {key: done for lane in lanes for key, done in self._run_lane(lane).items()}
+        from concurrent.futures import ThreadPoolExecutor
+
         out = {}
-        for batch in date_batches(runs, BACKFILL_DATES_PER_RUN):
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="icemaint-tick-run") as pool:
+            for done in pool.map(self._run_lane, lanes):
+                out.update(done)
+        return out
+
+    def _run_lane(self, batches: list[list[tuple[str, str | None]]]) -> dict:
+        """One table's batches, one run after the other."""
+        out = {}
+        for batch in batches:
             table, dates = batch[0][0], [date for _, date in batch]
             if len(batch) == 1:
                 report = self._launch(self.runner.compact, table, dates[0], trigger="tick")

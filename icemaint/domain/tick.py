@@ -265,3 +265,12 @@ def date_batches(runs: Sequence[tuple[str, str | None]], limit: int) -> list[lis
                 batch = [(table, date)]
                 batches.append(batch)
     return sorted(batches, key=lambda b: min(rank[r] for r in b))
+
+
+def table_lanes(batches: Sequence[list[tuple[str, str | None]]]) -> list[list[list[tuple[str, str | None]]]]:
+    """The batches grouped by table, in the order of each table's first batch: one lane per table, run one
+    batch after the other, so lanes can run at once without two runs of one table at the same time."""
+    lanes: dict[str, list[list[tuple[str, str | None]]]] = {}
+    for batch in batches:
+        lanes.setdefault(batch[0][0], []).append(batch)
+    return list(lanes.values())

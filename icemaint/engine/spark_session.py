@@ -179,11 +179,16 @@ def get_spark(config: MaintenanceConfig):
     from pyspark.sql import SparkSession
 
     with _lock:
-        active = SparkSession.getActiveSession()
+        # The session another thread made is not active in a new thread's JVM thread (the tick runs tables'
+        # runs in threads): the process's one instantiated session is.
+        active = SparkSession.getActiveSession() or _running_session(SparkSession)
         if active is not None:
             for key, value in catalog_spark_conf(config).items():
                 if active.conf.get(key, None) != value:
                     active.conf.set(key, value)
+            # Spark resolves catalogs through the calling JVM thread's active session: a thread that did not
+            # make the session has none, and `Spark3Util.loadIcebergTable` would not know the catalog.
+            active._jvm.SparkSession.setActiveSession(active._jsparkSession)
             return active
         builder = SparkSession.builder.master(config.spark.master).appName("icemaint")
         for key, value in log_to_file(config, session_conf(config)).items():
@@ -199,6 +204,14 @@ def get_spark(config: MaintenanceConfig):
             spark.stop()
             raise
         return spark
+
+
+def _running_session(session_class):
+    """The session this process instantiated, while its SparkContext is alive; else None."""
+    session = getattr(session_class, "_instantiatedSession", None)
+    if session is None or session._sc._jsc is None:
+        return None
+    return session
 
 
 class LazySession:
