@@ -132,9 +132,9 @@ def render(result: dict) -> str:
         lines.append(f"| {runs} | {med:.1f} s | {', '.join(f'{s:.1f} s' for s in by[runs])} | {med / base:.2f}x |")
     best = min(by, key=lambda r: statistics.median(by[r]))
     lines += ["", f"- Fastest: {best} at once, {base / statistics.median(by[best]):.2f}x the speed of one at a time. "
-              "On 2 cores the runs of small tables share the two cores Spark's local[2] already uses; what overlaps "
-              "is the driver's waiting (commits, planning, Dagster's and Great Expectations' bookkeeping). A "
-              "machine with more cores than one small run keeps busy gains more.",
+              f"On {result['machine'].split(' cores')[0]} cores the runs of small tables share the two cores Spark's local[2] already uses; what overlaps "
+              "is the driver's waiting (commits, planning, Dagster's and Great Expectations' bookkeeping). "
+              "Whether a machine with more cores gains more is not measured here (this one has 2).",
               "- Catalogs that take one writer at a time (SQLite JDBC: the peer and nightly benchmarks) run one "
               "table at a time whatever `max_runs_total` says."]
     return "\n".join(lines) + "\n"
