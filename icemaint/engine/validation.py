@@ -22,6 +22,7 @@ report names the columns that differ, and the offending sampled rows read back a
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -192,6 +193,25 @@ class _Suite:
 
 _SUITE: _Suite | None = None
 _SUITE_LOCK = threading.Lock()
+_IMPORTING: threading.Thread | None = None
+
+
+def import_in_background() -> None:
+    """Imports Great Expectations (seconds of module loading) in a daemon thread, once per process: called as a
+    run is about to start its JVM, so the first proof finds GX loaded instead of loading it after the rewrite.
+    Modules only: GX's context is made by the first proof, on the Spark session that exists by then."""
+    global _IMPORTING
+    if _IMPORTING is None and "great_expectations" not in sys.modules:
+        _IMPORTING = threading.Thread(target=_import_gx, name="icemaint-import-gx", daemon=True)
+        _IMPORTING.start()
+
+
+def _import_gx() -> None:
+    try:
+        import great_expectations  # noqa: F401
+        from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: F401
+    except Exception:  # the proof imports it again and reports what fails there
+        pass
 
 
 def _run_suite(spark_after_df, before_row_count: int, samples: pd.DataFrame,

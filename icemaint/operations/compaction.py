@@ -193,6 +193,10 @@ class Compactor(ContractOperation):
                           span_of(health.time_transform)) if date is not None else None
         outcome.validation = {"passed": None, "commits": [], "scope": scope.predicate() if scope else
                               f"partitions {describe_all(decision.rationale.get('partitions', []))}"}
+        if not getattr(self.spark, "started", True):
+            from icemaint.engine.validation import import_in_background
+
+            import_in_background()  # the JVM starts now: the proof's Great Expectations loads meanwhile
         try:
             self._stage_prove_publish(staging, request, name, date, policy, identity, scope, health, decision,
                                       outcome)
