@@ -65,50 +65,12 @@ def bounded_rest_catalog(name: str, timeout: float, **properties):
     return BoundedRestCatalog(name, **properties)
 
 
-class MetadataMemo:
-    """What a table's metadata file yields that needs more reads, kept by its location: a metadata file never
-    changes, so its manifests and file entries are the same whenever it is read again (a sensor tick re-reads
-    every table its run budget deferred, though nothing changed; a tick's decision and its run's plan read the
-    same file). Bounded by the manifests and file entries it holds, least recently used out first; the parsed
-    metadata itself is not kept (holding 10,000 tables' made a 10,000-table tick 1.5x slower: a heap that
-    large slows every garbage collection). Thread-safe: a tick reads tables in a thread pool."""
-
-    def __init__(self, max_entries: int = 50_000):
-        import threading
-        from collections import OrderedDict
-
-        self.max_entries = max_entries
-        self._items: OrderedDict = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return None if found is None else found[0]
-
-    def put(self, key, value, size: int) -> None:
-        if size > self.max_entries:
-            return
-        with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = (value, size)
-            self._size += size
-            while self._size > self.max_entries:
-                _, (_, dropped) = self._items.popitem(last=False)
-                self._size -= dropped
-
-
 class CatalogReader:
     """Spark-free access to the configured catalog's tables and their metadata."""
 
     def __init__(self, config: MaintenanceConfig):
         self.config = config
         self._catalog = None
-        self._memo = MetadataMemo()
 
     # -- catalog ---------------------------------------------------------------------------
     def _unavailable(self, exc: BaseException) -> CatalogUnavailable:
@@ -260,14 +222,14 @@ class CatalogReader:
         """Health numbers of the table's current snapshot (see `icemaint.domain.health`); with
         `measure_metadata`, also the bytes of its metadata.json files (a stat per file in the log)."""
         tbl = loaded if loaded is not None else self.load(table)
-        return self._health(table, tbl, self._manifests(tbl), now, measure_metadata)
+        return self._health(table, tbl, current_manifests(tbl), now, measure_metadata)
 
     def tick_health(self, table: str, now: dt.datetime | None = None) -> TableHealth | Screened:
         """Health as a sensor tick needs it: a table whose manifest list shows that no partition can be
         due (`icemaint.domain.screen`) is `Screened` without reading its manifests."""
         policy = self.config.policy(table)
         tbl = self.load(table)
-        manifests = self._manifests(tbl)
+        manifests = current_manifests(tbl)
         timing = time_partitioning(tbl, policy.time_column)
         if timing.found or not policy.time_column:  # a policy time_column that is wrong is refused in full
             reason = screen_compaction(manifest_summaries(tbl, timing, manifests), policy.min_input_files,
@@ -276,24 +238,6 @@ class CatalogReader:
                 return Screened(TableName.parse(table).key, tbl.metadata_location, reason)
         return self._health(table, tbl, manifests, now)
 
-    def _manifests(self, tbl) -> list:
-        """`current_manifests`, remembered by the table's metadata location."""
-        key = ("manifests", tbl.metadata_location)
-        found = self._memo.get(key)
-        if found is None:
-            found = current_manifests(tbl)
-            self._memo.put(key, found, len(found))
-        return found
-
-    def _file_entries(self, tbl, timing, manifests: list) -> list:
-        """`read_file_entries`, remembered by the table's metadata location and how its files are dated."""
-        key = ("files", tbl.metadata_location, timing)
-        found = self._memo.get(key)
-        if found is None:
-            found = list(read_file_entries(tbl, timing, manifests))
-            self._memo.put(key, found, len(found))
-        return found
-
     def _health(self, table: str, tbl, manifests: list, now: dt.datetime | None,
                 measure_metadata: bool = False) -> TableHealth:
         policy = self.config.policy(table)
@@ -301,7 +245,7 @@ class CatalogReader:
         now = now or dt.datetime.now(dt.timezone.utc)
         timing = time_partitioning(tbl, policy.time_column)
         snapshot = tbl.current_snapshot()
-        files = self._file_entries(tbl, timing, manifests)
+        files = list(read_file_entries(tbl, timing, manifests))
         return compute_health(
             table=TableName.parse(table).key,
             metadata_location=tbl.metadata_location,
