@@ -40,23 +40,30 @@ def _most_at_once(intervals) -> int:
     return most
 
 
-def test_a_tick_runs_tables_at_once_up_to_max_runs_total_and_prints_its_report(capfd, spark, lake_root, tmp_path):
+def _tick(capfd, spark, lake_root, tmp_path, *, prefix: str, tables: int, days: int, rows_per_day: int,
+          max_runs_total: int):
+    """Streaming tables with due dates and `icemaint tick --json` over them, file descriptors captured:
+    (writers, config path, the tick's runs as its report lists them)."""
     from icemaint.app.cli import main
 
-    writers = [streaming_table(spark, "lake", f"conc_{uuid.uuid4().hex[:8]}.events", batches=3, days=2,
-                               rows_per_day=8, delete_every=0) for _ in range(3)]
+    writers = [streaming_table(spark, "lake", f"{prefix}_{uuid.uuid4().hex[:8]}.events", batches=3, days=days,
+                               rows_per_day=rows_per_day, delete_every=0) for _ in range(tables)]
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        max_runs_total=2, scope={"include": [w.name.key for w in writers]})
+                        max_runs_total=max_runs_total, scope={"include": [w.name.key for w in writers]})
     capfd.readouterr()
-
     code = main(["--config", str(path), "tick", "--json"])
     out, err = capfd.readouterr()
-
     assert code == 0, err
     report = json.loads(out)  # the report reached file descriptor 1, not a run's compute log
-    runs = [d for d in report["decisions"] if d.get("run_id")]
+    return writers, path, [d for d in report["decisions"] if d.get("run_id")]
+
+
+def test_a_tick_runs_tables_at_once_up_to_max_runs_total_and_prints_its_report(capfd, spark, lake_root, tmp_path):
+    writers, path, runs = _tick(capfd, spark, lake_root, tmp_path, prefix="conc", tables=3, days=2, rows_per_day=8,
+                                max_runs_total=2)
+
     assert sorted(d["table"] for d in runs) == sorted(w.name.key for w in writers for _ in range(2))
-    assert all(d["published"] and d["validation"] and d["success"] for d in runs), report["lines"]
+    assert all(d["published"] and d["validation"] and d["success"] for d in runs), runs
     config = load_config(path)
     intervals = _intervals(config)
     assert len(intervals) == 3 and all(start and end for _, start, end in intervals)
@@ -71,17 +78,8 @@ def test_a_tick_runs_tables_at_once_up_to_max_runs_total_and_prints_its_report(c
 
 
 def test_one_run_at_a_time_when_max_runs_total_is_one(capfd, spark, lake_root, tmp_path):
-    from icemaint.app.cli import main
-
-    writers = [streaming_table(spark, "lake", f"seq_{uuid.uuid4().hex[:8]}.events", batches=3, days=1,
-                               rows_per_day=6, delete_every=0) for _ in range(2)]
-    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        max_runs_total=1, scope={"include": [w.name.key for w in writers]})
-    capfd.readouterr()
-    code = main(["--config", str(path), "tick", "--json"])
-    out, err = capfd.readouterr()
-    assert code == 0, err
-    runs = [d for d in json.loads(out)["decisions"] if d.get("run_id")]
+    _, path, runs = _tick(capfd, spark, lake_root, tmp_path, prefix="seq", tables=2, days=1, rows_per_day=6,
+                          max_runs_total=1)
     assert len(runs) == 2 and all(d["published"] for d in runs)
     intervals = _intervals(load_config(path))
     assert len(intervals) == 2 and _most_at_once(intervals) == 1

@@ -177,14 +177,13 @@ class _Suite:
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
         spark_source = context.data_sources.add_spark("icemaint_after_snapshot", persist=False)
         frames = context.data_sources.add_pandas("icemaint_snapshot_comparison")
-        self.definitions = {
+        assets = {
             ROW_COUNT_PARITY: spark_source.add_dataframe_asset("after_snapshot"),
             SAMPLE_COMPARISON: frames.add_dataframe_asset("sampled_row_multiplicities"),
             COLUMN_AGGREGATES: frames.add_dataframe_asset("column_aggregates"),
             READ_COMPLETENESS: frames.add_dataframe_asset("planned_against_read"),
         }
-        self.definitions = {name: asset.add_batch_definition_whole_dataframe("whole")
-                            for name, asset in self.definitions.items()}
+        self.definitions = {name: asset.add_batch_definition_whole_dataframe("whole") for name, asset in assets.items()}
 
     def validate(self, name: str, dataframe, expectation) -> dict:
         batch = self.definitions[name].get_batch(batch_parameters={"dataframe": dataframe})
