@@ -69,6 +69,9 @@ class SensorEstate:
         self.instance = DagsterInstance.ephemeral()
         self.instance.add_dynamic_partitions(table_partitions.name, tables)
         self.tables = tables
+        from icemaint.domain.tick import KeptHealths
+
+        self.kept = KeptHealths()  # as the sensor keeps it between its ticks
 
     def tick(self, cursor: str | None) -> dict:
         """One tick from `cursor` (None: a fresh sensor); returns its time, counts and new cursor."""
@@ -79,7 +82,8 @@ class SensorEstate:
         with Stopwatch() as sw:
             now = dt.datetime.now(dt.timezone.utc)
             date_keys = set(date_partitions(self.config.dates_start).get_partition_keys(current_time=now))
-            plan = evaluate_compaction(self.instance, self.catalog, self.claims, self.audit, cursor, now, date_keys)
+            plan = evaluate_compaction(self.instance, self.catalog, self.claims, self.audit, cursor, now, date_keys,
+                                       kept=self.kept)
             requests = [compaction_run_request(d, h) for d, h in plan.runs]
             new_cursor = encode_cursor(plan.cursor)
         return {"seconds": sw.seconds, "evaluated": len(plan.evaluated), "unchanged": len(plan.unchanged),
@@ -209,7 +213,7 @@ def measure_sensor_scale(spark, config: MaintenanceConfig, sizes: tuple[int, ...
     out = {"sizes": results, "projected_full_at_target": projected_full,
            "projected_unchanged_at_target": projected_unchanged, "full_target_seconds": SENSOR_FULL_TARGET_SECONDS,
            "unchanged_target_seconds": SENSOR_UNCHANGED_TARGET_SECONDS,
-           "concurrent_reads": config.catalog.concurrent_reads,
+           "concurrent_reads": config.catalog.read_workers,
            "audit_read": {"records": AUDIT_HISTORY_RECORDS, "record_bytes": record_bytes, "seconds_per_read": read_s,
                           # the sensor reads the audit log once per tick (sensors.compaction.TickHistory)
                           "projected_full_at_target_with_history": (_at_target_full(results) or projected_full)

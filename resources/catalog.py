@@ -40,5 +40,5 @@ class IcebergCatalogResource(ConfigurableResource):
         return self.reader.tick_health(table)
 
     def read_many(self, fn, tables: list[str]) -> list:
-        """`fn` over `tables`, `catalog.concurrent_reads` at a time (a tick's metadata reads)."""
+        """`fn` over `tables`, `catalog.read_workers` at a time (a tick's metadata reads)."""
         return self.reader.read_many(fn, tables)

@@ -8,7 +8,7 @@ import dagster as dg
 from icemaint.safety.approvals import is_approved
 from icemaint.safety.audit import AuditRecord
 from icemaint.domain.decisions import DEFER, REFUSE
-from icemaint.domain.tick import decode_cursor, encode_cursor, plan_compaction_tick
+from icemaint.domain.tick import KeptHealths, decode_cursor, encode_cursor, plan_compaction_tick
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG
 from maint_assets.partitions import table_date_key, table_partitions
 from resources.catalog import IcebergCatalogResource
@@ -60,9 +60,10 @@ class TickHistory:
 
 def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: TableClaimResource,
                         audit: AuditResource, cursor_text: str | None, now: dt.datetime, date_keys: set[str],
-                        batch_dates: bool = False):
+                        batch_dates: bool = False, kept: KeptHealths | None = None):
     """The tick's plan: shared by the sensor and `icemaint tick`. With `batch_dates` (`icemaint tick`, which
-    runs a table's due dates as one Dagster run) the run budget counts tables, not table-dates."""
+    runs a table's due dates as one Dagster run) the run budget counts tables, not table-dates. `kept`: the
+    caller's `KeptHealths`, carried from its previous tick (with its cursor)."""
     config = catalog.settings.config
     tables = instance.get_dynamic_partitions(table_partitions.name)
 
@@ -76,7 +77,7 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
         read=catalog.read_many,
         claim_holder=holder, approved=history.approved, past_runs=history.past_runs,
         cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
-        valid_dates=lambda d: d in date_keys, run_of=(lambda d: d.table) if batch_dates else None)
+        valid_dates=lambda d: d in date_keys, run_of=(lambda d: d.table) if batch_dates else None, kept=kept)
     for d in plan.to_record:
         if d.verdict in (DEFER, REFUSE):
             audit.append(AuditRecord(table=d.table, operation="compact", decision=d.verdict, reason=d.reason,
@@ -105,6 +106,7 @@ def decision_observation(decision) -> dg.AssetObservation:
 
 
 def build_compaction_sensor(compaction_job, table_compaction_job, date_partitions_def) -> dg.SensorDefinition:
+    kept = KeptHealths()  # lives with the code location's process, as the sensor's ticks do
     # A sensor with several jobs names each request's job; `compaction_job` is the default.
     @dg.sensor(name="compaction_sensor", jobs=[compaction_job, table_compaction_job], minimum_interval_seconds=30,
                default_status=dg.DefaultSensorStatus.RUNNING,
@@ -115,7 +117,8 @@ def build_compaction_sensor(compaction_job, table_compaction_job, date_partition
                           claims: TableClaimResource, audit: AuditResource):
         now = dt.datetime.now(dt.timezone.utc)
         date_keys = set(date_partitions_def.get_partition_keys(current_time=now))
-        plan = evaluate_compaction(context.instance, catalog, claims, audit, context.cursor, now, date_keys)
+        plan = evaluate_compaction(context.instance, catalog, claims, audit, context.cursor, now, date_keys,
+                                   kept=kept)
         summary = plan.summary()
         context.log.info(summary)
         requests = [compaction_run_request(d, h) for d, h in plan.runs]

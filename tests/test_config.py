@@ -276,3 +276,15 @@ def test_a_jdbc_sqlite_catalog_uri_keeps_its_absolute_path_for_pyiceberg():
 
     assert jdbc_to_sqlalchemy("jdbc:sqlite:/tmp/wh/catalog.db", {}) == "sqlite:////tmp/wh/catalog.db"
     assert jdbc_to_sqlalchemy("jdbc:sqlite:catalog.db", {}) == "sqlite:///catalog.db"
+
+
+def test_concurrent_reads_default_by_catalog_type_and_an_explicit_value_wins(tmp_path):
+    """A hadoop catalog's metadata is local files (a read parses, holding the GIL): one at a time by
+    default; a catalog over the network waits on each read: eight at a time."""
+    def workers(catalog):
+        return parse_config({"catalog": catalog}, tmp_path).catalog.read_workers
+
+    assert workers({"type": "hadoop"}) == 1
+    assert workers({"type": "rest", "uri": "http://catalog:8181"}) == 8
+    assert workers({"type": "hadoop", "concurrent_reads": 4}) == 4
+    assert workers({"type": "rest", "uri": "http://catalog:8181", "concurrent_reads": 2}) == 2

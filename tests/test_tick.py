@@ -13,8 +13,8 @@ import pytest
 from icemaint.config import parse_config
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN
 from icemaint.domain.health import FileEntry, SnapshotEntry, compute_health
-from icemaint.domain.tick import (RECHECK_APPROVAL_SECONDS, RECHECK_CLAIM_BUSY_SECONDS, TableCursor, decode_cursor,
-                           encode_cursor, plan_compaction_tick)
+from icemaint.domain.tick import (RECHECK_APPROVAL_SECONDS, RECHECK_CLAIM_BUSY_SECONDS, KeptHealths, TableCursor,
+                           decode_cursor, encode_cursor, plan_compaction_tick)
 
 KiB, MiB = 2**10, 2**20
 NOW = dt.datetime(2024, 6, 10, 12, 0, tzinfo=dt.timezone.utc)
@@ -210,6 +210,53 @@ def test_tick_budget_defers_the_lower_ranked_and_looks_again_next_tick(tick_conf
 
     nxt = estate.tick(tick_config, plan.cursor, NOW + dt.timedelta(seconds=30), max_runs=1)
     assert nxt.evaluated == ["t.few"] and [d.table for d, _ in nxt.runs] == ["t.few"]
+
+
+def test_a_budget_deferral_is_decided_again_from_its_kept_health_while_the_table_has_not_moved(tick_config):
+    estate, kept = Estate(), KeptHealths()
+    estate.add("t.many", small_files(10))
+    estate.add("t.few", small_files(3), writer_at=NOW - dt.timedelta(minutes=1))  # writer active: 5m idle
+    estate.add("t.more", small_files(4))
+    plan = estate.tick(tick_config, max_runs=1, kept=kept)
+    assert [d.table for d, _ in plan.runs] == ["t.many"]
+    assert {t for t, _, _ in kept.entries} == {"t.more"}  # t.few deferred for its writer, not the budget
+    reads = dict(estate.health_reads)
+
+    later = NOW + dt.timedelta(minutes=10)  # t.few's writer has been idle 11 minutes by now
+    estate.commit("t.many", files=small_files(1))  # t.many moved: read again
+    nxt = estate.tick(tick_config, plan.cursor, later, max_runs=5, kept=kept)
+    assert estate.health_reads["t.more"] == reads["t.more"]  # decided from the kept health: not read
+    assert estate.health_reads["t.many"] == reads["t.many"] + 1
+    assert estate.health_reads["t.few"] == reads["t.few"] + 1  # its writer recheck: read, not kept
+    assert sorted(d.table for d, _ in nxt.runs) == ["t.few", "t.more"]
+    kept_health = next(h for d, h in nxt.runs if d.table == "t.more")
+    read_now = estate.health("t.more")  # what a read at `later` says, ages and all
+    assert kept_health == read_now
+    assert kept.entries == {}  # nothing deferred for the budget this tick
+
+
+def test_a_kept_health_is_not_used_after_a_commit_or_a_policy_change(tick_config, tmp_path):
+    estate, kept = Estate(), KeptHealths()
+    estate.add("t.many", small_files(10))
+    estate.add("t.few", small_files(3))
+    plan = estate.tick(tick_config, max_runs=1, kept=kept)
+    assert [t for t, _, _ in kept.entries] == ["t.few"]
+    estate.commit("t.few", files=small_files(4))
+    reads = estate.health_reads["t.few"]
+    nxt = estate.tick(tick_config, plan.cursor, NOW + dt.timedelta(seconds=30), max_runs=1, kept=kept)
+    assert estate.health_reads["t.few"] == reads + 1
+    assert next(h for d, h in nxt.runs if d.table == "t.few").data_files == 4
+
+    estate.commit("t.few", files=small_files(6))
+    estate.add("t.other", small_files(5))
+    plan = estate.tick(tick_config, nxt.cursor, NOW + dt.timedelta(seconds=60), max_runs=1, kept=kept)
+    deferred = [t for t, _, _ in kept.entries]
+    assert deferred == ["t.other"]
+    stricter = parse_config({"defaults": {"small_file_size_bytes": "1MiB", "min_input_files": 50}}, tmp_path)
+    reads = estate.health_reads[deferred[0]]
+    again = estate.tick(stricter, plan.cursor, NOW + dt.timedelta(seconds=90), max_runs=1, kept=kept)
+    assert estate.health_reads[deferred[0]] == reads + 1  # another policy: its health is read again
+    assert not again.runs
 
 
 def test_valid_dates_and_measured_throughput_reach_the_decisions(tick_config):

@@ -14,6 +14,7 @@ from pathlib import Path
 from icemaint.app.instance import allow_runs_in_threads
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE, RUN
+from icemaint.domain.tick import KeptHealths, date_batches, encode_cursor, table_lanes
 
 
 def date_done(outcome: dict) -> bool:
@@ -37,6 +38,7 @@ class Ticker:
         self.claims = TableClaimResource(settings=settings)
         self.audit = AuditResource(settings=settings)
         self.cursor_path = Path(config.state_dir, "tick_cursor.json")
+        self.kept = KeptHealths()  # the budget deferrals' healths, for this process's next tick (`--until-idle`)
 
     def _cursors(self) -> dict:
         """The saved cursors; a damaged file (a tick killed mid-write before writes were atomic) is
@@ -94,7 +96,7 @@ class Ticker:
             lines.append(f"discovery: added {added or '[]'}, removed {removed or '[]'}")
         date_keys = set(date_partitions(self.config.dates_start).get_partition_keys(current_time=now))
         plan = evaluate_compaction(instance, self.catalog, self.claims, self.audit, self._cursor("compaction"),
-                                   now, date_keys, batch_dates=True)
+                                   now, date_keys, batch_dates=True, kept=self.kept)
         decisions, quiet = [], {}
         launched = {} if dry_run else self._compact_in_batches([(d.table, d.date) for d in plan.decisions
                                                                 if d.verdict == RUN])
@@ -129,7 +131,6 @@ class Ticker:
                 more = f" ({len(noops)} dates)" if len(noops) > 1 else ""
                 lines.append(f"{table} {noops[0].scope}: noop: {noops[0].reason}{more}")
         if not dry_run:
-            from icemaint.domain.tick import encode_cursor
             from sensors.compaction import decision_observation
 
             self._save_cursor("compaction", encode_cursor(plan.cursor))
@@ -161,7 +162,6 @@ class Ticker:
         A date of a batch counts as done only by its own outcome: it has one, it was neither refused nor
         failed, and its proof, if it ran one, passed (as a run of that date alone would have ended); another
         date's failure, which fails the batch's run, does not make it undone."""
-        from icemaint.domain.tick import date_batches, table_lanes
         from maint_assets.compaction import BACKFILL_DATES_PER_RUN
 
         lanes = table_lanes(date_batches(runs, BACKFILL_DATES_PER_RUN))

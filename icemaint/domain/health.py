@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 # Snapshot operations that only reorganise data. Writers append, overwrite and delete; Iceberg's
@@ -131,6 +131,19 @@ class TableHealth:
     # bytes of the metadata.json files in the metadata log (and the current one); None when not measured
     # (one stat each: the health report measures them, the sensors' reads do not)
     metadata_bytes: int | None = None
+    # When the ages above were measured (ISO); every other number comes from the immutable metadata file.
+    observed_at: str | None = None
+
+    def at(self, now: dt.datetime) -> TableHealth:
+        """The same health with its ages measured at `now` (a later tick re-deciding a table whose metadata
+        location has not moved)."""
+        if self.observed_at is None:
+            raise ValueError(f"health of {self.table} has no observed_at: its ages cannot be moved")
+        shift = (now - dt.datetime.fromisoformat(self.observed_at)).total_seconds()
+        since_writer = self.seconds_since_writer_commit
+        return replace(self, observed_at=now.isoformat(),
+                       oldest_snapshot_age_seconds=self.oldest_snapshot_age_seconds + shift,
+                       seconds_since_writer_commit=None if since_writer is None else since_writer + shift)
 
     @property
     def time_partitioned(self) -> bool:
@@ -306,4 +319,5 @@ def compute_health(
         seconds_since_writer_commit=(now - writer_at).total_seconds() if writer_at else None,
         small_file_size_bytes=small_file_size_bytes,
         partitions=tuple(PartitionHealth(key=k, **v) for k, v in sorted(per_date.items())),
+        observed_at=now.isoformat(),
     )

@@ -46,6 +46,19 @@ def _decision_digest(decisions: list[Decision]) -> str | None:
 
 
 @dataclass
+class KeptHealths:
+    """The healths a tick read and then deferred only for its run budget, kept for the sensor's next tick.
+
+    Everything in a health but its ages comes from the metadata file at its location, which a commit never
+    rewrites: while a table stays at that location under the same policy, the next tick moves the ages to its
+    own `now` (`TableHealth.at`) instead of reading the table's manifests again (at 10,000 tables with 200
+    due and a budget of 20, those 180 re-reads were half of an unchanged tick). One per sensor, as its cursor;
+    each tick replaces the entries, so it holds at most the last tick's budget deferrals.
+    """
+    entries: dict[tuple[str, str, str], TableHealth] = field(default_factory=dict)  # (table, location, policy)
+
+
+@dataclass
 class TickPlan:
     runs: list[tuple[Decision, TableHealth]] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
@@ -161,13 +174,15 @@ def plan_compaction_tick(
     valid_dates: Callable[[str], bool] = lambda d: True,
     read: Mapper = in_order,
     run_of: Callable[[Decision], object] | None = None,
+    kept: KeptHealths | None = None,
 ) -> TickPlan:
     """Observe and decide compaction for every table; returns the runs to request and the new cursor.
 
     `read` maps a metadata read over tables (default: `in_order`); a sensor passes a bounded thread
     pool, since on an object store or a REST catalog each read mostly waits. `run_of`: see
     `rank_within_budget` (the runs `max_runs` counts). `health` may answer
-    `Screened` for a table whose manifest list shows that nothing can be due.
+    `Screened` for a table whose manifest list shows that nothing can be due. `kept`: healths of the
+    previous tick's budget deferrals, used instead of a read while their table has not moved, then replaced.
     Claim and audit outages still raise; a table whose metadata cannot be read is reported in
     `errors` and keeps no cursor entry, so the next tick reads it again.
     """
@@ -190,7 +205,11 @@ def plan_compaction_tick(
             plan.unchanged.append(table)
             continue
         changed.append((table, location, fingerprint))
-    observed = read(_answer_or_error(health), [t for t, _, _ in changed])
+    reused = {t: kept.entries[(t, loc, fp)].at(now) for t, loc, fp in changed
+              if kept is not None and (t, loc, fp) in kept.entries}
+    fresh = [t for t, _, _ in changed if t not in reused]
+    read_now = dict(zip(fresh, read(_answer_or_error(health), fresh)))
+    observed = [reused[t] if t in reused else read_now[t] for t, _, _ in changed]
     for (table, location, fingerprint), h in zip(changed, observed):
         if isinstance(h, Exception):
             plan.errors[table] = f"{type(h).__name__}: {h}"
@@ -232,6 +251,9 @@ def plan_compaction_tick(
             plan.runs.append((d, healths[d.table]))
         elif d.kind == ReasonKind.TICK_BUDGET:
             plan.cursor[d.table].recheck_at = now.timestamp()  # look again next tick
+    if kept is not None:
+        kept.entries = {(d.table, healths[d.table].metadata_location, plan.cursor[d.table].policy): healths[d.table]
+                        for d in ranked if d.kind == ReasonKind.TICK_BUDGET and d.table in healths}
     return plan
 
 

@@ -128,9 +128,9 @@ class CatalogReader:
         return self._catalog
 
     def read_many(self, fn, tables):
-        """`fn` over `tables` with at most `catalog.concurrent_reads` at once, results in order (the
+        """`fn` over `tables` with at most `catalog.read_workers` at once, results in order (the
         tick's metadata reads: `icemaint.domain.tick.plan_compaction_tick`'s `read`)."""
-        workers = min(self.config.catalog.concurrent_reads, len(tables))
+        workers = min(self.config.catalog.read_workers, len(tables))
         if workers <= 1:
             return [fn(t) for t in tables]
         from concurrent.futures import ThreadPoolExecutor
