@@ -8,8 +8,10 @@ import dagster as dg
 from icemaint.safety.approvals import is_approved
 from icemaint.safety.audit import AuditRecord
 from icemaint.domain.decisions import DEFER, REFUSE
-from icemaint.domain.tick import KeptHealths, decode_cursor, encode_cursor, plan_compaction_tick
-from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG
+from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick
+from maint_assets.compaction import BACKFILL_DATES_PER_RUN
+from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, RANGE_END_TAG, RANGE_START_TAG, \
+    TABLE_TAG, TRIGGER_TAG
 from maint_assets.partitions import table_date_key, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
@@ -31,6 +33,28 @@ def compaction_run_request(decision, health, trigger: str = "sensor") -> dg.RunR
         tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger,
               PLANNED_SNAPSHOT_TAG: str(health.snapshot_id), PLANNED_SCHEMA_TAG: str(health.schema_id)},
     )
+
+
+def compaction_run_requests(runs, trigger: str = "sensor") -> list[dg.RunRequest]:
+    """The tick's runs as requests: a table's consecutive due dates as one run over their partition range (at
+    most BACKFILL_DATES_PER_RUN dates: one process, Spark session and claim wait where each date was its own;
+    each date still its own decision at run time, proof, audit record and materialization), any other run
+    as `compaction_run_request`. Requests are in the tick's rank order."""
+    by_key = {(d.table, d.date): (d, h) for d, h in runs}
+    requests = []
+    for batch in date_batches(list(by_key), BACKFILL_DATES_PER_RUN):
+        decision, health = by_key[batch[0]]
+        if len(batch) == 1:
+            requests.append(compaction_run_request(decision, health, trigger))
+            continue
+        first, last = batch[0][1], batch[-1][1]
+        requests.append(dg.RunRequest(
+            run_key=f"compact:{decision.table}:{first}..{last}:{health.snapshot_id}",
+            job_name=COMPACTION_JOB,
+            tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger,
+                  RANGE_START_TAG: table_date_key(decision.table, first),
+                  RANGE_END_TAG: table_date_key(decision.table, last)}))
+    return requests
 
 
 class TickHistory:
@@ -110,18 +134,19 @@ def build_compaction_sensor(compaction_job, table_compaction_job, date_partition
     # A sensor with several jobs names each request's job; `compaction_job` is the default.
     @dg.sensor(name="compaction_sensor", jobs=[compaction_job, table_compaction_job], minimum_interval_seconds=30,
                default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Polls each table's metadata; requests a compaction run per (table, date) when "
-                           "thresholds pass, writers are idle, the claim is free and cost/policy allow; "
-                           "otherwise records a defer or refusal in the audit trail.")
+               description="Polls each table's metadata; requests a compaction run for each (table, date) whose "
+                           "thresholds pass, writers are idle, the claim is free and cost/policy allow (a table's "
+                           "consecutive due dates as one run over their range); otherwise records a defer or "
+                           "refusal in the audit trail.")
     def compaction_sensor(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource,
                           claims: TableClaimResource, audit: AuditResource):
         now = dt.datetime.now(dt.timezone.utc)
         date_keys = set(date_partitions_def.get_partition_keys(current_time=now))
         plan = evaluate_compaction(context.instance, catalog, claims, audit, context.cursor, now, date_keys,
-                                   kept=kept)
+                                   batch_dates=True, kept=kept)
         summary = plan.summary()
         context.log.info(summary)
-        requests = [compaction_run_request(d, h) for d, h in plan.runs]
+        requests = compaction_run_requests(plan.runs)
         # The decisions the audit just recorded (each once per change) also land on their partitions.
         observations = [decision_observation(d) for d in plan.to_record
                         if d.verdict in (DEFER, REFUSE) and (d.date is None or d.date in date_keys)]

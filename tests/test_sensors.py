@@ -140,11 +140,14 @@ def test_idle_writer_gets_one_deterministic_run_per_due_date_and_an_unchanged_ta
 
     result = loc.tick("compaction_sensor", instance)
     assert isinstance(result, dg.SensorResult)
-    requests = sorted(result.run_requests, key=lambda r: str(r.partition_key))
-    assert [str(r.partition_key) for r in requests] == [f"{d}|{table}" for d in DATES]
-    assert [r.run_key for r in requests] == [f"compact:{table}:{d}:{snapshot}" for d in DATES]
-    assert all(r.tags[PLANNED_SNAPSHOT_TAG] == str(snapshot) for r in requests)
-    assert all(r.tags["icemaint/table"] == table for r in requests)
+    # the table's three consecutive due dates: one run over their partition range (each date decided,
+    # proven, audited and materialized on its own inside it)
+    [request] = result.run_requests
+    requests = [request]
+    assert request.partition_key is None and request.job_name == "compaction_job"
+    assert request.partition_key_range == dg.PartitionKeyRange(f"{DATES[0]}|{table}", f"{DATES[-1]}|{table}")
+    assert request.run_key == f"compact:{table}:{DATES[0]}..{DATES[-1]}:{snapshot}"
+    assert request.tags["icemaint/table"] == table and request.tags["icemaint/trigger"] == "sensor"
     assert health_reads == [table]
     assert not [r for r in loc.audit.records(table=table) if r.decision in ("defer", "refuse")]
     cursor = decode_cursor(result.cursor)
@@ -167,7 +170,7 @@ def test_idle_writer_gets_one_deterministic_run_per_due_date_and_an_unchanged_ta
     moved = loc.tick("compaction_sensor", instance, cursor=result.cursor)
     new_snapshot = CatalogReader(loc.config).load(table).current_snapshot().snapshot_id
     assert health_reads == [table]
-    assert sorted(r.run_key for r in moved.run_requests) == [f"compact:{table}:{d}:{new_snapshot}" for d in DATES]
+    assert [r.run_key for r in moved.run_requests] == [f"compact:{table}:{DATES[0]}..{DATES[-1]}:{new_snapshot}"]
     assert decode_cursor(moved.cursor)[table].metadata_location != cursor[table].metadata_location
 
 
@@ -221,3 +224,28 @@ def test_read_only_table_is_refused_and_the_refusal_recorded(tmp_path, lake_root
     refusals = [r for r in loc.audit.records(table=table, operation="compact") if r.decision == "refuse"]
     assert sorted(r.date for r in refusals) == DATES
     assert all("read-only" in r.reason for r in refusals)
+
+
+def test_run_requests_batch_a_tables_consecutive_dates_and_keep_the_rest_single():
+    """Consecutive dates of one table: one range request; a gap, another table or an undated table: their
+    own requests, a single date still carrying the snapshot it was planned on. In the tick's rank order."""
+    from types import SimpleNamespace
+
+    from icemaint.domain.decisions import RUN, Decision
+    from sensors.compaction import compaction_run_requests
+
+    def run(table, date, snapshot):
+        return Decision(table, "compact", RUN, "due", date=date), SimpleNamespace(snapshot_id=snapshot, schema_id=0)
+
+    runs = [run("a.t", "2026-01-02", 7), run("b.t", "2026-01-05", 9), run("a.t", "2026-01-01", 7),
+            run("a.t", "2026-01-04", 7), run("c.t", None, 3)]
+    requests = compaction_run_requests(runs, trigger="window")
+    assert [r.run_key for r in requests] == ["compact:a.t:2026-01-01..2026-01-02:7", "compact:b.t:2026-01-05:9",
+                                             "compact:a.t:2026-01-04:7", "compact:c.t:partitions:3"]
+    ranged, single, gap, undated = requests
+    assert ranged.partition_key_range == dg.PartitionKeyRange("2026-01-01|a.t", "2026-01-02|a.t")
+    assert ranged.partition_key is None and PLANNED_SNAPSHOT_TAG not in ranged.tags  # each date decides afresh
+    assert single.partition_key == "2026-01-05|b.t" and single.tags[PLANNED_SNAPSHOT_TAG] == "9"
+    assert gap.partition_key == "2026-01-04|a.t"
+    assert undated.job_name == "table_compaction_job" and undated.partition_key == "c.t"
+    assert all(r.tags["icemaint/trigger"] == "window" for r in requests)

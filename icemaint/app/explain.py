@@ -19,7 +19,8 @@ from icemaint.domain.health import TableHealth
 from icemaint.domain.names import TableName
 from icemaint.domain.units import human_duration, human_size
 
-# The tick's own bound on runs requested at once (sensors/compaction.py MAX_RUNS_PER_TICK).
+# The tick's own bound on runs requested at once (sensors/compaction.py MAX_RUNS_PER_TICK); a run is a
+# table's consecutive due dates, so the bound counts tables, as the sensor and `icemaint tick` count them.
 MAX_RUNS_PER_TICK = 20
 
 
@@ -207,7 +208,8 @@ def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dic
         config, tables, metadata_location=estate.reader.metadata_location, health=estate.reader.tick_health,
         read=estate.reader.read_many,
         claim_holder=estate.holder, approved=estate.approved, past_runs=estate.past_runs, cursor={}, now=now,
-        max_runs=MAX_RUNS_PER_TICK, valid_dates=lambda d: config.dates_start.isoformat() <= d <= tomorrow)
+        max_runs=MAX_RUNS_PER_TICK, valid_dates=lambda d: config.dates_start.isoformat() <= d <= tomorrow,
+        run_of=lambda d: d.table)
     retention = plan_retention_tick(
         tables, policy_of=config.policy, policy_fingerprint=policy_fingerprint, identity=config.identity(),
         metadata_location=estate.reader.metadata_location,
