@@ -470,3 +470,29 @@ def full_row_hash(spark, table_sql: str, snapshot_id: int, scope: str | None = N
         f"SELECT count(*) AS n, sum(CAST(xxhash64({row_hash_args(schema)}) AS DECIMAL(38,0))) "
         f"AS h FROM ({source})").first()
     return int(row["n"]), int(row["h"] or 0)
+
+
+def failure_summary(proof: dict) -> str:
+    """One line saying what differed in a failed proof."""
+    if proof.get("error"):
+        return proof["error"].splitlines()[0][:300]
+    parts = []
+    for check in proof.get("checks", []):
+        if check.get("passed"):
+            continue
+        observed = check.get("observed", {})
+        if check["name"] == "row_count_parity":
+            parts.append(f"rows {observed.get('before_row_count')} before vs {observed.get('after_row_count')} staged")
+        elif check["name"] == "sample_comparison":
+            parts.append(f"{observed.get('missing_in_after', 0)} sampled rows missing and "
+                         f"{observed.get('unexpected_in_after', 0)} unexpected")
+        elif check["name"] == "read_completeness":
+            parts.append(f"the rewrite's read fed {observed.get('rows_read')} rows of the "
+                         f"{observed.get('planned_rows')} its {observed.get('planned_files')} files hold"
+                         + ("" if observed.get("rows_read") != observed.get("planned_rows") else
+                            " (the same count, from other files)"))
+        else:
+            differing = observed.get("differing_aggregates") or []
+            named = ", ".join(f"{d.get('aggregate')}({d.get('column_name')})" for d in differing[:4])
+            parts.append(f"aggregates differ: {named or observed.get('differences')}")
+    return "; ".join(parts) or "a check failed"

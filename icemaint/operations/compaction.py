@@ -308,7 +308,7 @@ class Compactor(ContractOperation):
     def _one_group(self, staging: StagingArea, request, name: TableName, date: str, policy,
                    stage: Callable[[], StagedRewrite], base: int, index: int, outcome: CompactionOutcome) -> bool:
         """Stage, prove and publish one group; False when its proof failed (nothing published)."""
-        from icemaint.engine.validation import RowSet, prove_rows
+        from icemaint.engine.validation import RowSet, failure_summary, prove_rows
 
         t0 = time.perf_counter()
         self.progress(f"staging group {index} of {name.key} {date} from snapshot {base}")
@@ -488,29 +488,3 @@ def _spark_app_of(spark) -> dict:
 def _add_seconds(outcome: CompactionOutcome, key: str, started: float) -> None:
     """Adds the time since `started` to a duration (several groups add to the same one)."""
     outcome.durations[key] = round(outcome.durations.get(key, 0.0) + time.perf_counter() - started, 3)
-
-
-def failure_summary(proof: dict) -> str:
-    """One line saying what differed in a failed proof."""
-    if proof.get("error"):
-        return proof["error"].splitlines()[0][:300]
-    parts = []
-    for check in proof.get("checks", []):
-        if check.get("passed"):
-            continue
-        observed = check.get("observed", {})
-        if check["name"] == "row_count_parity":
-            parts.append(f"rows {observed.get('before_row_count')} before vs {observed.get('after_row_count')} staged")
-        elif check["name"] == "sample_comparison":
-            parts.append(f"{observed.get('missing_in_after', 0)} sampled rows missing and "
-                         f"{observed.get('unexpected_in_after', 0)} unexpected")
-        elif check["name"] == "read_completeness":
-            parts.append(f"the rewrite's read fed {observed.get('rows_read')} rows of the "
-                         f"{observed.get('planned_rows')} its {observed.get('planned_files')} files hold"
-                         + ("" if observed.get("rows_read") != observed.get("planned_rows") else
-                            " (the same count, from other files)"))
-        else:
-            differing = observed.get("differing_aggregates") or []
-            named = ", ".join(f"{d.get('aggregate')}({d.get('column_name')})" for d in differing[:4])
-            parts.append(f"aggregates differ: {named or observed.get('differences')}")
-    return "; ".join(parts) or "a check failed"
