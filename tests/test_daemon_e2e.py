@@ -1,6 +1,7 @@
-"""The real daemon, end to end: a writer commits small files to a table in scope, and with nobody calling
-anything, `dagster dev`'s daemon registers the table (discovery sensor), its compaction sensor launches a
-run for the date, and the run publishes a rewrite proven by three passing checks; no row is lost.
+"""The real daemon, end to end: a writer commits small files to two dates of a table in scope, and with
+nobody calling anything, `dagster dev`'s daemon registers the table (discovery sensor), its compaction
+sensor launches one run over the two dates' partition range, and the run publishes each date's rewrite,
+each proven by three passing checks; no row is lost.
 
 Measured from the writer's last commit to the run's success (2026-11, 2 cores shared with other test runs,
 load average 7-8): 77, 97 and 116 s. Most of it is waiting for the sensors' minimum intervals (60 s for
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.slow
 # Seconds from the writer's last commit to the run's success that the test accepts (see the docstring).
 LATENCY_BOUND_S = 420
 BATCHES, ROWS_PER_DAY = 4, 10
-DATE = "2026-01-01"  # WorkloadSpec's start date; one day partition
+DATES = ["2026-01-01", "2026-01-02"]  # WorkloadSpec's start date and the next: two consecutive day partitions
 CHECKS = {"row_count_parity", "sample_comparison", "column_aggregates"}
 
 
@@ -102,19 +103,19 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
     from icemaint.app.simulator import StreamingWriter, WorkloadSpec
     from icemaint.domain.names import TableName
     from icemaint.safety.claims import table_claim
-    from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, PLANNED_SNAPSHOT_TAG
+    from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TRIGGER_TAG
 
     started = time.monotonic()
     namespace = f"e2e_{uuid.uuid4().hex[:8]}"
     table = f"{namespace}.events"
     table_sql = TableName.parse(table).sql("lake")
-    partition = f"{DATE}|{table}"
+    partitions = [f"{d}|{table}" for d in DATES]
     # Only this test's namespace is in scope: the daemon leaves the shared warehouse's other tables alone.
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         scope={"include": [f"{namespace}.*"]})
     config = load_config(path)
     home = ensure_dagster_home(config)
-    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=1, rows_per_day=ROWS_PER_DAY,
+    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=len(DATES), rows_per_day=ROWS_PER_DAY,
                                                          delete_every=2))
     timings: dict[str, float] = {}
 
@@ -139,7 +140,7 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
             if registered_at is None and instance.has_dynamic_partition("table", table):
                 registered_at = time.time()
             records = instance.get_run_records(RunsFilter(job_name="compaction_job", tags={TABLE_TAG: table}))
-            ours = [r for r in records if r.dagster_run.tags.get("dagster/partition") == partition]
+            ours = [r for r in records if r.dagster_run.tags.get(RANGE_START_TAG) == partitions[0]]
             ended = [r for r in ours if r.dagster_run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)]
             if ended:
                 bad = ended[0].dagster_run
@@ -152,7 +153,7 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
             time.sleep(2.0)
         if run is None:
             tail = log_path.read_text()[-4000:]
-            pytest.fail(f"no successful compaction run for {partition} within {LATENCY_BOUND_S}s of the writer's "
+            pytest.fail(f"no successful compaction run for {partitions} within {LATENCY_BOUND_S}s of the writer's "
                         f"last commit (runs: {[(r.dagster_run.run_id, r.dagster_run.status.value) for r in ours]}; "
                         f"registered: {registered_at is not None}):\n{tail}")
         latency = run.end_time - last_commit
@@ -176,17 +177,20 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
           f"ran {run.end_time - run.start_time:.1f}s after its start); phases since test start: "
           + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
 
-    # The daemon's compaction sensor launched it, on the snapshot the writer left.
+    # The daemon's compaction sensor launched it: one run over both dates, each decided again under the claim.
     assert tags.get("dagster/sensor_name") == "compaction_sensor", tags
-    assert tags.get(TRIGGER_TAG) == "sensor" and tags.get(PLANNED_SNAPSHOT_TAG) == str(last["snapshot_id"]), tags
+    assert (tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)) == tuple(partitions), tags
+    assert tags.get(TRIGGER_TAG) == "sensor" and PLANNED_SNAPSHOT_TAG not in tags, tags
+    assert str(last["snapshot_id"]) in tags.get("dagster/run_key", ""), tags  # planned on the writer's last snapshot
     # The discovery sensor registered the table and requested its health run.
     assert [r.dagster_run.tags.get("dagster/sensor_name") for r in discovered] == ["table_discovery"], discovered
-    # Three blocking proofs, all passed; the date was materialized and published as one forward commit.
+    # Three blocking proofs, all passed (each over both dates); each date materialized and published as a
+    # forward commit of its own.
     assert evaluations == {name: True for name in CHECKS}, evaluations
-    assert materialized == [partition], materialized
+    assert sorted(materialized) == partitions, materialized
     assert after["summary"].get("icemaint.run-id") == run_id, after["summary"]
     assert after["summary"].get("icemaint.proof") is not None, after["summary"]
-    assert files == 1, f"{files} data files left on {DATE}"
+    assert files == len(DATES), f"{files} data files left on {DATES}"
     # Nothing lost, nothing duplicated, every delete still applied.
     assert len(rows) == len(set(rows)) and set(rows) == writer.ledger.expected_ids()
     assert len(writer.ledger.deleted) > 0
