@@ -66,11 +66,13 @@ bench-nightly: setup java
 	$(BIN)/python -m benchmarks.nightly
 
 # Side by side with iceberg-zamboni (installed into its own virtualenv under benchmarks/.work), one shared
-# SQLite catalog (Debian's SQLite JDBC driver for our side): a section of benchmarks/RESULTS.md.
+# SQL catalog on a throwaway PostgreSQL server (PEER_ARGS="--catalog sqlite": SQLite, Debian's SQLite JDBC
+# driver for our side): a section of benchmarks/RESULTS.md.
 # PEER_ARGS="--quick" for a smoke run, PEER_ARGS="--shapes files_100,estate_100" for some shapes.
 PEER_ARGS ?=
 bench-peer: setup java
 	bash scripts/ensure_debian_packages.sh libxerial-sqlite-jdbc-java
+	bash scripts/ensure_postgres.sh
 	$(BIN)/python -m benchmarks.peer $(PEER_ARGS)
 
 bench-quick: setup java

@@ -282,7 +282,7 @@ def nightly_driver(warehouse: str, tables: list[str]) -> None:
     import snowpark_connect_deps_iceberg
     from pyspark.sql import SparkSession
 
-    from benchmarks.peer import SQLITE_JAR
+    from benchmarks.shared_catalog import SQLITE_JAR
 
     jar = snowpark_connect_deps_iceberg.get_jar_path(ICEBERG_JAR)
     cat = "spark.sql.catalog.local"
@@ -741,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
         write_section(out, render(json.loads(Path(args.from_results).read_text())), SECTION)
         log(f"wrote {out} ({SECTION[3:]})")
         return 0
-    from benchmarks.peer import SQLITE_JAR
+    from benchmarks.shared_catalog import SQLITE_JAR
 
     if not Path(SQLITE_JAR).exists():
         print(f"error: {SQLITE_JAR} is missing: run scripts/ensure_debian_packages.sh libxerial-sqlite-jdbc-java",

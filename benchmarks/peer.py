@@ -1,13 +1,14 @@
 """Side by side with a peer a platform team could pick: iceberg-zamboni (pyiceberg + pyarrow, no JVM).
 
     python -m benchmarks.peer [--quick] [--shapes files_100,commits_1000,estate_100,files_10000]
-                              [--out benchmarks/RESULTS.md] [--note TEXT]
+                              [--catalog postgres|sqlite] [--out benchmarks/RESULTS.md] [--note TEXT]
     python -m benchmarks.peer --from-results benchmarks/.work/peer/results.json   # re-render only
 
 The peer is installed into a virtualenv of its own (benchmarks/.work/peer-venv): a benchmark peer, never a
-dependency of the product. Both tools work on one catalog: a SQL catalog on SQLite named `local` at
-<work>/wh/catalog.db, the catalog zamboni's CLI opens without patching (`--local-warehouse`), which
-icemaint opens as a JDBC catalog (Debian's SQLite JDBC driver). Each shape is written twice by pyiceberg
+dependency of the product. Both tools work on one SQL catalog named `local` (benchmarks/shared_catalog.py):
+on PostgreSQL by default (a throwaway server, a fresh database per shape; icemaint opens it as a JDBC
+catalog and so runs tables at once, zamboni through benchmarks/zamboni_on_sql.py), or with `--catalog
+sqlite` at <work>/wh/catalog.db, which zamboni's CLI opens unpatched. Each shape is written twice by pyiceberg
 with identical rows and commits, one copy per tool (namespace `ice` for icemaint, `zam` for zamboni); each
 tool runs in a fresh process, the two one after the other; afterwards one independent reader (pyiceberg,
 in this process) checks every row of both copies against what was written. Both tools get the same
@@ -19,6 +20,7 @@ Writes the section "Side by side with a peer" of --out (`make bench` keeps it wh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -30,12 +32,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.shared_catalog import SQLITE_JAR, SharedCatalog, missing_prerequisite, postgres_catalog, \
+    postgres_server, pyiceberg_catalog, sqlite_catalog
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORK = HERE / ".work" / "peer"
 PEER_VENV = HERE / ".work" / "peer-venv"
-PEER_PACKAGE = "iceberg-zamboni==0.7.0"
-SQLITE_JAR = "/usr/share/java/sqlite-jdbc.jar"
+PEER_PACKAGES = ("iceberg-zamboni==0.7.0", "psycopg2-binary>=2.9")  # the driver: the shared PostgreSQL catalog
 SECTION = "## Side by side with a peer (iceberg-zamboni)"
 DAY = dt.date(2026, 1, 1)
 TARGET_FILE_BYTES = 128 * 2**20
@@ -71,12 +75,16 @@ def log(message: str) -> None:
 # -- the peer's own environment --------------------------------------------------------------------
 
 def ensure_peer() -> Path:
-    """The peer's CLI, installed into its own virtualenv on first use."""
-    zamboni = PEER_VENV / "bin" / "zamboni"
-    if not zamboni.exists():
-        log(f"installing {PEER_PACKAGE} into {PEER_VENV} (its own virtualenv)")
-        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-        subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", PEER_PACKAGE], check=True)
+    """The peer's CLI, installed into its own virtualenv on first use (with the PostgreSQL driver its
+    SQL catalog needs there)."""
+    zamboni, python = PEER_VENV / "bin" / "zamboni", PEER_VENV / "bin" / "python"
+    ready = zamboni.exists() and subprocess.run([str(python), "-c", "import psycopg2"],
+                                                capture_output=True).returncode == 0
+    if not ready:
+        log(f"installing {', '.join(PEER_PACKAGES)} into {PEER_VENV} (its own virtualenv)")
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "-q", *PEER_PACKAGES], check=True)
     return zamboni
 
 
@@ -88,10 +96,9 @@ def peer_version() -> str:
 
 # -- the shared catalog and the tables --------------------------------------------------------------
 
-def catalog(wh: Path):
-    from pyiceberg.catalog import load_catalog
-
-    return load_catalog("local", type="sql", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+def catalog(wh: Path, shared: SharedCatalog | None = None):
+    """pyiceberg's view of the shared catalog (SQLite at `<wh>/catalog.db` unless `shared` says otherwise)."""
+    return pyiceberg_catalog(shared or sqlite_catalog(wh), wh)
 
 
 def arrow_rows(first: int, n: int):
@@ -175,12 +182,15 @@ def check_rows(cat, name: str, expected: int) -> dict:
 
 # -- the two tools -------------------------------------------------------------------------------------
 
-def icemaint_config(root: Path, wh: Path) -> Path:
+def icemaint_config(root: Path, wh: Path, shared: SharedCatalog | None = None) -> Path:
     import yaml
 
+    shared = shared or sqlite_catalog(wh)
+    jars = {"spark.jars": shared.spark_jars} if shared.spark_jars else {}
     doc = {
-        "catalog": {"name": "local", "type": "jdbc", "uri": f"jdbc:sqlite:{wh}/catalog.db", "warehouse": str(wh)},
-        "spark": {"master": "local[2]", "conf": {"spark.jars": SQLITE_JAR, "spark.ui.enabled": "false",
+        "catalog": {"name": "local", "type": "jdbc", "uri": shared.jdbc_uri, "warehouse": str(wh),
+                    "properties": dict(shared.jdbc_properties)},
+        "spark": {"master": "local[2]", "conf": {**jars, "spark.ui.enabled": "false",
                                                  "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "3g"}},
         "state_dir": str(root / "icemaint-state"), "claims": {"backend": "file"}, "audit": {"sink": "file"},
         "scope": {"include": ["ice.*"], "exclude": []},
@@ -220,8 +230,8 @@ def timed(argv: list[str], env: dict, log_path: Path) -> tuple[float, subprocess
     return seconds, proc
 
 
-def run_icemaint(root: Path, config: Path, shape: Shape, names: list[str]) -> dict:
-    env = {**os.environ, "DAGSTER_HOME": str(root / "dagster"), "ICEMAINT_IDENTITY": "benchmark"}
+def run_icemaint(root: Path, config: Path, shape: Shape, names: list[str], shared: SharedCatalog) -> dict:
+    env = {**os.environ, **shared.env, "DAGSTER_HOME": str(root / "dagster"), "ICEMAINT_IDENTITY": "benchmark"}
     Path(env["DAGSTER_HOME"]).mkdir(exist_ok=True)
     icemaint = str(Path(sys.executable).parent / "icemaint")
     if shape.tables == 1:
@@ -238,16 +248,20 @@ def run_icemaint(root: Path, config: Path, shape: Shape, names: list[str]) -> di
     return {"seconds": seconds, "runs": sum(1 for d in runs if d.get("published")), "ticks": len(reports)}
 
 
-def run_zamboni(root: Path, zamboni: Path, wh: Path, shape: Shape, names: list[str]) -> dict:
+def run_zamboni(root: Path, zamboni: Path, wh: Path, shape: Shape, names: list[str], shared: SharedCatalog) -> dict:
     env = {**os.environ, "ZAMBONI_LOCAL_WAREHOUSE": str(wh), "ZAMBONI_ROOT": str(root / "zamboni-root"),
            "ZAMBONI_CACHE_DIR": str(root / "zamboni-cache")}
     env.pop("VIRTUAL_ENV", None)
+    command = [str(zamboni)]
+    if shared.kind != "sqlite":  # zamboni's own entry, its local catalog on the shared database
+        env["ZAMBONI_CATALOG_URI"] = shared.sqlalchemy_uri
+        command = [str(zamboni.parent / "python"), str(HERE / "zamboni_on_sql.py")]
     if shape.tables == 1:
-        seconds, _ = timed([str(zamboni), "compact", names[0], "--yes", "--target-file-size-bytes",
+        seconds, _ = timed([*command, "compact", names[0], "--yes", "--target-file-size-bytes",
                             str(TARGET_FILE_BYTES), "--min-input-files", "2"], env, root / f"{shape.name}-zamboni.log")
         return {"seconds": seconds, "runs": 1}
     config = zamboni_table_config(root, names)
-    seconds, _ = timed([str(zamboni), "maintenance", "--table-config", str(config), "--operations", "compact",
+    seconds, _ = timed([*command, "maintenance", "--table-config", str(config), "--operations", "compact",
                         "--yes", "--json", str(root / "zamboni-maintenance.jsonl")], env,
                        root / f"{shape.name}-zamboni.log")
     return {"seconds": seconds, "runs": shape.tables}
@@ -255,13 +269,20 @@ def run_zamboni(root: Path, zamboni: Path, wh: Path, shape: Shape, names: list[s
 
 # -- one shape ------------------------------------------------------------------------------------------
 
-def run_shape(shape: Shape, zamboni: Path) -> dict:
+def run_shape(shape: Shape, zamboni: Path, server=None) -> dict:
+    """One shape on a fresh shared catalog: a database of its own on `server` (PostgreSQL), else SQLite."""
     root = WORK / shape.name
     if root.exists():
         shutil.rmtree(root)
     wh = root / "wh"
     wh.mkdir(parents=True)
-    cat = catalog(wh)
+    with (postgres_catalog(server, f"peer_{shape.name}") if server is not None
+          else contextlib.nullcontext(sqlite_catalog(wh))) as shared:
+        return _run_shape(shape, zamboni, root, wh, shared)
+
+
+def _run_shape(shape: Shape, zamboni: Path, root: Path, wh: Path, shared: SharedCatalog) -> dict:
+    cat = catalog(wh, shared)
     cat.create_namespace("ice")
     cat.create_namespace("zam")
     ours = [f"ice.t{i:03d}" for i in range(shape.tables)]
@@ -272,11 +293,11 @@ def run_shape(shape: Shape, zamboni: Path) -> dict:
     for mine, peer in zip(ours, theirs):
         write_copies(cat, [mine, peer], shape)
     write_seconds = time.perf_counter() - started
-    config = icemaint_config(root, wh)
+    config = icemaint_config(root, wh, shared)
     log(f"[{shape.name}] icemaint")
-    ice = run_icemaint(root, config, shape, ours)
+    ice = run_icemaint(root, config, shape, ours, shared)
     log(f"[{shape.name}] zamboni")
-    zam = run_zamboni(root, zamboni, wh, shape, theirs)
+    zam = run_zamboni(root, zamboni, wh, shape, theirs, shared)
     log(f"[{shape.name}] checking every row of both copies with pyiceberg")
     checks = {"icemaint": [check_rows(cat, n, expected) for n in ours],
               "zamboni": [check_rows(cat, n, expected) for n in theirs]}
@@ -285,7 +306,7 @@ def run_shape(shape: Shape, zamboni: Path) -> dict:
         if bad:
             raise RuntimeError(f"[{shape.name}] {tool}: rows differ from what was written: {bad[:2]}")
     result = {"shape": shape.__dict__, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "write_seconds": round(write_seconds, 1), "icemaint": ice, "zamboni": zam,
+              "catalog": shared.kind, "write_seconds": round(write_seconds, 1), "icemaint": ice, "zamboni": zam,
               "files_after": {tool: sorted({r["data_files"] for r in results}) for tool, results in checks.items()},
               "rows_checked": expected * shape.tables * 2,
               "ratio": round(ice["seconds"] / zam["seconds"], 2) if zam["seconds"] else None}
@@ -311,6 +332,24 @@ WHY = {
 }
 
 
+CATALOGS = {"postgres": "a PostgreSQL SQL catalog `local`, a fresh database per shape: icemaint's tick runs tables "
+                        "at once through it, zamboni opens it through `benchmarks/zamboni_on_sql.py` (its own CLI, "
+                        "given the catalog's URI)",
+            "sqlite": "a SQLite SQL catalog `local`, which takes one writer at a time: icemaint's tick runs one "
+                      "table at a time through it"}
+
+
+def _catalogs(shapes: list[dict]) -> str:
+    """The catalogs the shapes were measured on, as the report says them (results before the shared
+    PostgreSQL catalog were on SQLite)."""
+    kinds = {r.get("catalog", "sqlite"): [] for r in shapes}
+    for r in shapes:
+        kinds[r.get("catalog", "sqlite")].append(r["shape"]["name"])
+    if len(kinds) == 1:
+        return CATALOGS[next(iter(kinds))]
+    return "; ".join(f"{', '.join(names)}: {CATALOGS[kind]}" for kind, names in kinds.items())
+
+
 def render(results: dict) -> str:
     order = list(FULL)
     shapes = sorted(results["shapes"], key=lambda r: order.index(r["shape"]["name"]) if r["shape"]["name"] in order
@@ -331,7 +370,7 @@ def render(results: dict) -> str:
              "Expectations proof, publish) in a fresh process; the estate with `icemaint tick --until-idle` (ticks "
              "in one process until nothing is launched; policy `allowed_operations: [compact]`, so it compacts and does not "
              "also rewrite manifests), against `zamboni maintenance --operations compact`.",
-             "- One catalog for both (SQLite SQL catalog `local`); identical copies written by pyiceberg; after the "
+             f"- One catalog for both ({_catalogs(shapes)}); identical copies written by pyiceberg; after the "
              f"runs pyiceberg read every row of both copies ({sum(r['rows_checked'] for r in results['shapes']):,} "
              "rows): every id once, every column as written. One run each, the two tools one after the other.",
              "", "| shape | icemaint | zamboni | icemaint / zamboni | target | verdict | data files after (ours / "
@@ -365,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=None, help="comma-separated shape names (default: all of the mode)")
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"), help="the file whose section is written")
     parser.add_argument("--note", default="", help="a line for the section (e.g. machine conditions)")
+    parser.add_argument("--catalog", choices=("postgres", "sqlite"), default="postgres",
+                        help="the shared catalog's database (default postgres: a throwaway server)")
     parser.add_argument("--from-results", metavar="JSON",
                         help="only render the section from a previous run's figures (benchmarks/.work/peer/results.json)")
     args = parser.parse_args(argv)
@@ -374,9 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         write_section(Path(args.out), render(json.loads(Path(args.from_results).read_text())), SECTION)
         return 0
-    if not Path(SQLITE_JAR).exists():
-        print(f"error: {SQLITE_JAR} is missing: run scripts/ensure_debian_packages.sh libxerial-sqlite-jdbc-java",
-              file=sys.stderr)
+    missing = missing_prerequisite(args.catalog)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
         return 2
     mode = QUICK if args.quick else FULL
     names = args.shapes.split(",") if args.shapes else list(mode)
@@ -395,10 +436,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.shapes and saved.exists():  # some shapes again: the others keep their last figures
         previous = json.loads(saved.read_text())
         results["shapes"] = [r for r in previous["shapes"] if r["shape"]["name"] not in names]
-    for n in names:  # the figures so far are saved after each shape: a long run stopped early keeps them
-        results["shapes"] = [r for r in results["shapes"] if r["shape"]["name"] != n] + [run_shape(mode[n], zamboni)]
-        results["load_end"] = load_average()
-        (WORK / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    with postgres_server() if args.catalog == "postgres" else contextlib.nullcontext() as server:
+        for n in names:  # the figures so far are saved after each shape: a long run stopped early keeps them
+            results["shapes"] = [r for r in results["shapes"] if r["shape"]["name"] != n] + [
+                run_shape(mode[n], zamboni, server)]
+            results["load_end"] = load_average()
+            (WORK / "results.json").write_text(json.dumps(results, indent=1, default=str))
     write_section(Path(args.out), render(results), SECTION)
     log(f"wrote {args.out} ({SECTION[3:]})")
     return 0

@@ -179,11 +179,12 @@ def start_server(root: Path) -> tuple[PostgresServer, subprocess.Popen]:
     return server, proc
 
 
-@pytest.fixture(scope="session")
-def postgres_server():
-    """A PostgreSQL server for this test session, stopped by PID and deleted at the end."""
+@contextlib.contextmanager
+def running_server(prefix: str = "icemaint-pg-") -> Iterator[PostgresServer]:
+    """A server in a new temporary directory, stopped by PID and deleted at the end (also used by the
+    benchmark's shared catalog, benchmarks/shared_catalog.py)."""
     # Not under pytest's tmp dir: that is 0700 root-owned, and the server runs as `postgres`.
-    root = Path(tempfile.mkdtemp(prefix="icemaint-pg-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     proc = None
     try:
         server, proc = start_server(root)
@@ -192,6 +193,13 @@ def postgres_server():
         if proc is not None:
             _stop(proc)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server for this test session."""
+    with running_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
