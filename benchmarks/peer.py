@@ -323,9 +323,12 @@ WHY = {
     "commits_1000": "the same fixed cost, plus the proof: icemaint digests the replaced rows as they are "
                     "rewritten, reads the staged files again and compares every "
                     "row's fingerprint and every column's aggregates, where the peer compares one row count",
-    "estate_100": "every table-date has its own claim, plan, staging branch, proof and publish, one after the "
-                  "other (`tick --until-idle`: one process, one JVM, 20 table-dates a tick, a table's consecutive "
-                  "dates in one Dagster run), where the peer rewrites each table without a proof",
+    "estate_100": "every table-date has its own claim, plan, staging branch, proof, publish and Dagster run "
+                  "(`tick --until-idle`: one process and JVM, 20 tables a tick, two tables at once on a PostgreSQL "
+                  "catalog, a table's consecutive dates in one run), where the peer rewrites each table without a "
+                  "proof. A profile of the same 100 runs one at a time (cProfile, 165 s): the compaction contract "
+                  "92 s (staging 28 s, proof 28 s), Dagster's run records on the instance's SQLite storage about "
+                  "0.5 s a run (creating the run 0.17 s; 31 events stored at ~11 ms each)",
     "files_10000": "the data work itself: Spark's Parquet read and write of 40M rows on 2 local cores against "
                    "the peer's vectorised duckdb/arrow in one process, the digest of the replaced rows in the rewrite's pass and "
                    "the proof reading the staged files again",

@@ -26,7 +26,7 @@ def build_window_schedule(job, date_partitions_def, per_table: bool = False) -> 
                claims: TableClaimResource, audit: AuditResource):
         now = dt.datetime.now(dt.timezone.utc)
         date_keys = set(date_partitions_def.get_partition_keys(current_time=now))
-        plan = evaluate_compaction(context.instance, catalog, claims, audit, None, now, date_keys)
+        plan = evaluate_compaction(context.instance, catalog, claims, audit, None, now, date_keys, batch_dates=True)
         runs = [(d, h) for d, h in plan.runs if (d.date is None) == per_table]
         context.log.info(plan.summary())
         if not runs:

@@ -57,6 +57,11 @@ class Location:
         with dg.build_sensor_context(instance=instance, cursor=cursor, resources=self.resources) as context:
             return sensor(context)
 
+    def window(self, name: str, instance):
+        schedule = self.defs.resolve_schedule_def(name)
+        with dg.build_schedule_context(instance=instance, resources=self.resources) as context:
+            return schedule(context)
+
 
 def location(tmp_path, lake_root, namespace, name="maintenance", **overrides) -> Location:
     path = write_config(tmp_path / f"{name}.yaml", lake_root, state_dir=str(tmp_path / f"{name}-state"),
@@ -249,3 +254,19 @@ def test_run_requests_batch_a_tables_consecutive_dates_and_keep_the_rest_single(
     assert gap.partition_key == "2026-01-04|a.t"
     assert undated.job_name == "table_compaction_job" and undated.partition_key == "c.t"
     assert all(r.tags["icemaint/trigger"] == "window" for r in requests)
+
+
+def test_the_nightly_window_requests_what_the_sensor_would_as_window_runs(tmp_path, lake_root, namespace, hot):
+    """The window (stopped by default) evaluates every table without a cursor: the due table's three dates
+    as one run over their range, triggered by the window; the window of undated tables has nothing here."""
+    loc = location(tmp_path, lake_root, namespace)
+    table = hot.name.key
+    snapshot = CatalogReader(loc.config).load(table).current_snapshot().snapshot_id
+    with dg.instance_for_test() as instance:  # a schedule's context opens its instance by reference
+        instance.add_dynamic_partitions("table", [table])
+        requests = loc.window("nightly_maintenance_window", instance)
+        undated = loc.window("nightly_table_window", instance)
+    assert [r.run_key for r in requests] == [f"compact:{table}:{DATES[0]}..{DATES[-1]}:{snapshot}"]
+    assert requests[0].partition_key_range == dg.PartitionKeyRange(f"{DATES[0]}|{table}", f"{DATES[-1]}|{table}")
+    assert requests[0].tags["icemaint/trigger"] == "window"
+    assert isinstance(undated, dg.SkipReason) and "evaluated" in (undated.skip_message or "")
