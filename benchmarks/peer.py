@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.shared_catalog import SQLITE_JAR, SharedCatalog, missing_prerequisite, postgres_catalog, \
-    postgres_server, pyiceberg_catalog, sqlite_catalog
+from benchmarks.shared_catalog import SharedCatalog, missing_prerequisite, postgres_catalog, postgres_server, \
+    pyiceberg_catalog, sqlite_catalog
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
