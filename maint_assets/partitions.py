@@ -40,6 +40,11 @@ def table_date_key(table: str, date: str) -> dg.MultiPartitionKey:
     return dg.MultiPartitionKey({DATE_DIMENSION: date, TABLE_DIMENSION: table})
 
 
+def date_range_tags(table: str, first: str, last: str) -> dict[str, str]:
+    """The run tags of one run over consecutive dates `first`..`last` of `table` (Dagster's partition range)."""
+    return {RANGE_START_TAG: str(table_date_key(table, first)), RANGE_END_TAG: str(table_date_key(table, last))}
+
+
 def split_table_date(partition_key) -> tuple[str, str]:
     """(table, date) of a `table` x `date` partition key (a MultiPartitionKey or its string)."""
     if isinstance(partition_key, dg.MultiPartitionKey):

@@ -10,9 +10,8 @@ from icemaint.safety.audit import AuditRecord
 from icemaint.domain.decisions import DEFER, REFUSE
 from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick
 from maint_assets.compaction import BACKFILL_DATES_PER_RUN
-from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, RANGE_END_TAG, RANGE_START_TAG, \
-    TABLE_TAG, TRIGGER_TAG
-from maint_assets.partitions import table_date_key, table_partitions
+from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG, \
+    date_range_tags, table_date_key, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 
@@ -51,9 +50,7 @@ def compaction_run_requests(runs, trigger: str = "sensor") -> list[dg.RunRequest
         requests.append(dg.RunRequest(
             run_key=f"compact:{decision.table}:{first}..{last}:{health.snapshot_id}",
             job_name=COMPACTION_JOB,
-            tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger,
-                  RANGE_START_TAG: table_date_key(decision.table, first),
-                  RANGE_END_TAG: table_date_key(decision.table, last)}))
+            tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger, **date_range_tags(decision.table, first, last)}))
     return requests
 
 

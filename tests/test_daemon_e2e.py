@@ -181,7 +181,8 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
     assert tags.get("dagster/sensor_name") == "compaction_sensor", tags
     assert (tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)) == tuple(partitions), tags
     assert tags.get(TRIGGER_TAG) == "sensor" and PLANNED_SNAPSHOT_TAG not in tags, tags
-    assert str(last["snapshot_id"]) in tags.get("dagster/run_key", ""), tags  # planned on the writer's last snapshot
+    # planned on the snapshot the writer left
+    assert tags.get("dagster/run_key") == f"compact:{table}:{DATES[0]}..{DATES[-1]}:{last['snapshot_id']}", tags
     # The discovery sensor registered the table and requested its health run.
     assert [r.dagster_run.tags.get("dagster/sensor_name") for r in discovered] == ["table_discovery"], discovered
     # Three blocking proofs, all passed (each over both dates); each date materialized and published as a

@@ -16,7 +16,7 @@ from icemaint.app.instance import get_instance
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
-from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TRIGGER_TAG
+from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, date_range_tags
 from sensors.reaper import process_tags
 
 log = logging.getLogger(__name__)
@@ -162,8 +162,7 @@ class MaintenanceRunner:
             return self.compact(key, days[0], trigger=trigger)
         if any(parse_date(b) - parse_date(a) != dt.timedelta(days=1) for a, b in zip(days, days[1:])):
             raise ValueError(f"the dates of one run must be consecutive and ascending, got {', '.join(days)}")
-        tags = {TABLE_TAG: key, TRIGGER_TAG: trigger,
-                RANGE_START_TAG: f"{days[0]}|{key}", RANGE_END_TAG: f"{days[-1]}|{key}"}
+        tags = {TABLE_TAG: key, TRIGGER_TAG: trigger, **date_range_tags(key, days[0], days[-1])}
         config = {"config": {"dry_run": False, "approved": False}}
         return self._execute("compaction_job", None, {"ops": {"compaction": config}}, tags=tags)
 
