@@ -268,6 +268,52 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
     assert len(rows_before[retained[-1]]) == 51
 
 
+def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snapshots(spark, config, table_name):
+    """Append, append, rewrite, append, rewrite, append, rewrite; the first five expire. The files released are
+    read from the newest expiring snapshot that references each released manifest: here three of them (the
+    appends' manifests from the second append, the first rewrite's output and the third append from that
+    append, the second rewrite's output from that rewrite), each holding files the others do not, minus what the
+    two retained snapshots hold: a union that lost a side would predict other files than Iceberg deletes."""
+    spark.sql(f"CREATE TABLE lake.{table_name} (id BIGINT, v STRING) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    rewrite = f"CALL lake.system.rewrite_data_files(table => '{table_name}', options => map('min-input-files', '2'))"
+    for i, step in enumerate(["(1, 'a'), (2, 'b')", "(3, 'c')", None, "(4, 'd')", None, "(5, 'e')", None]):
+        spark.sql(rewrite if step is None else f"INSERT INTO lake.{table_name} VALUES {step}")
+    snaps, refs = read_snapshots(spark, "lake", table_name)
+    ids = [s.snapshot_id for s in snaps]
+    assert len(ids) == 7
+    live = {sid: {r[0].removeprefix("file:") for r in spark.sql(
+        f"SELECT file_path FROM lake.{table_name}.files VERSION AS OF {sid}").collect()} for sid in ids}
+    released = set().union(*(live[sid] for sid in ids[:5])) - live[ids[5]] - live[ids[6]]
+    # the appends' files, and the first rewrite's output and the third append's (live only from the fourth on)
+    assert live[ids[1]] <= released and (live[ids[3]] - live[ids[1]]) <= released and len(released) == 5
+    plan = plan_expiry(snaps, refs, now_utc(), TablePolicy(snapshot_min_age_seconds=0), older_than_seconds=0,
+                       retain_last=2)
+    assert plan.expiring_snapshot_ids == tuple(sorted(ids[:5]))
+    rows_before = {sid: rows_at_id(spark, table_name, sid) for sid in ids[5:]}
+    root = table_dir(config, table_name)
+
+    preview = expire_snapshots(spark, "lake", table_name, plan, dry_run=True)
+    before = listing(root, checksums=False)
+    result = expire_snapshots(spark, "lake", table_name, plan)
+    vanished = set(before) - set(listing(root, checksums=False))
+    assert {p for p in vanished if "/data/" in p} == released
+    assert result.data_files_deleted == len(released) == result.procedure_counts["deleted_data_files_count"]
+    assert result.manifests_deleted == result.procedure_counts["deleted_manifest_files_count"] > 0
+    assert result.data_files_deleted + result.manifests_deleted + result.manifest_lists_deleted == len(vanished)
+    assert (preview.data_files_deleted, preview.manifests_deleted, preview.manifest_lists_deleted,
+            preview.bytes_reclaimed) == (result.data_files_deleted, result.manifests_deleted,
+                                         result.manifest_lists_deleted, result.bytes_reclaimed)
+    assert result.bytes_reclaimed == sum(before[p][0] for p in vanished)
+    for sid, rows in rows_before.items():
+        assert rows_at_id(spark, table_name, sid) == rows
+    assert [r[0] for r in rows_before[ids[6]]] == [1, 2, 3, 4, 5]
+
+
+def rows_at_id(spark, name: str, snapshot_id: int) -> list[tuple]:
+    return sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM lake.{name} VERSION AS OF {snapshot_id}").collect())
+
+
 def test_tag_branch_in_flight_and_owner_window_survive_expiry(spark, config, table_name):
     create_table(spark, table_name, commits=8)
     snaps, _ = read_snapshots(spark, "lake", table_name)
