@@ -18,6 +18,7 @@ now named in the call.
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Mapping
@@ -251,22 +252,38 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
     table of n single-file commits, out of memory at 2g on 3,000 of them):
 
     - one aggregated query of `all_manifests` (read distributed, a row per snapshot and manifest) gives each
-      manifest and the newest expiring and the newest retained snapshot that reference it;
+      manifest and the newest expiring and the newest retained snapshot (by commit time) that reference it;
     - the live files of a released manifest are live in the newest expiring snapshot referencing it, so the
-      `files` of those few snapshots cover every released manifest's; the files they hold that are not in a
-      released manifest are live in a retained one, and subtracted with the rest of what is retained;
+      `files` of those few snapshots (a history's later snapshots list most of its manifests: one on a
+      streaming table) cover every released manifest's; the files they hold that are not in a released
+      manifest are live in a retained one, and subtracted with the rest of what is retained;
     - what is retained is the `files` of the newest retained snapshot referencing each retained manifest;
     - the subtraction is a Spark anti-join, so only the released files reach the driver.
     """
     if not expiring:
         return []
-    gone_ids = ", ".join(str(int(sid)) for sid in sorted(expiring))
-    manifests = spark.sql(
-        "SELECT path, max(length) AS length, "
-        f"max(CASE WHEN reference_snapshot_id IN ({gone_ids}) THEN reference_snapshot_id END) AS expiring_by, "
-        # a snapshot neither expiring nor read (a writer's commit since) is retained too
-        f"max(CASE WHEN reference_snapshot_id NOT IN ({gone_ids}) THEN reference_snapshot_id END) AS kept_by "
-        f"FROM {_metadata_table(catalog, table, 'all_manifests')} GROUP BY path ORDER BY path").collect()
+    from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+    # Each snapshot's place in commit order, and whether it expires; a snapshot not read (a writer's commit
+    # since) is retained, and newer than all.
+    order = sorted(snapshots, key=lambda s: (s.timestamp_ms, s.snapshot_id))
+    ranks = spark.createDataFrame(
+        [(s.snapshot_id, i, s.snapshot_id in expiring) for i, s in enumerate(order)],
+        StructType([StructField("sid", LongType()), StructField("rank", LongType()),
+                    StructField("expiring", BooleanType())]))
+    view = f"icemaint_snapshot_ranks_{uuid.uuid4().hex[:12]}"
+    ranks.createOrReplaceTempView(view)
+    try:
+        manifests = spark.sql(
+            "SELECT m.path, max(m.length) AS length, "
+            "max(CASE WHEN r.expiring THEN named_struct('rank', r.rank, 'sid', m.reference_snapshot_id) END).sid "
+            "AS expiring_by, "
+            "max(CASE WHEN r.expiring IS NULL OR NOT r.expiring THEN named_struct('rank', coalesce(r.rank, "
+            f"{len(order)}L), 'sid', m.reference_snapshot_id) END).sid AS kept_by "
+            f"FROM {_metadata_table(catalog, table, 'all_manifests')} m LEFT JOIN {view} r "
+            "ON m.reference_snapshot_id = r.sid GROUP BY m.path ORDER BY m.path").collect()
+    finally:
+        spark.catalog.dropTempView(view)
     released_manifests = [r for r in manifests if r["kept_by"] is None]
     released = [_ReleasedFile(r["path"], "manifest", int(r["length"])) for r in released_manifests]
     covering = sorted({int(r["expiring_by"]) for r in released_manifests})
