@@ -61,6 +61,8 @@ POLICY = {"writer_idle": "0s", "hot_partition_age": "0s", "claim_wait": "0s", "s
           "target_file_size_bytes": "128MiB", "min_input_files": 5, "retry_backoff": "0s",
           "max_rewrite_bytes": "10GiB", "sample_fraction": 0.05, "snapshot_older_than": "7d", "retain_last": 1,
           "snapshot_max_count": 100, "manifest_min_count": 20, "manifest_small_bytes": "8MiB"}
+# The last expiry: every snapshot but the current one, the writer's newest checkpoint included (no markers).
+EXPIRE_REST = {"snapshot_max_count": 1, "checkpoint_markers": []}
 STATES = (("before", "(a) before"), ("compacted", "(b) after compaction"),
           ("maintained", "(c) after compaction + manifests + expiry"))
 
@@ -289,6 +291,9 @@ def render(r: dict) -> str:
                       steps["expire_failed"])] if steps.get("expire_failed") else []),
         _step_line(f"expire (after compaction + manifests; driver {steps.get('expire', {}).get('driver_memory', '?')})",
                    steps.get("expire")),
+        *([_step_line("expire the rest (every snapshot but the current, the writer's newest checkpoint too; "
+                      f"driver {steps['expire_rest'].get('driver_memory', '?')})", steps["expire_rest"])]
+          if steps.get("expire_rest") else []),
         _step_line("manifests first (on the shape as built)", steps.get("manifests_first")),
         _step_line("compact after manifests first", steps.get("compact_after_manifests")),
         "",
@@ -322,15 +327,20 @@ def render(r: dict) -> str:
             f"metadata directory's {human_bytes(after['metadata_dir_bytes'])} count "
             f"{_n(after['metadata_json_files'], 'metadata.json file')} of "
             f"{human_bytes(after['metadata_json_files_bytes'])}.")
+    rest = steps.get("expire_rest") or {}
+    if rest.get("metrics"):
+        rm = rest["metrics"]
+        lines.append(
+            f"- Expiring the rest (policy {json.dumps(EXPIRE_REST)}, after state (c)) released the small files: "
+            f"{_n(rm.get('data_files_deleted', 0), 'data file')}, {_n(rm.get('manifests_deleted', 0), 'manifest')} "
+            f"and {_n(rm.get('manifest_lists_deleted', 0), 'manifest list')} deleted, "
+            f"{human_bytes(rm.get('bytes_reclaimed', 0))} reclaimed, at driver memory {rest.get('driver_memory')}.")
     failed = steps.get("expire_failed")
     if failed:
         lines.append(
             f"- **Expiry failed** at the benchmark's driver memory ({failed.get('driver_memory')}) after "
-            f"{human_seconds(failed['wall_seconds'])}: {failed.get('java_failure') or failed.get('reason')}. Before "
-            "it expires anything the step lists the files only expiring snapshots reference, and its query of the "
-            "`all_files` metadata table makes Iceberg read every snapshot's manifest list into the driver (on this "
-            "shape snapshot N lists N manifests: about n²/2 manifest entries held at once). Run again with "
-            f"{expire.get('driver_memory')}: {human_seconds(expire.get('wall_seconds'))}"
+            f"{human_seconds(failed['wall_seconds'])}: {failed.get('java_failure') or failed.get('reason')}. "
+            f"Run again with {expire.get('driver_memory')}: {human_seconds(expire.get('wall_seconds'))}"
             + (f", **failed again**: {expire.get('java_failure') or expire.get('reason')}; state (c) is then the "
                "table after compaction + manifests, without expiry" if expire.get("failed") else "")
             + ". The product sets no driver memory of its own (Spark's default is 1g).")
@@ -356,7 +366,7 @@ def miss_reason(v: dict, states: dict) -> str:
 
 # -- the table: built, measured, checked ----------------------------------------------------------------------
 
-def config_doc(root: Path, state: str, driver_memory: str = DRIVER_MEMORY) -> dict:
+def config_doc(root: Path, state: str, driver_memory: str = DRIVER_MEMORY, policy: dict | None = None) -> dict:
     return {
         "catalog": {"name": CATALOG, "type": "hadoop", "warehouse": str(root / "warehouse")},
         "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
@@ -364,15 +374,16 @@ def config_doc(root: Path, state: str, driver_memory: str = DRIVER_MEMORY) -> di
         "state_dir": str(root / state),
         "claims": {"backend": "file"},
         "audit": {"sink": "file"},
-        "defaults": dict(POLICY),
+        "defaults": {**POLICY, **(policy or {})},
     }
 
 
-def write_config(root: Path, state: str, driver_memory: str = DRIVER_MEMORY) -> Path:
+def write_config(root: Path, state: str, driver_memory: str = DRIVER_MEMORY, policy: dict | None = None,
+                 label: str = "") -> Path:
     import yaml
 
-    path = root / f"icemaint-{state}-{driver_memory}.yaml"
-    path.write_text(yaml.safe_dump(config_doc(root, state, driver_memory), sort_keys=False))
+    path = root / f"icemaint-{state}-{driver_memory}{label}.yaml"
+    path.write_text(yaml.safe_dump(config_doc(root, state, driver_memory, policy), sort_keys=False))
     return path
 
 
@@ -755,6 +766,13 @@ def run(args) -> dict:
     steps["expire"] = expire
     log("state (c): after compaction + manifests + expiry")
     states["maintained"] = measure_state(spark, root, expected, args.reps)
+    # Then everything the policy may let go: the small files leave only when the last snapshot that reads
+    # them (the writer's newest checkpoint, which the policy keeps) expires.
+    steps["expire_rest"] = run_step(root, write_config(root, "state-a", policy=EXPIRE_REST, label="-rest"),
+                                    "expire", label="expire-rest", must_succeed=False)
+    expired_rest = check_rows(table_dir(root), expected)
+    log(f"expire the rest: {human_seconds(steps['expire_rest']['wall_seconds'])}; rows "
+        + ("ok" if expired_rest["ok"] else "WRONG"))
     log("variant: manifests first, from the pristine copy")
     restore(root, pristine)
     steps["manifests_first"] = run_step(root, write_config(root, "state-b"), "manifests", label="manifests-first")
@@ -765,6 +783,7 @@ def run(args) -> dict:
         raise RuntimeError(f"manifests first: rows differ from what was written: {checks_b}")
     for key, _ in STATES:
         checks[key] = states[key]["check"]
+    checks["expired_rest"] = expired_rest
     checks["manifests_first"] = checks_b
     results.update(states=states, steps=steps, checks=checks, load_end=load_average())
     return results

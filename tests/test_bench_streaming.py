@@ -166,3 +166,19 @@ def test_render_reports_a_failed_step_and_its_retry():
     assert "| expire, first attempt (driver 2g) | 250 s | failed: OOM |" in text
     assert "**Expiry failed** at the benchmark's driver memory (2g) after 250 s: java.lang.OutOfMemoryError" in text
     assert "Run again with 6g: 300 s." in text
+
+
+def test_render_reports_expiring_the_rest():
+    results = copy.deepcopy(RESULTS)
+    assert "expire the rest" not in render(results)
+    results["steps"]["expire_rest"] = step(80.0, metrics={"data_files_deleted": 3000, "manifests_deleted": 3001,
+                                                          "manifest_lists_deleted": 99, "bytes_reclaimed": 2**30},
+                                           driver_memory="2g")
+    results["checks"]["expired_rest"] = {"rows": 300_000, "ok": True}
+    text = render(results)
+    assert "| expire the rest (every snapshot but the current, the writer's newest checkpoint too; driver 2g) | " \
+           "80.0 s | run: done |" in text
+    assert ("Expiring the rest (policy {\"snapshot_max_count\": 1, \"checkpoint_markers\": []}, after state (c)) "
+            "released the small files: 3,000 data files, 3,001 manifests and 99 manifest lists deleted, "
+            "1.0 GiB reclaimed, at driver memory 2g.") in text
+    assert "expired_rest 300,000 rows ok" in text
