@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 from icemaint.domain.retention import QuarantineMoveFailed
 
 _COPY_BUFFER = 1 << 20
+# File lookups (`Files.sizes`) in flight at once: each waits on the store, not on the CPU.
+LOOKUP_WORKERS = 16
 _RESOLVING_IO = "org.apache.iceberg.io.ResolvingFileIO"
 
 
@@ -113,6 +115,20 @@ class Files:
 
     def exists(self, location: str) -> bool:
         return self.size(location) is not None
+
+    def sizes(self, locations, workers: int = LOOKUP_WORKERS) -> dict[str, int | None]:
+        """`size` of each location (None where there is no file), up to `workers` lookups at once.
+
+        One lookup is a round trip to the store (a HEAD on an object store): the thousands of manifest lists
+        an expiry releases on a streaming table would be as many round trips one after the other."""
+        unique = list(dict.fromkeys(locations))
+        if len(unique) < 2 or workers <= 1:
+            return {location: self.size(location) for location in unique}
+        from concurrent.futures import ThreadPoolExecutor
+
+        first = {unique[0]: self.size(unique[0])}  # settles the scheme's API (and FileIO) before the threads
+        with ThreadPoolExecutor(max_workers=min(workers, len(unique) - 1), thread_name_prefix="icemaint-files") as pool:
+            return {**first, **dict(zip(unique[1:], pool.map(self.size, unique[1:])))}
 
     def delete(self, location: str) -> bool:
         """Deletes one file; False when it was not there."""

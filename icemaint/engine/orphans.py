@@ -102,7 +102,7 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
             raise RetentionError(f"orphan candidate {path} is not under the table location {location}; "
                                  "nothing was deleted")
         relative[path] = rel
-    sizes = {path: files.size(path) or 0 for path in candidates}
+    sizes = {path: size or 0 for path, size in files.sizes(candidates).items()}
     base = dict(table=table.key, dry_run=dry_run, forced=force, older_than=older_than, table_location=location,
                 candidates=tuple(candidates), bytes=sum(sizes.values()))
     if dry_run or not candidates:

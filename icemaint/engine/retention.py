@@ -300,10 +300,9 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
         released += [
             _ReleasedFile(r["file_path"], "data" if r["content"] == 0 else "delete", int(r["file_size_in_bytes"]))
             for r in candidates.distinct().orderBy("file_path").collect()]
-    files = Files(spark, catalog)
-    for snap in snapshots:
-        if snap.snapshot_id in expiring and snap.manifest_list:
-            released.append(_ReleasedFile(snap.manifest_list, "manifest_list", files.size(snap.manifest_list) or 0))
+    lists = [s.manifest_list for s in snapshots if s.snapshot_id in expiring and s.manifest_list]
+    sizes = Files(spark, catalog).sizes(lists)
+    released += [_ReleasedFile(path, "manifest_list", sizes[path] or 0) for path in lists]
     return released
 
 
@@ -393,9 +392,9 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     counts, state_was_unknown = _commit(call, before_commit, landed, f"expiry of {table.key}")
     after, _ = read_snapshots(spark, catalog, table)
     expired = {s.snapshot_id for s in snapshots} - {s.snapshot_id for s in after}
-    files = Files(spark, catalog)
-    gone = [f for f in released if not files.exists(f.path)]
-    left = [f for f in released if files.exists(f.path)]
+    still_there = Files(spark, catalog).sizes(f.path for f in released)
+    gone = [f for f in released if still_there[f.path] is None]
+    left = [f for f in released if still_there[f.path] is not None]
     result = ExpiryResult(**base, snapshots_after=len(after), expired_snapshot_ids=tuple(sorted(expired)),
                           procedure_counts=counts or {}, state_was_unknown=state_was_unknown, **_tally(gone, left))
     if expired != expiring:

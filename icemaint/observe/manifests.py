@@ -15,6 +15,7 @@ from typing import Any
 
 from icemaint.domain.health import FileEntry, SnapshotEntry
 from icemaint.domain.screen import ManifestSummary
+from icemaint.observe.manifest_reader import live_entries
 
 EPOCH = dt.date(1970, 1, 1)
 TIME_TRANSFORMS = ("hour", "day", "month", "year")
@@ -202,7 +203,7 @@ def read_file_entries(tbl, timing: TimePartitioning, manifests: list | None = No
     for manifest in (current_manifests(tbl) if manifests is None else manifests):
         spec_id = manifest.partition_spec_id
         names = [f.name for f in specs[spec_id].fields] if spec_id in specs else []
-        for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
+        for entry in live_entries(manifest, tbl.io):
             f = entry.data_file
             content = int(f.content)
             vector = content == 1 and str(getattr(f.file_format, "value", f.file_format)).upper() == "PUFFIN"
