@@ -2,7 +2,8 @@
 
 pyiceberg's `ManifestFile.fetch_manifest_entry` parses the file's embedded Avro schema into an Iceberg schema
 and builds a reader tree for it, for every manifest it opens: on small manifests that set-up is most of the
-read (3,000 single-file manifests, a streaming writer's date: 5.8 s of 6.3 s). Manifests of one partition type
+read (3,000 single-file manifests, a streaming writer's date: 5.8 s of 6.3 s in a profile; side by side, all
+3,000 read in 2.2 s by pyiceberg and 0.11 s here). Manifests of one partition type
 carry the same Avro schema text, so the parsed schema and its reader are kept per schema text (a bounded
 cache) and the rest is pyiceberg's own: the header, the blocks, the decoding, the inheritance of snapshot ids
 and sequence numbers from the manifest. pyiceberg is pinned (pyproject.toml) for these internals;
