@@ -18,7 +18,6 @@ now named in the call.
 from __future__ import annotations
 
 import re
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Mapping
@@ -262,6 +261,7 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
     """
     if not expiring:
         return []
+    from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
     # Each snapshot's place in commit order, and whether it expires; a snapshot not read (a writer's commit
@@ -271,19 +271,15 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
         [(s.snapshot_id, i, s.snapshot_id in expiring) for i, s in enumerate(order)],
         StructType([StructField("sid", LongType()), StructField("rank", LongType()),
                     StructField("expiring", BooleanType())]))
-    view = f"icemaint_snapshot_ranks_{uuid.uuid4().hex[:12]}"
-    ranks.createOrReplaceTempView(view)
-    try:
-        manifests = spark.sql(
-            "SELECT m.path, max(m.length) AS length, "
-            "max(CASE WHEN r.expiring THEN named_struct('rank', r.rank, 'sid', m.reference_snapshot_id) END).sid "
-            "AS expiring_by, "
-            "max(CASE WHEN r.expiring IS NULL OR NOT r.expiring THEN named_struct('rank', coalesce(r.rank, "
-            f"{len(order)}L), 'sid', m.reference_snapshot_id) END).sid AS kept_by "
-            f"FROM {_metadata_table(catalog, table, 'all_manifests')} m LEFT JOIN {view} r "
-            "ON m.reference_snapshot_id = r.sid GROUP BY m.path ORDER BY m.path").collect()
-    finally:
-        spark.catalog.dropTempView(view)
+    listed = spark.table(_metadata_table(catalog, table, "all_manifests")).select("path", "length",
+                                                                              "reference_snapshot_id")
+    manifests = (listed.join(ranks, listed["reference_snapshot_id"] == ranks["sid"], "left").groupBy("path").agg(
+        F.max("length").alias("length"),
+        F.expr("max(CASE WHEN expiring THEN named_struct('rank', rank, 'sid', reference_snapshot_id) END).sid")
+        .alias("expiring_by"),
+        F.expr(f"max(CASE WHEN expiring IS NULL OR NOT expiring THEN named_struct('rank', coalesce(rank, "
+               f"{len(order)}L), 'sid', reference_snapshot_id) END).sid").alias("kept_by"))
+        .orderBy("path").collect())
     released_manifests = [r for r in manifests if r["kept_by"] is None]
     released = [_ReleasedFile(r["path"], "manifest", int(r["length"])) for r in released_manifests]
     covering = sorted({int(r["expiring_by"]) for r in released_manifests})

@@ -12,6 +12,7 @@ tests/test_manifest_reader.py checks the entries equal `fetch_manifest_entry`'s 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 
@@ -40,6 +41,7 @@ def _cached(schema_text: str, header, read_schema, read_types, read_enums):
     return found
 
 
+@functools.cache
 def _avro_file_class():
     from pyiceberg.avro.decoder import new_decoder
     from pyiceberg.avro.file import META_SCHEMA, AvroFile, AvroFileHeader
@@ -64,23 +66,17 @@ def _avro_file_class():
     return CachedAvroFile
 
 
-_file_class = None
-
-
 def live_entries(manifest, io) -> list:
     """The manifest's live entries (ADDED and EXISTING), as `manifest.fetch_manifest_entry(io)` returns them.
 
     Only for reads with pyiceberg's manifest-entry read schema: the cache is keyed by the file's schema text."""
-    global _file_class
     from pyiceberg.manifest import (
         DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, DataFile, DataFileContent, FileFormat, ManifestEntry,
         ManifestEntryStatus, _inherit_from_manifest,
     )
 
-    if _file_class is None:
-        _file_class = _avro_file_class()
-    with _file_class(io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
-                     read_types={-1: ManifestEntry, 2: DataFile},
-                     read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
+    with _avro_file_class()(io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
+                            read_types={-1: ManifestEntry, 2: DataFile},
+                            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
         return [_inherit_from_manifest(entry, manifest) for entry in reader
                 if entry.status != ManifestEntryStatus.DELETED]
