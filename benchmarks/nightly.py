@@ -283,6 +283,7 @@ def nightly_driver(warehouse: str, tables: list[str]) -> None:
     from pyspark.sql import SparkSession
 
     from benchmarks.shared_catalog import SQLITE_JAR
+    from icemaint.engine.local_fs import local_fs_conf
 
     jar = snowpark_connect_deps_iceberg.get_jar_path(ICEBERG_JAR)
     cat = "spark.sql.catalog.local"
@@ -294,6 +295,7 @@ def nightly_driver(warehouse: str, tables: list[str]) -> None:
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.sql.session.timeZone": "UTC", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
             "spark.driver.memory": "3g", "spark.sql.shuffle.partitions": "4"}
+    conf.update(local_fs_conf("local[2]", conf))  # icemaint's local file system too (no chmod process per file)
     builder = SparkSession.builder.master("local[2]").appName("nightly-rewrite")
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -20,6 +20,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -93,19 +94,16 @@ class Log:
         print(f"[bench {time.perf_counter() - self.started:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-# Sections of RESULTS.md that other benchmarks write (their modules own the headings' text).
-OTHER_SECTIONS = ("## Side by side with a peer (iceberg-zamboni)", "## Streaming shape (3,000 single-file commits)",
-                  "## Estate catch-up versus the nightly habit")
-
-
 def write_report(out: Path, report: str) -> None:
-    """Writes the report; the sections other benchmarks own are kept (`make bench-stack`:
-    benchmarks/stack_bench.py; the peer side by side: benchmarks/peer.py; the streaming shape:
-    benchmarks/streaming.py; the estate against the nightly habit: benchmarks/nightly.py)."""
-    from benchmarks.stack_bench import SECTION as STACK_SECTION, own_section, write_section
+    """Writes the report; every section of the old file that the report has no heading for is kept: the other
+    benchmarks own those (`make bench-stack`, the peer, the streaming shape, the nightly habit, tables at once,
+    each module naming its heading) and write them one at a time."""
+    from benchmarks.stack_bench import own_section, write_section
 
     text = out.read_text() if out.exists() else ""
-    kept = [(heading, own_section(text, heading)) for heading in (STACK_SECTION, *OTHER_SECTIONS)]
+    ours = set(re.findall(r"^## .*$", report, flags=re.M))
+    kept = [(heading, own_section(text, heading)) for heading in re.findall(r"^## .*$", text, flags=re.M)
+            if heading not in ours]
     out.write_text(report)
     for heading, section in kept:
         if section:

@@ -21,7 +21,7 @@ from icemaint.config import load_config
 from icemaint.engine.spark_session import TESTED_ICEBERG
 
 ICEMAINT = Path(sys.executable).parent / "icemaint"
-ALWAYS = ["config", "java", "iceberg runtime", "catalog credentials", "catalog", "state dir", "dagster instance"]
+ALWAYS = ["config", "java", "local files", "iceberg runtime", "catalog credentials", "catalog", "state dir", "dagster instance"]
 
 
 @pytest.fixture(autouse=True)

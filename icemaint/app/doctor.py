@@ -188,6 +188,20 @@ def check_java() -> Check:
     return _ok("java", f"{vendor} {version} ({java})")
 
 
+def check_local_files(config: MaintenanceConfig) -> Check:
+    """A local session's file system (icemaint/engine/local_fs.py): permissions set in the JVM, or a chmod
+    process for every file created."""
+    from icemaint.engine.local_fs import FS_IMPL_KEY, local_fs
+
+    if FS_IMPL_KEY in config.spark.conf:
+        return _ok("local files", f"{FS_IMPL_KEY} is the deployment's: {config.spark.conf[FS_IMPL_KEY]}")
+    built = local_fs()
+    if built.jar is None:
+        return _warn("local files", f"{built.reason}: Hadoop runs chmod in a child process for every file a local "
+                     "session creates (about 9 ms a file against 2; a JDK, e.g. openjdk-17-jdk-headless, avoids it)")
+    return _ok("local files", f"permissions set in the JVM, no chmod process per file ({built.jar})")
+
+
 def iceberg_supported(version: str) -> bool:
     parts = tuple(int(p) for p in version.split("-")[0].split(".")[:2] if p.isdigit())
     low, high = SUPPORTED_ICEBERG
@@ -517,8 +531,10 @@ def run_doctor(config: MaintenanceConfig, config_path: str | os.PathLike | None 
         timeout_s: how long the catalog and PostgreSQL get to answer.
     """
     checks = [_guarded("config", lambda: check_config(config, config_path)),
-              _guarded("java", check_java),
-              _guarded("iceberg runtime", lambda: check_iceberg_runtime(config))]
+              _guarded("java", check_java)]
+    if config.spark.master.startswith("local"):
+        checks.append(_guarded("local files", lambda: check_local_files(config)))
+    checks.append(_guarded("iceberg runtime", lambda: check_iceberg_runtime(config)))
     if _jar_entries(config):
         checks.append(_guarded("spark.jars", lambda: check_spark_jars(config)))
     if config.catalog.type == "jdbc" and (config.catalog.uri or "").startswith("jdbc:postgresql:"):

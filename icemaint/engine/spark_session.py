@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
+from icemaint.engine.local_fs import local_fs_conf
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -110,6 +111,7 @@ def session_conf(config: MaintenanceConfig) -> dict[str, str]:
     conf.update(config.spark.conf)
     if extra_jars:
         conf["spark.jars"] = ",".join(jars + [extra_jars])
+    conf.update(local_fs_conf(config.spark.master, conf))
     return conf
 
 
