@@ -52,6 +52,25 @@ def test_a_local_session_creates_files_through_the_nio_file_system_with_hadoops_
     assert stat.S_IMODE(os.stat(tmp_path / "shared").st_mode) == 0o1777
 
 
+def test_a_rename_never_replaces_a_file(spark, tmp_path):
+    """As FileSystem's contract and the `file:` class of Spark's distribution (Hive's ProxyLocalFileSystem) say:
+    the quarantine and the Hadoop catalog's commit rely on it."""
+    fs = spark._jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark._jsc.hadoopConfiguration())
+
+    def path(name):
+        return spark._jvm.org.apache.hadoop.fs.Path(f"file:{tmp_path / name}")
+
+    for name, text in (("a", "source"), ("taken", "already here")):
+        out = fs.create(path(name), False)
+        out.write(text.encode())
+        out.close()
+    assert fs.rename(path("a"), path("taken")) is False
+    assert (tmp_path / "a").read_text() == "source" and (tmp_path / "taken").read_text() == "already here"
+    assert fs.rename(path("a"), path("free")) is True
+    assert (tmp_path / "free").read_text() == "source" and not (tmp_path / "a").exists()
+    assert (tmp_path / ".free.crc").exists() and not (tmp_path / ".a.crc").exists()
+
+
 def test_the_jar_is_built_once_and_then_read_from_the_cache(fresh_cache, monkeypatch):
     jar = local_fs.local_fs().jar
     assert jar is not None and jar.parent == fresh_cache and jar.name == local_fs.jar_name()

@@ -18,11 +18,21 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * a manifest, a manifest list and a metadata file each cost two (the file and its {@code .crc}), about 4 ms
  * each. This class sets the same mode bits with java.nio; a mode it cannot express that way (sticky,
  * setuid or setgid bits) or a file system without POSIX attributes goes to Hadoop's own code, as before.
- * Everything else is Hadoop's LocalFileSystem (checksums included).
+ * A rename onto an existing file fails (returns false), as FileSystem's contract says and as the class Spark's
+ * distribution registers for {@code file:} (Hive's ProxyLocalFileSystem) does; Hadoop's own LocalFileSystem would
+ * replace the file. Everything else is Hadoop's LocalFileSystem (checksums included).
  */
 public class NioLocalFileSystem extends LocalFileSystem {
   public NioLocalFileSystem() {
     super(new Raw());
+  }
+
+  @Override
+  public boolean rename(Path src, Path dst) throws IOException {
+    if (pathToFile(dst).isFile()) {
+      return false;
+    }
+    return super.rename(src, dst);
   }
 
   /** The raw (checksum-less) file system under it. */
