@@ -2,7 +2,7 @@
 `max_runs_total` 1 and N, on identical copies of one estate (issue 20, item 2).
 
     python -m benchmarks.concurrent_tick [--tables 20] [--files 100] [--rows 100] [--runs 1,2,4] [--reps 2]
-                                         [--out benchmarks/RESULTS.md]
+                                         [--out benchmarks/RESULTS.md] [--note TEXT] [--from-results JSON]
 
 The estate (a Hadoop catalog, the embedded default): `--tables` tables, each one date of `--files` small
 files written by Spark in one commit, is built once under benchmarks/.work/concurrent/ and copied afresh
@@ -131,12 +131,16 @@ def render(result: dict) -> str:
         med = statistics.median(by[runs])
         lines.append(f"| {runs} | {med:.1f} s | {', '.join(f'{s:.1f} s' for s in by[runs])} | {med / base:.2f}x |")
     best = min(by, key=lambda r: statistics.median(by[r]))
-    lines += ["", f"- Fastest: {best} at once, {base / statistics.median(by[best]):.2f}x the speed of one at a time. "
-              f"On {result['machine'].split(' cores')[0]} cores the runs of small tables share the two cores Spark's local[2] already uses; what overlaps "
+    gain = base / statistics.median(by[best])
+    fastest = (f"- Fastest: {best} at once, {gain:.2f}x the speed of one at a time. " if best != 1 and gain >= 1.05 else
+               "- No setting beat one at a time by more than 5% (the measurements' noise here). ")
+    lines += ["", fastest + f"On {result['machine'].split(' cores')[0]} cores the runs of small tables share the two cores Spark's local[2] already uses; what overlaps "
               "is the driver's waiting (commits, planning, Dagster's and Great Expectations' bookkeeping). "
               "Whether a machine with more cores gains more is not measured here (this one has 2).",
               "- Catalogs that take one writer at a time (SQLite JDBC: the peer and nightly benchmarks) run one "
               "table at a time whatever `max_runs_total` says."]
+    if result.get("note"):
+        lines.append(f"- {result['note']}")
     return "\n".join(lines) + "\n"
 
 
@@ -148,9 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="1,2,4", help="max_runs_total settings (1 is always measured)")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    parser.add_argument("--note", default="", help="a line for the section (e.g. what changed since the last run)")
+    parser.add_argument("--from-results", metavar="JSON",
+                        help="only render the section from a previous run's figures (benchmarks/.work/concurrent/results.json)")
     args = parser.parse_args(argv)
     from benchmarks.machine import describe_machine, load_average
     from benchmarks.stack_bench import write_section
+
+    if args.from_results:
+        write_section(Path(args.out), render(json.loads(Path(args.from_results).read_text())), SECTION)
+        return 0
 
     settings = sorted({1, *(int(r) for r in args.runs.split(","))})
     machine = describe_machine()
@@ -158,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
               "command": shlex.join(["python", "-m", "benchmarks.concurrent_tick",
                                      *(argv if argv is not None else sys.argv[1:])]),
               "machine": f"{machine['cores']} cores, {machine['cpu_model']}", "load_start": load_average(),
-              "tables": args.tables, "files": args.files, "rows": args.rows, "measurements": []}
+              "tables": args.tables, "files": args.files, "rows": args.rows, "note": args.note, "measurements": []}
     seed = WORK / "seed"
     shutil.rmtree(seed, ignore_errors=True)
     seed.mkdir(parents=True)
