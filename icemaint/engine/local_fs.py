@@ -1,10 +1,12 @@
 """Local files without a `chmod` process per file: the Hadoop file system a local Spark session uses.
 
-Spark's pip distribution ships no Hadoop native library, so Hadoop's LocalFileSystem sets the permissions
-of every file it creates by running `chmod` in a child process, twice a file (the file and its `.crc`):
-about 9 ms per file created against 2 ms without (measured here), which made a publish of 600 single-file
-commits' manifests 4.5 s instead of 1.4 s. `jvm/NioLocalFileSystem.java` is Hadoop's LocalFileSystem with
-the permissions set through java.nio; it is compiled once per machine (javac, a second or less) into a jar
+Spark's pip distribution ships no Hadoop native library, so its `file:` file system (Hive's
+ProxyLocalFileSystem, a Hadoop LocalFileSystem) sets the permissions of every file it creates by running
+`chmod` in a child process, twice a file (the file and its `.crc`): about 9 ms per file created against 2 ms
+without (measured here), which made a publish of 600 single-file commits' manifests 4.5 s instead of 1.4 s.
+`jvm/NioLocalFileSystem.java` is Hadoop's LocalFileSystem with the permissions set through java.nio and the
+rename contract of the class it replaces (never onto an existing file: the Hadoop catalog's commit and the
+quarantine rely on it); it is compiled once per machine (javac, a second or less) into a jar
 kept in the user's cache, and a local session (`spark.master` local[...]) puts it on the driver's classpath
 as the `file:` scheme's file system. Without a JDK's javac, or where the deployment names its own
 `spark.hadoop.fs.file.impl`, nothing changes. Object stores and clusters are not concerned: their file
