@@ -191,9 +191,9 @@ def check_java() -> Check:
 def check_local_files(config: MaintenanceConfig) -> Check:
     """A local session's file system (icemaint/engine/local_fs.py): permissions set in the JVM, or a chmod
     process for every file created."""
-    from icemaint.engine.local_fs import FS_IMPL_KEY, local_fs
+    from icemaint.engine.local_fs import FS_IMPL_KEY, concerns, local_fs
 
-    if FS_IMPL_KEY in config.spark.conf:
+    if not concerns(config.spark.master, config.spark.conf):
         return _ok("local files", f"{FS_IMPL_KEY} is the deployment's: {config.spark.conf[FS_IMPL_KEY]}")
     built = local_fs()
     if built.jar is None:
@@ -532,7 +532,7 @@ def run_doctor(config: MaintenanceConfig, config_path: str | os.PathLike | None 
     """
     checks = [_guarded("config", lambda: check_config(config, config_path)),
               _guarded("java", check_java)]
-    if config.spark.master.startswith("local"):
+    if config.spark.master.startswith("local"):  # a cluster's file systems are its own
         checks.append(_guarded("local files", lambda: check_local_files(config)))
     checks.append(_guarded("iceberg runtime", lambda: check_iceberg_runtime(config)))
     if _jar_entries(config):

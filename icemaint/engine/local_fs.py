@@ -112,11 +112,16 @@ def local_fs() -> LocalFs:
     return LocalFs(target)
 
 
+def concerns(master: str, conf) -> bool:
+    """Whether a session of `master` with settings `conf` gets the file system: local, naming none of its own."""
+    return master.startswith("local") and FS_IMPL_KEY not in conf
+
+
 def local_fs_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
     """The settings that make a local session's `file:` file system `NioLocalFileSystem`, given the session's
     other settings `conf` (the driver's class path is extended, not replaced); empty for a non-local master,
     a deployment naming its own file system, or where the jar cannot be built."""
-    if not master.startswith("local") or FS_IMPL_KEY in conf:
+    if not concerns(master, conf):
         return {}
     jar = local_fs().jar
     if jar is None:
