@@ -131,6 +131,10 @@ def table_dimension_mapping() -> dg.MultiToSingleDimensionPartitionMapping:
 # Spark session, one claim wait per batch instead of per date; each date keeps its own request, proof,
 # audit record and materialization.
 BACKFILL_DATES_PER_RUN = 31
+# The tick joins one date of up to this many neighbouring tables into one run (`tick.table_batches`): one run
+# record instead of one per table (Dagster's per-run work is about a third of a small table's compaction on
+# SQLite); each table-date keeps its own request, claim, proof, audit record and materialization.
+TABLES_PER_RUN = 31
 
 
 def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
@@ -139,8 +143,9 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
     """The body both compaction assets share: per (table, date, partition key) one request and its outcome
     as events on that partition, then an honest run status.
 
-    A run of one partition materializes through its output; a batched backfill run (several dates)
-    materializes each date on its own, and fails at the end naming every date that was not done.
+    A run of one partition materializes through its output; a batched run (several dates of a table, or one
+    date of several tables: the tick's catch-up) materializes each partition on its own, and fails at the end
+    naming every partition that was not done.
     """
     tags = context.run.tags
     planned = tags.get(PLANNED_SNAPSHOT_TAG)
@@ -148,6 +153,11 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
     compactor = Compactor(spark.settings.config, spark.lazy_session, catalog.reader, claims.claims, audit.log,
                           progress=context.log.info)
     batched, failures, proven = len(targets) > 1, [], []
+    several_tables = len({table for table, _, _ in targets}) > 1
+
+    def label(table: str, date: str | None) -> str:  # how the run's failure names one of its partitions
+        return f"{table} {date}" if several_tables else str(date)
+
     for table, date, key in targets:
         request = CompactionRequest(
             table=table, date=date, dry_run=config.dry_run, approved=config.approved,
@@ -162,7 +172,7 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
             # One date's error (already in its audit record) does not stop the batch's other dates.
             line = (str(exc).strip().splitlines() or [""])[0][:300]
             context.log.error(f"{table} {date}: failed: {type(exc).__name__}: {line}")
-            failures.append(f"{date}: failed: {type(exc).__name__}: {line}")
+            failures.append(f"{label(table, date)}: failed: {type(exc).__name__}: {line}")
             continue
         context.log.info(f"{table} {date or '(partitions)'}: {outcome.decision}: {outcome.reason}")
         failure = run_failure(request.trigger, outcome.decision, refused=f"refused: {outcome.reason}",
@@ -182,12 +192,13 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
             yield dg.AssetMaterialization(asset_key="validation_report", partition=key, metadata=write_report(
                 spark.settings.config.state_dir, key, outcome.to_dict()))
         if failure:
-            failures.append(f"{date}: {failure}")
+            failures.append(f"{label(table, date)}: {failure}")
     if proven:  # the proofs of what was materialized, as this run's blocking check results
         for name in VALIDATION_CHECKS:
             yield combined_check_result(name, proven, asset_key)
     if failures:
-        raise dg.Failure(description=f"{len(failures)} of {len(targets)} dates not done: " + "; ".join(failures))
+        raise dg.Failure(description=f"{len(failures)} of {len(targets)} {'partitions' if several_tables else 'dates'} "
+                                     "not done: " + "; ".join(failures))
 
 
 # The compaction assets are one-spec multi_assets only so that their proofs (check specs reported by the
@@ -271,7 +282,8 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
     )
     def compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
                    catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
-        # One key, or a batched backfill's dates of one table (BACKFILL_DATES_PER_RUN).
+        # One key, a batched backfill's dates of one table (BACKFILL_DATES_PER_RUN), or the tick's one date of
+        # neighbouring tables (`table_batches`).
         targets = [(*split_table_date(key), str(key)) for key in context.partition_keys]
         yield from compact(context, config, spark, catalog, claims, audit, targets, "compaction")
 

@@ -13,6 +13,8 @@ DATE_DIMENSION = "date"
 # Run tags. The run queue limits one maintenance run per table on TABLE_TAG and on Dagster's own
 # partition tag (backfills set only the latter); sensors and the CLI set TABLE_TAG.
 TABLE_TAG = "icemaint/table"
+# A run over one date of several tables (the tick's catch-up batches) names them all, comma-separated.
+TABLES_TAG = "icemaint/tables"
 PARTITION_TABLE_TAG = f"dagster/partition/{TABLE_DIMENSION}"
 TRIGGER_TAG = "icemaint/trigger"
 PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
@@ -45,6 +47,13 @@ def date_range_tags(table: str, first: str, last: str) -> dict[str, str]:
     return {RANGE_START_TAG: str(table_date_key(table, first)), RANGE_END_TAG: str(table_date_key(table, last))}
 
 
+def table_range_tags(tables: list[str], date: str) -> dict[str, str]:
+    """The run tags of one run over `date` of `tables`, neighbours in the `table` partitions' order (Dagster's
+    partition range covers every table between the first and the last)."""
+    return {TABLES_TAG: ",".join(tables), RANGE_START_TAG: str(table_date_key(tables[0], date)),
+            RANGE_END_TAG: str(table_date_key(tables[-1], date))}
+
+
 def split_table_date(partition_key) -> tuple[str, str]:
     """(table, date) of a `table` x `date` partition key (a MultiPartitionKey or its string)."""
     if isinstance(partition_key, dg.MultiPartitionKey):
@@ -54,11 +63,21 @@ def split_table_date(partition_key) -> tuple[str, str]:
     return table, date
 
 
+def tables_of(tags) -> tuple[str, ...]:
+    """The tables a run maintains: every table of a run over several (`TABLES_TAG`), else `table_of`'s one."""
+    if tags.get(TABLES_TAG):
+        return tuple(t for t in tags[TABLES_TAG].split(",") if t)
+    table = table_of(tags)
+    return (table,) if table else ()
+
+
 def table_of(tags) -> str | None:
     """The table a run maintains, from its tags (ours, or the partition or range Dagster set); None when
-    it names none."""
+    it names none (a run over several tables names them in `TABLES_TAG`: see `tables_of`)."""
     from icemaint.domain.names import InvalidTableName, TableName
 
+    if tags.get(TABLES_TAG):
+        return None
     if tags.get(TABLE_TAG):
         return tags[TABLE_TAG]
     candidate = tags.get(PARTITION_TABLE_TAG) or tags.get(PARTITION_TAG) or tags.get(RANGE_START_TAG, "")

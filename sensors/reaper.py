@@ -28,7 +28,7 @@ from typing import Callable, Mapping
 import dagster as dg
 
 from icemaint.safety.process import ProcessRef, ProcessState, probe_process
-from maint_assets.partitions import PARTITION_TABLE_TAG, TABLE_TAG
+from maint_assets.partitions import tables_of
 
 PID_TAG = "icemaint/pid"
 HOST_TAG = "icemaint/host"
@@ -98,7 +98,7 @@ def run_process(run: RunFacts) -> tuple[ProcessRef | None, str]:
 
 def decide_reaping(run: RunFacts, probe: Callable[[ProcessRef], tuple[ProcessState, str]]) -> Reaping:
     """Reap a STARTING/STARTED run only when its process is provably dead."""
-    table = run.tags.get(TABLE_TAG) or run.tags.get(PARTITION_TABLE_TAG)
+    table = ", ".join(tables_of(run.tags)) or None
     if run.status not in REAPED_STATUSES:
         return Reaping(run.run_id, run.job_name, table, False, f"status {run.status}")
     process, source = run_process(run)

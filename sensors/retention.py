@@ -16,8 +16,8 @@ from icemaint.observe.manifests import read_retention_signals
 from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS, RETENTION_JOBS, RetentionDecision, \
     RetentionTickPlan, decode_cursor, encode_cursor, plan_retention_tick
 from icemaint.domain.tick import policy_fingerprint
-from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, table_partitions
-from maint_assets.retention import run_table, runs_in_flight
+from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, table_partitions, tables_of
+from maint_assets.retention import runs_in_flight
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 
@@ -34,8 +34,7 @@ def in_flight_jobs_by_table(instance) -> dict:
     """Table -> names of jobs with a queued or running run on it."""
     out: dict = {}
     for run in runs_in_flight(instance):
-        table = run_table(run)
-        if table:
+        for table in tables_of(run.tags):
             out.setdefault(table, set()).add(run.job_name)
     return out
 

@@ -78,9 +78,10 @@ def test_a_tick_runs_tables_at_once_up_to_max_runs_total_and_prints_its_report(c
 
 
 def test_one_run_at_a_time_when_max_runs_total_is_one(capfd, spark, lake_root, tmp_path):
-    _, path, runs = _tick(capfd, spark, lake_root, tmp_path, prefix="seq", tables=2, days=1, rows_per_day=6,
+    # two dates each: each table is its own run (one date of several tables would share one run)
+    _, path, runs = _tick(capfd, spark, lake_root, tmp_path, prefix="seq", tables=2, days=2, rows_per_day=6,
                           max_runs_total=1)
-    assert len(runs) == 2 and all(d["published"] for d in runs)
+    assert len(runs) == 4 and all(d["published"] for d in runs)
     intervals = _intervals(load_config(path))
     assert len(intervals) == 2 and _most_at_once(intervals) == 1
 

@@ -16,7 +16,7 @@ from icemaint.app.instance import get_instance
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
-from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, date_range_tags
+from maint_assets.partitions import TABLE_DIMENSION, TABLE_TAG, TRIGGER_TAG, date_range_tags, table_range_tags
 from sensors.reaper import process_tags
 
 log = logging.getLogger(__name__)
@@ -163,6 +163,26 @@ class MaintenanceRunner:
         if any(parse_date(b) - parse_date(a) != dt.timedelta(days=1) for a, b in zip(days, days[1:])):
             raise ValueError(f"the dates of one run must be consecutive and ascending, got {', '.join(days)}")
         tags = {TABLE_TAG: key, TRIGGER_TAG: trigger, **date_range_tags(key, days[0], days[-1])}
+        config = {"config": {"dry_run": False, "approved": False}}
+        return self._execute("compaction_job", None, {"ops": {"compaction": config}}, tags=tags)
+
+    def compact_tables(self, tables: list[str], date: str, *, trigger: str = "cli") -> RunReport:
+        """Materialize `compaction` for one date of several tables in one run: tables next to each other in
+        the `table` partitions' order, since the run's partition range covers every table between its first
+        and last (`tick.table_batches` forms such batches). One run record and Spark session; each table its own
+        request, claim, proof, audit record and materialization, its outcome in `RunReport.outcomes`."""
+        keys = [self.check_table(t) for t in tables]
+        day = self.check_date(date)
+        if not keys:
+            raise ValueError("no tables to compact")
+        if len(keys) == 1:
+            return self.compact(keys[0], day, trigger=trigger)
+        position = {t: i for i, t in enumerate(self.instance.get_dynamic_partitions(TABLE_DIMENSION))}
+        first = position[keys[0]]
+        if [position[k] for k in keys] != list(range(first, first + len(keys))):
+            raise ValueError(f"the tables of one run must be neighbours in the table partitions' order, without "
+                             f"gaps or repeats: {', '.join(keys)} are not")
+        tags = {TRIGGER_TAG: trigger, **table_range_tags(keys, day)}
         config = {"config": {"dry_run": False, "approved": False}}
         return self._execute("compaction_job", None, {"ops": {"compaction": config}}, tags=tags)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from icemaint.app.instance import allow_runs_in_threads
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE, RUN
-from icemaint.domain.tick import KeptHealths, date_batches, encode_cursor, table_lanes
+from icemaint.domain.tick import KeptHealths, date_batches, encode_cursor, table_batches, table_lanes
 
 
 def date_done(outcome: dict) -> bool:
@@ -153,7 +153,9 @@ class Ticker:
 
     def _compact_in_batches(self, runs: list[tuple[str, str | None]]) -> dict:
         """Executes the tick's compaction runs, consecutive dates of a table as one run over their partition
-        range (`date_batches`); (table, date) -> (its run's report, its outcome, whether it was done).
+        range (`date_batches`), and one date of neighbouring tables as one run over theirs (`table_batches`: a
+        catch-up of many tables pays Dagster's per-run work once per batch); (table, date) -> (its run's report,
+        its outcome, whether it was done).
 
         Runs of different tables execute at once, up to `max_runs_total` (the instance's run queue bound),
         on this process's one Spark session: each table's runs go to one worker in order, so a table never
@@ -162,10 +164,14 @@ class Ticker:
         A date of a batch counts as done only by its own outcome: it has one, it was neither refused nor
         failed, and its proof, if it ran one, passed (as a run of that date alone would have ended); another
         date's failure, which fails the batch's run, does not make it undone."""
-        from maint_assets.compaction import BACKFILL_DATES_PER_RUN
+        from maint_assets.compaction import BACKFILL_DATES_PER_RUN, TABLES_PER_RUN
+        from maint_assets.partitions import TABLE_DIMENSION
 
-        lanes = table_lanes(date_batches(runs, BACKFILL_DATES_PER_RUN))
-        workers = min(self.config.max_runs_total, len(lanes)) if self.config.catalog.concurrent_commits else 1
+        workers = self.config.max_runs_total if self.config.catalog.concurrent_commits else 1
+        order = self.runner.instance.get_dynamic_partitions(TABLE_DIMENSION) if runs else []
+        lanes = table_lanes(table_batches(date_batches(runs, BACKFILL_DATES_PER_RUN), order, TABLES_PER_RUN,
+                                          spread=workers))
+        workers = min(workers, len(lanes))
         if workers <= 1 or not allow_runs_in_threads(self.runner.instance):
             return {key: done for lane in lanes for key, done in self._run_lane(lane).items()}
         from concurrent.futures import ThreadPoolExecutor
@@ -177,7 +183,7 @@ class Ticker:
         return out
 
     def _run_lane(self, batches: list[list[tuple[str, str | None]]]) -> dict:
-        """One table's batches, one run after the other."""
+        """One table's batches (or one batch of several tables), one run after the other."""
         out = {}
         for batch in batches:
             table, dates = batch[0][0], [date for _, date in batch]
@@ -185,8 +191,11 @@ class Ticker:
                 report = self._launch(self.runner.compact, table, dates[0], trigger="tick")
                 out[batch[0]] = (report, report.outcome, report.success)
                 continue
-            report = self._launch(self.runner.compact_dates, table, dates, trigger="tick")
-            for date in dates:
+            if len({t for t, _ in batch}) > 1:
+                report = self._launch(self.runner.compact_tables, [t for t, _ in batch], dates[0], trigger="tick")
+            else:
+                report = self._launch(self.runner.compact_dates, table, dates, trigger="tick")
+            for table, date in batch:
                 outcome = report.outcomes.get(f"{date}|{table}", {})
                 out[(table, date)] = (report, outcome, date_done(outcome))
         return out

@@ -291,8 +291,54 @@ def date_batches(runs: Sequence[tuple[str, str | None]], limit: int) -> list[lis
 
 def table_lanes(batches: Sequence[list[tuple[str, str | None]]]) -> list[list[list[tuple[str, str | None]]]]:
     """The batches grouped by table, in the order of each table's first batch: one lane per table, run one
-    batch after the other, so lanes can run at once without two runs of one table at the same time."""
+    batch after the other, so lanes can run at once without two runs of one table at the same time. (A batch of
+    several tables, from `table_batches`, is a lane of its own: none of its tables has another batch.)"""
     lanes: dict[str, list[list[tuple[str, str | None]]]] = {}
     for batch in batches:
         lanes.setdefault(batch[0][0], []).append(batch)
     return list(lanes.values())
+
+
+def table_batches(batches: Sequence[list[tuple[str, str | None]]], order: Sequence[str], limit: int,
+                  spread: int = 1) -> list[list[tuple[str, str | None]]]:
+    """`date_batches`' output with the one-date batches of different tables joined: one batch per date over
+    tables next to each other in `order` (the `table` partitions' order), at most `limit` tables each.
+
+    A Dagster run over a `table` x `date` range covers every table between its first and last in the
+    partitions' order, so only neighbours can share a run (never a table the tick did not choose). A table
+    with more than one batch this tick (several dates, or dates that are not consecutive) keeps its own
+    batches, so it is never in two runs at once. A long stretch of neighbours is cut into at least `spread`
+    batches (the tick's workers), each of at most `limit`. Batches are ordered by their best-ranked member.
+    """
+    for name, value in (("limit", limit), ("spread", spread)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int of at least 1, got {value!r}")
+    position = {table: i for i, table in enumerate(order)}
+    per_table: dict[str, int] = {}
+    for batch in batches:
+        per_table[batch[0][0]] = per_table.get(batch[0][0], 0) + 1
+    rank = {id(batch): i for i, batch in enumerate(batches)}
+    kept: list[list[tuple[str, str | None]]] = []
+    joinable: dict[str, list[list[tuple[str, str | None]]]] = {}
+    for batch in batches:
+        table, date = batch[0]
+        if len(batch) == 1 and date is not None and per_table[table] == 1 and table in position:
+            joinable.setdefault(date, []).append(batch)
+        else:
+            kept.append(batch)
+    joined: list[tuple[int, list[tuple[str, str | None]]]] = []
+    for date, singles in joinable.items():
+        singles.sort(key=lambda b: position[b[0][0]])
+        stretches: list[list[list[tuple[str, str | None]]]] = []
+        for batch in singles:
+            if stretches and position[batch[0][0]] == position[stretches[-1][-1][0][0]] + 1:
+                stretches[-1].append(batch)
+            else:
+                stretches.append([batch])
+        for stretch in stretches:
+            size = min(limit, -(-len(stretch) // spread))
+            for start in range(0, len(stretch), size):
+                part = stretch[start:start + size]
+                joined.append((min(rank[id(b)] for b in part), [b[0] for b in part]))
+    out = [(rank[id(b)], b) for b in kept] + joined
+    return [batch for _, batch in sorted(out, key=lambda pair: pair[0])]
