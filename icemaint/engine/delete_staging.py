@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 
 from icemaint.domain.rewrite_plan import DeleteGroup, DeleteRef, plan_delete_groups
-from icemaint.engine.java import _java_list, _with_files, java_root_message, listed_java
+from icemaint.engine.java import _java_list, _with_files, java_class, java_root_message, listed_java
 from icemaint.engine.staging import StagedRewrite, StagingArea, StagingError
 
 PUFFIN = "PUFFIN"
@@ -51,14 +51,14 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
     files, to a new staging branch at `base_snapshot_id`. `main` does not move."""
     jvm = area.jvm
     tbl = area.table(refresh=False)
-    deletes_table = jvm.org.apache.iceberg.MetadataTableUtils.createMetadataTableInstance(
-        tbl, jvm.org.apache.iceberg.MetadataTableType.POSITION_DELETES)
-    coordinator = jvm.org.apache.iceberg.spark.PositionDeletesRewriteCoordinator.get()
+    deletes_table = java_class(jvm, "org.apache.iceberg.MetadataTableUtils").createMetadataTableInstance(
+        tbl, java_class(jvm, "org.apache.iceberg.MetadataTableType").POSITION_DELETES)
+    coordinator = java_class(jvm, "org.apache.iceberg.spark.PositionDeletesRewriteCoordinator").get()
     set_id = f"icemaint-deletes-{uuid.uuid4().hex}"
     branch = area.open_branch(index, base_snapshot_id)
     try:
         tasks, old_deletes = _delete_tasks(area, deletes_table, group, base_snapshot_id, scan_filter)
-        jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(deletes_table, set_id, _java_list(jvm, tasks))
+        java_class(jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get().stageTasks(deletes_table, set_id, _java_list(jvm, tasks))
         area.track_task_set(set_id)
         deletes_sql = f"{area.name.sql(area.catalog)}.`position_deletes`"
         rows = area.spark.read.format("iceberg").option("scan-task-set-id", set_id) \

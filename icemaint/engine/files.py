@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from icemaint.domain.retention import QuarantineMoveFailed
+from icemaint.engine.java import java_class
 
 _COPY_BUFFER = 1 << 20
 # File lookups (`Files.sizes`) in flight at once: each waits on the store, not on the CPU.
@@ -53,7 +54,7 @@ def catalog_properties(spark, catalog: str) -> dict[str, str]:
     included) without the prefix: what Iceberg's catalog itself is initialised with."""
     prefix = f"spark.sql.catalog.{catalog}."
     jconf = spark._jsparkSession.conf().getAll()
-    entries = spark._jvm.scala.collection.JavaConverters.mapAsJavaMapConverter(jconf).asJava()
+    entries = java_class(spark._jvm, "scala.collection.JavaConverters").mapAsJavaMapConverter(jconf).asJava()
     return {str(k)[len(prefix):]: str(v) for k, v in entries.items() if str(k).startswith(prefix)}
 
 
@@ -75,7 +76,7 @@ class Files:
         scheme = _scheme(location)
         if scheme not in self._hadoop_schemes:
             try:
-                self._jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, self._conf)
+                java_class(self._jvm, "org.apache.hadoop.fs.FileSystem").getFileSystemClass(scheme, self._conf)
                 self._hadoop_schemes[scheme] = True
             except Py4JJavaError:  # UnsupportedFileSystemException: no FileSystem for this scheme
                 self._hadoop_schemes[scheme] = False
@@ -87,12 +88,12 @@ class Files:
         if self._catalog_io is None:
             if self._catalog is None:
                 raise QuarantineMoveFailed("no FileIO for an object-store location outside a table: name the catalog")
-            self._catalog_io = self._jvm.org.apache.iceberg.CatalogUtil.loadFileIO(
+            self._catalog_io = java_class(self._jvm, "org.apache.iceberg.CatalogUtil").loadFileIO(
                 _RESOLVING_IO, catalog_properties(self._spark, self._catalog), self._conf)
         return self._catalog_io
 
     def _path(self, location: str):
-        return self._jvm.org.apache.hadoop.fs.Path(location)
+        return java_class(self._jvm, "org.apache.hadoop.fs.Path")(location)
 
     def _fs(self, path):
         return path.getFileSystem(self._conf)
@@ -203,7 +204,7 @@ class Files:
             length = self.size(source)
             if length is None:
                 raise QuarantineMoveFailed(f"could not move {source}: it is not there")
-            self._jvm.org.apache.hadoop.io.IOUtils.copyBytes(self._open(source), self._create(target),
+            java_class(self._jvm, "org.apache.hadoop.io.IOUtils").copyBytes(self._open(source), self._create(target),
                                                              _COPY_BUFFER, True)
             copied = self.size(target)
             if copied != length:

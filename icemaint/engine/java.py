@@ -1,9 +1,46 @@
-"""Iceberg's Java API through Py4J: exception classes, iterables and lists, the REST commit race.
+"""Iceberg's Java API through Py4J: class handles, exception classes, iterables and lists, the REST commit race.
 
 Shared by the staging, retention and revert engines; no Spark session of its own.
 """
 
 from __future__ import annotations
+
+# Names PySpark looks up on the JVM view in every DataFrame call (`F.expr`, `selectExpr`, ...). Py4J resolves a
+# bare name through the view's star imports one by one, each a failed class lookup that searches every jar on
+# the class path; imported as single classes they resolve at once (measured: `F.expr` 0.45 -> 0.3 ms,
+# `selectExpr` 3.1 -> 2.2 ms, and the JVM's driver thread spent 14% of its samples in those lookups).
+PYSPARK_HOT_CLASSES = (
+    "org.apache.spark.sql.SparkSession", "org.apache.spark.sql.functions", "org.apache.spark.sql.Encoders",
+    "org.apache.spark.api.python.PythonUtils", "org.apache.spark.api.python.SerDeUtil",
+    "org.apache.spark.sql.api.python.PythonSQLUtils",
+)
+
+
+def import_hot_classes(jvm) -> None:
+    """Adds PYSPARK_HOT_CLASSES to the session's JVM view as single-class imports (what they resolve to is
+    unchanged: each is the class its star import already found)."""
+    from py4j.java_gateway import java_import
+
+    for fqn in PYSPARK_HOT_CLASSES:
+        java_import(jvm, fqn)
+
+
+_CLASSES: dict = {}
+GUAVA_LISTS = "org.apache.iceberg.relocated.com.google.common.collect.Lists"  # Iceberg's relocated Guava
+
+
+def java_class(jvm, fqn: str):
+    """A handle on the Java class `fqn` (static methods, constructors) without Py4J walking its package path:
+    `jvm.org.apache.iceberg.X` asks the JVM about `org`, `org.apache`, ... in turn, each a failed class lookup
+    across every jar (~0.3-0.9 ms a use); the handle is made once per gateway and costs no call."""
+    from py4j.java_gateway import JavaClass
+
+    client = jvm._gateway_client
+    key = (id(client), fqn)
+    handle = _CLASSES.get(key)
+    if handle is None or handle._gateway_client is not client:
+        handle = _CLASSES[key] = JavaClass(fqn, client)
+    return handle
 
 CONFLICT_CLASSES = frozenset({"org.apache.iceberg.exceptions.ValidationException",
                               "org.apache.iceberg.exceptions.CommitFailedException"})
@@ -76,7 +113,7 @@ def iterate_java(java_iterable):
 
 def listed_java(jvm, java_iterable):
     """A Java iterable as a Python list, materialised on the Java side (one call, then one per item)."""
-    items = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(java_iterable)
+    items = java_class(jvm, GUAVA_LISTS).newArrayList(java_iterable)
     return [items.get(i) for i in range(items.size())]
 
 
@@ -88,7 +125,7 @@ def _with_files(update, method: str, files):
 
 
 def _java_list(jvm, items):
-    out = jvm.java.util.ArrayList()
+    out = java_class(jvm, "java.util.ArrayList")()
     for item in items:
         out.add(item)
     return out

@@ -15,6 +15,7 @@ from icemaint.domain.retention import _ms
 from icemaint.engine.retention import (
     _SEARCH_MARGIN_MS, COMMIT_TOKEN_KEY, BeforeCommit, _catalog, _commit, _marked_snapshot, _metadata_table, _table,
 )
+from icemaint.engine.java import GUAVA_LISTS, java_class
 from icemaint.engine.spark_session import iceberg_table
 
 # Iceberg's default `commit.manifest.target-size-bytes`, used only to estimate a dry run.
@@ -42,7 +43,7 @@ def _manifest_stats(spark, catalog: str, table: TableName) -> list:
 
 
 def _count(jvm, java_iterable) -> int:
-    return int(jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(java_iterable).size())
+    return int(java_class(jvm, GUAVA_LISTS).newArrayList(java_iterable).size())
 
 
 def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: bool = False,
@@ -87,7 +88,7 @@ def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: b
     planned = iceberg_table(spark, catalog, table)  # S: the action plans on this object's snapshot
 
     def call():
-        action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteManifests(planned)
+        action = java_class(jvm, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession).rewriteManifests(planned)
         for key, value in marker.items():
             action = action.snapshotProperty(str(key), str(value))
         return action.execute()

@@ -16,6 +16,7 @@ from typing import Iterable
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import ORPHAN_MIN_AGE, QuarantineMoveFailed, RetentionError, _aware, _ms
 from icemaint.engine.files import Files, normalized, relative_under
+from icemaint.engine.java import java_class
 from icemaint.engine.retention import _catalog, _check_gc_enabled, _table, _timestamp_literal
 from icemaint.engine.spark_session import iceberg_table
 
@@ -84,9 +85,9 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
     if force and now - older_than < ORPHAN_MIN_AGE:
         jvm = spark._jvm
         # Stream.builder() is a Consumer<String> that only collects: the action deletes nothing.
-        action_result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+        action_result = (java_class(jvm, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
                          .deleteOrphanFiles(jtable).olderThan(_ms(older_than)).usePrefixListing(prefix_listing)
-                         .deleteWith(jvm.java.util.stream.Stream.builder()).execute())
+                         .deleteWith(java_class(jvm, "java.util.stream.Stream").builder()).execute())
         listed = [str(p) for p in action_result.orphanFileLocations()]
     else:
         listed = [r["orphan_file_location"] for r in spark.sql(

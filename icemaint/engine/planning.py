@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 
 from icemaint.domain.rewrite_plan import CandidateFile
-from icemaint.engine.java import java_root_message, listed_java
+from icemaint.engine.java import GUAVA_LISTS, java_class, java_root_message, listed_java
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def _bound(value: dt.date, column_type: str) -> str:
 
 def date_filter(jvm, column: str, column_type: str, start: dt.date, end: dt.date):
     """Iceberg's expression for rows in [start, end) of the time column."""
-    expressions = jvm.org.apache.iceberg.expressions.Expressions
+    expressions = java_class(jvm, "org.apache.iceberg.expressions.Expressions")
     lower = expressions.greaterThanOrEqual(column, _bound(start, column_type))
     upper = expressions.lessThan(column, _bound(end, column_type))
     return getattr(expressions, "and")(lower, upper)
@@ -65,7 +65,7 @@ def plan_files(jvm, tbl, scan, snapshot_id: int | None, what: str) -> PlannedFil
     the bulk description when its summary says it holds no delete files; `what`: the table, for logs)."""
     iterable = scan.planFiles()
     try:
-        items = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(iterable)
+        items = java_class(jvm, GUAVA_LISTS).newArrayList(iterable)
     finally:
         iterable.close()
     if snapshot_id is not None and _no_delete_files(tbl.snapshot(int(snapshot_id))):
@@ -100,12 +100,12 @@ def _plan_in_bulk(jvm, tbl, items, what: str) -> PlannedFiles | None:
     that said none was wrong)."""
     from py4j.protocol import Py4JJavaError
 
-    responses = jvm.org.apache.iceberg.rest.responses
+    responses = "org.apache.iceberg.rest.responses."
     specs = tbl.specs()
     try:
-        response = responses.FetchScanTasksResponse.builder().withFileScanTasks(items) \
-            .withDeleteFiles(jvm.java.util.ArrayList()).withSpecsById(specs).build()
-        described = json.loads(str(responses.FetchScanTasksResponseParser.toJson(response)))
+        response = java_class(jvm, responses + "FetchScanTasksResponse").builder().withFileScanTasks(items) \
+            .withDeleteFiles(java_class(jvm, "java.util.ArrayList")()).withSpecsById(specs).build()
+        described = json.loads(str(java_class(jvm, responses + "FetchScanTasksResponseParser").toJson(response)))
     except Py4JJavaError as exc:
         log.info("planning %s file by file: %s", what, java_root_message(exc))
         return None

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
+from icemaint.engine.java import import_hot_classes, java_class
 from icemaint.engine.local_fs import local_fs_conf
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
@@ -141,7 +142,7 @@ def check_iceberg(spark) -> str:
 
 def iceberg_table(spark, catalog: str, name):
     """The Iceberg Java `Table` behind the Spark catalog (the same cache Spark SQL uses)."""
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name.sql(catalog))
+    return java_class(spark._jvm, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(spark._jsparkSession, name.sql(catalog))
 
 
 _LOG4J = """status = error
@@ -197,6 +198,7 @@ def get_spark(config: MaintenanceConfig):
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
+        import_hot_classes(spark._jvm)
         # Before the catalog is first used: it reads its settings then.
         for key, value in secret_spark_conf(config).items():
             spark.conf.set(key, value)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
-from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list  # noqa: F401 (re-exported)
+from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list, java_class  # noqa: F401 (re-exported)
 from icemaint.engine.digest import can_feed
 from icemaint.engine.planning import date_filter, plan_files
 from icemaint.engine.spark_session import iceberg_table
@@ -204,7 +204,7 @@ class StagingArea:
 
     def _stage_tasks(self, tasks: list) -> str:
         set_id = f"icemaint-{uuid.uuid4().hex}"
-        manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
+        manager = java_class(self.jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get()
         manager.stageTasks(self.table(refresh=False), set_id, _java_list(self.jvm, tasks))
         self.track_task_set(set_id)
         return set_id
@@ -225,7 +225,7 @@ class StagingArea:
         writer = rows.write.format("iceberg").option("rewritten-file-scan-task-set-id", set_id)
         for key, value in options.items():
             writer = writer.option(key, value)
-        coordinator = self.jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        coordinator = java_class(self.jvm, "org.apache.iceberg.spark.FileRewriteCoordinator").get()
         tbl = self.table(refresh=False)
         try:
             writer.mode("append").save(self.name.sql(self.catalog))
@@ -334,7 +334,7 @@ class StagingArea:
 
     def _dangling_deletes(self, tasks: list, replaced: set[str]) -> list:
         """Position-delete files (and DVs) that reference only files this group replaces."""
-        util = self.jvm.org.apache.iceberg.util.ContentFileUtil
+        util = java_class(self.jvm, "org.apache.iceberg.util.ContentFileUtil")
         out, seen = [], set()
         for task in tasks:
             for delete in iterate_java(task.deletes()):
@@ -463,7 +463,7 @@ class StagingArea:
     def release_reads(self) -> None:
         if not self._task_sets:
             return
-        manager = self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
+        manager = java_class(self.jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get()
         tbl = self.table(refresh=False)
         for set_id in self._task_sets:
             manager.removeTasks(tbl, set_id)
