@@ -28,4 +28,4 @@ def test_pysparks_hot_names_resolve_to_the_classes_they_name(spark):
     import_hot_classes(spark._jvm)
     for fqn in PYSPARK_HOT_CLASSES:
         found = getattr(spark._jvm, fqn.rsplit(".", 1)[1])
-        assert found._fqn == fqn and str(found._java_lang_class().getName()) == fqn  # a class that exists
+        assert found._fqn == fqn and str(found._java_lang_class.getName()) == fqn  # a class that exists
