@@ -131,10 +131,11 @@ def table_dimension_mapping() -> dg.MultiToSingleDimensionPartitionMapping:
 # Spark session, one claim wait per batch instead of per date; each date keeps its own request, proof,
 # audit record and materialization.
 BACKFILL_DATES_PER_RUN = 31
-# The tick joins one date of up to this many neighbouring tables into one run (`tick.table_batches`): one run
-# record instead of one per table (Dagster's per-run work is about a third of a small table's compaction on
-# SQLite); each table-date keeps its own request, claim, proof, audit record and materialization.
-TABLES_PER_RUN = 31
+# The tick joins neighbouring tables due on the same dates into one run of at most this many table-dates
+# (`tick.table_batches`): one run record instead of one per table (Dagster's per-run work is about a third of a
+# small table's compaction on SQLite); each table-date keeps its own request, claim, proof, audit record and
+# materialization.
+PARTITIONS_PER_RUN = 31
 
 
 def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
@@ -143,9 +144,9 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
     """The body both compaction assets share: per (table, date, partition key) one request and its outcome
     as events on that partition, then an honest run status.
 
-    A run of one partition materializes through its output; a batched run (several dates of a table, or one
-    date of several tables: the tick's catch-up) materializes each partition on its own, and fails at the end
-    naming every partition that was not done.
+    A run of one partition materializes through its output; a batched run (several dates of a table, or the
+    same dates of several tables: the tick's catch-up) materializes each partition on its own, and fails at the
+    end naming every partition that was not done.
     """
     tags = context.run.tags
     planned = tags.get(PLANNED_SNAPSHOT_TAG)
@@ -282,7 +283,7 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
     )
     def compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
                    catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
-        # One key, a batched backfill's dates of one table (BACKFILL_DATES_PER_RUN), or the tick's one date of
+        # One key, a batched backfill's dates of one table (BACKFILL_DATES_PER_RUN), or the tick's dates of
         # neighbouring tables (`table_batches`).
         targets = [(*split_table_date(key), str(key)) for key in context.partition_keys]
         yield from compact(context, config, spark, catalog, claims, audit, targets, "compaction")

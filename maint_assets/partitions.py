@@ -47,11 +47,11 @@ def date_range_tags(table: str, first: str, last: str) -> dict[str, str]:
     return {RANGE_START_TAG: str(table_date_key(table, first)), RANGE_END_TAG: str(table_date_key(table, last))}
 
 
-def table_range_tags(tables: list[str], date: str) -> dict[str, str]:
-    """The run tags of one run over `date` of `tables`, neighbours in the `table` partitions' order (Dagster's
-    partition range covers every table between the first and the last)."""
-    return {TABLES_TAG: ",".join(tables), RANGE_START_TAG: str(table_date_key(tables[0], date)),
-            RANGE_END_TAG: str(table_date_key(tables[-1], date))}
+def table_range_tags(tables: list[str], first: str, last: str) -> dict[str, str]:
+    """The run tags of one run over the dates `first`..`last` of `tables`, neighbours in the `table` partitions'
+    order (Dagster's partition range covers every table between the first and the last, each of those dates)."""
+    return {TABLES_TAG: ",".join(tables), RANGE_START_TAG: str(table_date_key(tables[0], first)),
+            RANGE_END_TAG: str(table_date_key(tables[-1], last))}
 
 
 def split_table_date(partition_key) -> tuple[str, str]:

@@ -43,11 +43,12 @@ def _most_at_once(intervals) -> int:
 def _tick(capfd, spark, lake_root, tmp_path, *, prefix: str, tables: int, days: int, rows_per_day: int,
           max_runs_total: int):
     """Streaming tables with due dates and `icemaint tick --json` over them, file descriptors captured:
-    (writers, config path, the tick's runs as its report lists them)."""
+    (writers, config path, the tick's runs as its report lists them). The i-th table has `days` + i dates, so no
+    two tables are due on the same dates and each is a run of its own (`tick.table_batches` would join them)."""
     from icemaint.app.cli import main
 
-    writers = [streaming_table(spark, "lake", f"{prefix}_{uuid.uuid4().hex[:8]}.events", batches=3, days=days,
-                               rows_per_day=rows_per_day, delete_every=0) for _ in range(tables)]
+    writers = [streaming_table(spark, "lake", f"{prefix}_{uuid.uuid4().hex[:8]}.events", batches=3, days=days + i,
+                               rows_per_day=rows_per_day, delete_every=0) for i in range(tables)]
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         max_runs_total=max_runs_total, scope={"include": [w.name.key for w in writers]})
     capfd.readouterr()
@@ -62,7 +63,7 @@ def test_a_tick_runs_tables_at_once_up_to_max_runs_total_and_prints_its_report(c
     writers, path, runs = _tick(capfd, spark, lake_root, tmp_path, prefix="conc", tables=3, days=2, rows_per_day=8,
                                 max_runs_total=2)
 
-    assert sorted(d["table"] for d in runs) == sorted(w.name.key for w in writers for _ in range(2))
+    assert sorted(d["table"] for d in runs) == sorted(w.name.key for i, w in enumerate(writers) for _ in range(2 + i))
     assert all(d["published"] and d["validation"] and d["success"] for d in runs), runs
     config = load_config(path)
     intervals = _intervals(config)
@@ -71,17 +72,16 @@ def test_a_tick_runs_tables_at_once_up_to_max_runs_total_and_prints_its_report(c
     for table in {t for t, _, _ in intervals}:
         assert _most_at_once([i for i in intervals if i[0] == table]) == 1
     reader = CatalogReader(config)
-    for writer in writers:
-        assert [p.data_files for p in reader.health(writer.name.key).partitions] == [1, 1]
+    for i, writer in enumerate(writers):
+        assert [p.data_files for p in reader.health(writer.name.key).partitions] == [1] * (2 + i)
         ids = reader.load(writer.name.key).scan().to_arrow().column("event_id").to_pylist()
         assert sorted(ids) == sorted(writer.ledger.expected_ids())
 
 
 def test_one_run_at_a_time_when_max_runs_total_is_one(capfd, spark, lake_root, tmp_path):
-    # two dates each: each table is its own run (one date of several tables would share one run)
-    _, path, runs = _tick(capfd, spark, lake_root, tmp_path, prefix="seq", tables=2, days=2, rows_per_day=6,
+    _, path, runs = _tick(capfd, spark, lake_root, tmp_path, prefix="seq", tables=2, days=1, rows_per_day=6,
                           max_runs_total=1)
-    assert len(runs) == 4 and all(d["published"] for d in runs)
+    assert len(runs) == 3 and all(d["published"] for d in runs)
     intervals = _intervals(load_config(path))
     assert len(intervals) == 2 and _most_at_once(intervals) == 1
 

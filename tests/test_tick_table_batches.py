@@ -1,11 +1,12 @@
-"""One date of several tables in one Dagster run (issue 20, item 2: the tick's requests batched).
+"""The same dates of several tables in one Dagster run (issue 20, item 2: the tick's requests batched).
 
-An estate catch-up is many tables with one due date each; one run per table paid Dagster's per-run work
-(run record, event-log shard, steps, ~30 events) for each, about a third of a small table's compaction on
-SQLite. The tick joins one date of tables that are neighbours in the `table` partitions' order (a run's
-partition range covers every table between its first and last) into one run; each table-date keeps its own
-request, claim, proof, audit record and materialization, and a failed proof leaves its table as it was
-while the batch's other tables publish. Rows are read back by pyiceberg.
+An estate catch-up is many tables due on the same date or dates; one run per table paid Dagster's per-run
+work (run record, event-log shard, steps, ~30 events) for each, about a third of a small table's compaction
+on SQLite. The tick joins tables that are neighbours in the `table` partitions' order and due on the same
+consecutive dates (a run's partition range covers every table between its first and last, and every date
+between its first and last) into one run; each table-date keeps its own request, claim, proof, audit record
+and materialization, and a failed proof leaves its table as it was while the batch's other tables publish.
+Rows are read back by pyiceberg.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from icemaint.observe.catalog import CatalogReader
 from icemaint.safety.audit import open_audit
 from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TABLES_TAG, table_of, tables_of
 
-DATE = "2026-02-03"
+DATE, NEXT = "2026-02-03", "2026-02-04"
 FILES, ROWS_PER_FILE = 4, 50
 
 
@@ -45,9 +46,17 @@ def test_different_dates_never_share_a_batch():
                                                  [("c", "2026-01-01")], [("d", "2026-01-02")]]
 
 
+def test_neighbours_due_on_the_same_dates_share_a_batch_table_by_table():
+    two = ["2026-01-01", "2026-01-02"]
+    batches = [[("b", d) for d in two], [("a", d) for d in two], [("c", "2026-01-01")], [("d", "2026-01-01")]]
+    assert table_batches(batches, ORDER, 31) == [
+        [("a", "2026-01-01"), ("a", "2026-01-02"), ("b", "2026-01-01"), ("b", "2026-01-02")],
+        [("c", "2026-01-01"), ("d", "2026-01-01")]]
+
+
 def test_a_table_with_more_than_one_batch_keeps_its_own():
     batches = [[("a", "2026-01-01")],
-               [("b", "2026-01-01"), ("b", "2026-01-02")],  # several dates: its own run
+               [("b", "2026-01-01"), ("b", "2026-01-02")],  # dates no neighbour is due on
                [("c", "2026-01-01")], [("c", "2026-01-05")],  # two batches: it must not be in two runs at once
                [("d", "2026-01-01")], [("e", None)],  # no date: compacted per partition
                [("f", "2026-01-01")], [("zz", "2026-01-01")]]  # zz: not a partition (yet)
@@ -64,6 +73,11 @@ def test_long_stretches_are_cut_by_the_limit_and_spread_over_the_workers():
     assert [[t for t, _ in b] for b in table_batches(batches, order, 31, spread=3)] == [
         order[0:4], order[4:8], order[8:10]]
     assert table_batches([], order, 31) == []
+    # the limit counts table-dates: three dates each, at most 10 tables a run (7: two)
+    three = [[(t, d) for d in ("2026-01-01", "2026-01-02", "2026-01-03")] for t in order]
+    assert [len(b) for b in table_batches(three, order, 31)] == [30]
+    assert [len(b) for b in table_batches(three, order, 7)] == [6, 6, 6, 6, 6]
+    assert table_batches(three, order, 3) == three  # a table's dates fill a run: nothing to join
 
 
 @pytest.mark.parametrize("name, limit, spread", [("limit", 0, 1), ("limit", True, 1), ("spread", 2, 0),
@@ -82,8 +96,8 @@ def test_a_run_over_several_tables_names_them_all():
 
 # -- the tick ------------------------------------------------------------------------------------------------
 
-def _tables(spark, namespace: str, count: int) -> list[str]:
-    """`count` tables, each with FILES small files on DATE (ids unique across the tables)."""
+def _tables(spark, namespace: str, count: int, dates: tuple[str, ...] = (DATE,)) -> list[str]:
+    """`count` tables, each with FILES small files on each of `dates` (ids unique across the tables)."""
     names = []
     for t in range(count):
         key = f"{namespace}.t{t}"
@@ -92,8 +106,10 @@ def _tables(spark, namespace: str, count: int) -> list[str]:
                   "PARTITIONED BY (days(ts))")
         for f in range(FILES):
             first = (t * FILES + f) * ROWS_PER_FILE
-            spark.range(first, first + ROWS_PER_FILE, 1, 1).selectExpr(
-                "id", "concat('v', id) AS v", f"TIMESTAMP '{DATE} 03:00:00' AS ts").writeTo(table_sql).append()
+            for date in dates:  # the file's rows spread over the dates (a row lies on one date)
+                spark.range(first, first + ROWS_PER_FILE, 1, 1).where(f"id % {len(dates)} = {dates.index(date)}") \
+                    .selectExpr("id", "concat('v', id) AS v", f"TIMESTAMP '{date} 03:00:00' AS ts") \
+                    .writeTo(table_sql).append()
         names.append(key)
     return names
 
@@ -117,18 +133,19 @@ def _tick(capsys, lake_root, tmp_path, names: list[str]):
     locations = {key: reader.metadata_location(key) for key in names}
     code, out, err = run_cli(capsys, "--config", str(path), "tick", "--json")
     report = json.loads(out)
-    return config, reader, locations, code, err, {d["table"]: d for d in report["decisions"] if d.get("run_id")}
+    runs = {(d["table"], d["date"]): d for d in report["decisions"] if d.get("run_id")}
+    return config, reader, locations, code, err, runs
 
 
 @pytest.mark.usefixtures("isolated_dagster_home")
-def test_a_tick_compacts_one_date_of_several_tables_in_one_run(capsys, spark, lake_root, tmp_path):
-    names = _tables(spark, f"tb_{uuid.uuid4().hex[:8]}", 3)
+def test_a_tick_compacts_the_same_dates_of_several_tables_in_one_run(capsys, spark, lake_root, tmp_path):
+    names = _tables(spark, f"tb_{uuid.uuid4().hex[:8]}", 3, dates=(DATE, NEXT))
 
     config, reader, locations, code, err, runs = _tick(capsys, lake_root, tmp_path, names)
 
     assert code == 0, err
-    assert sorted(runs) == sorted(names)
-    assert len({d["run_id"] for d in runs.values()}) == 1  # one Dagster run for the three tables
+    assert sorted(runs) == sorted((key, date) for key in names for date in (DATE, NEXT))
+    assert len({d["run_id"] for d in runs.values()}) == 1  # one Dagster run for the three tables' two dates
     assert all(d["success"] and d["result"] == "run" and d["published"] and d["validation"]
                for d in runs.values()), runs
     import dagster as dg
@@ -136,16 +153,17 @@ def test_a_tick_compacts_one_date_of_several_tables_in_one_run(capsys, spark, la
     from icemaint.app.instance import get_instance
 
     instance = get_instance(config)
-    run = instance.get_run_by_id(runs[names[0]]["run_id"])
+    run = instance.get_run_by_id(runs[(names[0], DATE)]["run_id"])
     assert tables_of(run.tags) == tuple(names) and run.is_success
     audit = open_audit(config).records(operation="compact")
-    for key in names:  # each table its own materialization, audit record and new metadata; every row kept
-        records = instance.fetch_materializations(dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey("compaction"), asset_partitions=[f"{DATE}|{key}"]), limit=1).records
-        assert records and records[0].run_id == run.run_id
-        assert [r.decision for r in audit if r.table == key] == ["run"]
+    for key in names:  # each table-date its own materialization and audit record; every row kept
+        for date in (DATE, NEXT):
+            records = instance.fetch_materializations(dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey("compaction"), asset_partitions=[f"{date}|{key}"]), limit=1).records
+            assert records and records[0].run_id == run.run_id
+        assert sorted((r.date, r.decision) for r in audit if r.table == key) == [(DATE, "run"), (NEXT, "run")]
         assert reader.metadata_location(key) != locations[key]
-        assert [p.data_files for p in reader.health(key).partitions] == [1]
+        assert [p.data_files for p in reader.health(key).partitions] == [1, 1]
         assert _ids(reader, key) == _expected(names, key)
 
 
@@ -168,20 +186,22 @@ def test_a_failed_proof_in_a_batch_leaves_its_table_as_it_was_and_the_others_pub
 
     assert code != 0  # the tick says something was not done
     assert len({d["run_id"] for d in runs.values()}) == 1
-    assert runs[broken]["result"] == "not_published" and runs[broken]["success"] is False
-    assert runs[broken]["validation"] is False and not runs[broken]["published"]
+    failed = runs[(broken, DATE)]
+    assert failed["result"] == "not_published" and failed["success"] is False
+    assert failed["validation"] is False and not failed["published"]
     assert reader.metadata_location(broken) != locations[broken]  # the staging branch came and went...
     tbl = reader.load(broken)
     assert [r for r in tbl.metadata.refs] == ["main"]
     assert [p.data_files for p in reader.health(broken).partitions] == [FILES]  # ...main never moved
     assert _ids(reader, broken) == _expected(names, broken)
     for key in (names[0], names[2]):
-        assert runs[key]["success"] and runs[key]["published"] and runs[key]["validation"], runs[key]
+        done = runs[(key, DATE)]
+        assert done["success"] and done["published"] and done["validation"], done
         assert [p.data_files for p in reader.health(key).partitions] == [1]
         assert _ids(reader, key) == _expected(names, key)
     from icemaint.app.instance import get_instance
 
-    run = get_instance(config).get_run_by_id(runs[broken]["run_id"])
+    run = get_instance(config).get_run_by_id(runs[(broken, DATE)]["run_id"])
     assert not run.is_success  # the run does not report success for work not done
 
 
@@ -201,7 +221,9 @@ def test_a_run_over_tables_that_are_not_neighbours_is_refused_before_it_starts(s
 
     for tables in ([names[0], names[2]], [names[1], names[0]], [names[0], names[0]]):
         with pytest.raises(ValueError, match="must be neighbours in the table partitions' order"):
-            runner.compact_tables(tables, DATE, trigger="tick")
+            runner.compact_tables(tables, [DATE], trigger="tick")
+    with pytest.raises(ValueError, match="dates of one run must be consecutive and ascending"):
+        runner.compact_tables(names[:2], [NEXT, DATE], trigger="tick")
 
     assert runner.instance.get_run_records() == []
     assert {key: reader.metadata_location(key) for key in names} == locations

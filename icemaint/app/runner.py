@@ -155,36 +155,42 @@ class MaintenanceRunner:
         batched backfill run covers (one run record and Spark session; each date its own request, claim,
         proof, audit record and materialization, its outcome in `RunReport.outcomes` by partition key)."""
         key = self.check_table(table)
-        days = [self.check_date(d) for d in dates]
-        if not days:
-            raise ValueError("no dates to compact")
+        days = self._consecutive(dates)
         if len(days) == 1:
             return self.compact(key, days[0], trigger=trigger)
-        if any(parse_date(b) - parse_date(a) != dt.timedelta(days=1) for a, b in zip(days, days[1:])):
-            raise ValueError(f"the dates of one run must be consecutive and ascending, got {', '.join(days)}")
         tags = {TABLE_TAG: key, TRIGGER_TAG: trigger, **date_range_tags(key, days[0], days[-1])}
         config = {"config": {"dry_run": False, "approved": False}}
         return self._execute("compaction_job", None, {"ops": {"compaction": config}}, tags=tags)
 
-    def compact_tables(self, tables: list[str], date: str, *, trigger: str = "cli") -> RunReport:
-        """Materialize `compaction` for one date of several tables in one run: tables next to each other in
-        the `table` partitions' order, since the run's partition range covers every table between its first
-        and last (`tick.table_batches` forms such batches). One run record and Spark session; each table its own
-        request, claim, proof, audit record and materialization, its outcome in `RunReport.outcomes`."""
+    def compact_tables(self, tables: list[str], dates: list[str], *, trigger: str = "cli") -> RunReport:
+        """Materialize `compaction` for the same consecutive dates of several tables in one run: tables next to
+        each other in the `table` partitions' order, since the run's partition range covers every table between
+        its first and last (`tick.table_batches` forms such batches). One run record and Spark session; each
+        table-date its own request, claim, proof, audit record and materialization, its outcome in
+        `RunReport.outcomes`."""
         keys = [self.check_table(t) for t in tables]
-        day = self.check_date(date)
+        days = self._consecutive(dates)
         if not keys:
             raise ValueError("no tables to compact")
         if len(keys) == 1:
-            return self.compact(keys[0], day, trigger=trigger)
+            return self.compact_dates(keys[0], days, trigger=trigger)
         position = {t: i for i, t in enumerate(self.instance.get_dynamic_partitions(TABLE_DIMENSION))}
         first = position[keys[0]]
         if [position[k] for k in keys] != list(range(first, first + len(keys))):
             raise ValueError(f"the tables of one run must be neighbours in the table partitions' order, without "
                              f"gaps or repeats: {', '.join(keys)} are not")
-        tags = {TRIGGER_TAG: trigger, **table_range_tags(keys, day)}
+        tags = {TRIGGER_TAG: trigger, **table_range_tags(keys, days[0], days[-1])}
         config = {"config": {"dry_run": False, "approved": False}}
         return self._execute("compaction_job", None, {"ops": {"compaction": config}}, tags=tags)
+
+    def _consecutive(self, dates: list[str]) -> list[str]:
+        """The validated dates of one run: at least one, consecutive and ascending."""
+        days = [self.check_date(d) for d in dates]
+        if not days:
+            raise ValueError("no dates to compact")
+        if any(parse_date(b) - parse_date(a) != dt.timedelta(days=1) for a, b in zip(days, days[1:])):
+            raise ValueError(f"the dates of one run must be consecutive and ascending, got {', '.join(days)}")
+        return days
 
     # -- retention ---------------------------------------------------------------------------
     def _retention(self, job_name: str, asset: str, table: str, settings: dict, trigger: str) -> RunReport:

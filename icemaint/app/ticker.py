@@ -153,9 +153,9 @@ class Ticker:
 
     def _compact_in_batches(self, runs: list[tuple[str, str | None]]) -> dict:
         """Executes the tick's compaction runs, consecutive dates of a table as one run over their partition
-        range (`date_batches`), and one date of neighbouring tables as one run over theirs (`table_batches`: a
-        catch-up of many tables pays Dagster's per-run work once per batch); (table, date) -> (its run's report,
-        its outcome, whether it was done).
+        range (`date_batches`), and the same dates of neighbouring tables as one run over theirs (`table_batches`:
+        a catch-up of many tables pays Dagster's per-run work once per batch); (table, date) -> (its run's
+        report, its outcome, whether it was done).
 
         Runs of different tables execute at once, up to `max_runs_total` (the instance's run queue bound),
         on this process's one Spark session: each table's runs go to one worker in order, so a table never
@@ -164,12 +164,12 @@ class Ticker:
         A date of a batch counts as done only by its own outcome: it has one, it was neither refused nor
         failed, and its proof, if it ran one, passed (as a run of that date alone would have ended); another
         date's failure, which fails the batch's run, does not make it undone."""
-        from maint_assets.compaction import BACKFILL_DATES_PER_RUN, TABLES_PER_RUN
+        from maint_assets.compaction import BACKFILL_DATES_PER_RUN, PARTITIONS_PER_RUN
         from maint_assets.partitions import TABLE_DIMENSION
 
         workers = self.config.max_runs_total if self.config.catalog.concurrent_commits else 1
         order = self.runner.instance.get_dynamic_partitions(TABLE_DIMENSION) if runs else []
-        lanes = table_lanes(table_batches(date_batches(runs, BACKFILL_DATES_PER_RUN), order, TABLES_PER_RUN,
+        lanes = table_lanes(table_batches(date_batches(runs, BACKFILL_DATES_PER_RUN), order, PARTITIONS_PER_RUN,
                                           spread=workers))
         workers = min(workers, len(lanes))
         if workers <= 1 or not allow_runs_in_threads(self.runner.instance):
@@ -191,8 +191,10 @@ class Ticker:
                 report = self._launch(self.runner.compact, table, dates[0], trigger="tick")
                 out[batch[0]] = (report, report.outcome, report.success)
                 continue
-            if len({t for t, _ in batch}) > 1:
-                report = self._launch(self.runner.compact_tables, [t for t, _ in batch], dates[0], trigger="tick")
+            tables = list(dict.fromkeys(t for t, _ in batch))
+            if len(tables) > 1:  # the same dates of neighbouring tables (`table_batches`)
+                report = self._launch(self.runner.compact_tables, tables,
+                                      [d for t, d in batch if t == table], trigger="tick")
             else:
                 report = self._launch(self.runner.compact_dates, table, dates, trigger="tick")
             for table, date in batch:

@@ -301,14 +301,16 @@ def table_lanes(batches: Sequence[list[tuple[str, str | None]]]) -> list[list[li
 
 def table_batches(batches: Sequence[list[tuple[str, str | None]]], order: Sequence[str], limit: int,
                   spread: int = 1) -> list[list[tuple[str, str | None]]]:
-    """`date_batches`' output with the one-date batches of different tables joined: one batch per date over
-    tables next to each other in `order` (the `table` partitions' order), at most `limit` tables each.
+    """`date_batches`' output with the batches of different tables that have the same dates joined: one batch
+    over tables next to each other in `order` (the `table` partitions' order) and their common dates, at most
+    `limit` table-dates each (so at most `limit` // dates tables).
 
     A Dagster run over a `table` x `date` range covers every table between its first and last in the
-    partitions' order, so only neighbours can share a run (never a table the tick did not choose). A table
-    with more than one batch this tick (several dates, or dates that are not consecutive) keeps its own
-    batches, so it is never in two runs at once. A long stretch of neighbours is cut into at least `spread`
-    batches (the tick's workers), each of at most `limit`. Batches are ordered by their best-ranked member.
+    partitions' order and every date between its first and last, so only neighbours with the same dates can
+    share a run (never a table or date the tick did not choose). A table with more than one batch this tick
+    (dates that are not consecutive, or more than one run of them) keeps its own batches, so it is never in
+    two runs at once. A long stretch of neighbours is cut into at least `spread` batches (the tick's
+    workers). Batches are ordered by their best-ranked member; a joined batch lists table by table.
     """
     for name, value in (("limit", limit), ("spread", spread)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -319,26 +321,27 @@ def table_batches(batches: Sequence[list[tuple[str, str | None]]], order: Sequen
         per_table[batch[0][0]] = per_table.get(batch[0][0], 0) + 1
     rank = {id(batch): i for i, batch in enumerate(batches)}
     kept: list[list[tuple[str, str | None]]] = []
-    joinable: dict[str, list[list[tuple[str, str | None]]]] = {}
+    joinable: dict[tuple, list[list[tuple[str, str | None]]]] = {}
     for batch in batches:
-        table, date = batch[0]
-        if len(batch) == 1 and date is not None and per_table[table] == 1 and table in position:
-            joinable.setdefault(date, []).append(batch)
+        table = batch[0][0]
+        dates = tuple(date for _, date in batch)
+        if None not in dates and per_table[table] == 1 and table in position and len(dates) < limit:
+            joinable.setdefault(dates, []).append(batch)
         else:
             kept.append(batch)
     joined: list[tuple[int, list[tuple[str, str | None]]]] = []
-    for date, singles in joinable.items():
-        singles.sort(key=lambda b: position[b[0][0]])
+    for dates, alike in joinable.items():
+        alike.sort(key=lambda b: position[b[0][0]])
         stretches: list[list[list[tuple[str, str | None]]]] = []
-        for batch in singles:
+        for batch in alike:
             if stretches and position[batch[0][0]] == position[stretches[-1][-1][0][0]] + 1:
                 stretches[-1].append(batch)
             else:
                 stretches.append([batch])
         for stretch in stretches:
-            size = min(limit, -(-len(stretch) // spread))
+            size = min(limit // len(dates), -(-len(stretch) // spread))
             for start in range(0, len(stretch), size):
                 part = stretch[start:start + size]
-                joined.append((min(rank[id(b)] for b in part), [b[0] for b in part]))
+                joined.append((min(rank[id(b)] for b in part), [run for b in part for run in b]))
     out = [(rank[id(b)], b) for b in kept] + joined
     return [batch for _, batch in sorted(out, key=lambda pair: pair[0])]
