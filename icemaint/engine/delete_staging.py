@@ -58,7 +58,8 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
     branch = area.open_branch(index, base_snapshot_id)
     try:
         tasks, old_deletes = _delete_tasks(area, deletes_table, group, base_snapshot_id, scan_filter)
-        java_class(jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get().stageTasks(deletes_table, set_id, _java_list(jvm, tasks))
+        manager = java_class(jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get()
+        manager.stageTasks(deletes_table, set_id, _java_list(jvm, tasks))
         area.track_task_set(set_id)
         deletes_sql = f"{area.name.sql(area.catalog)}.`position_deletes`"
         rows = area.spark.read.format("iceberg").option("scan-task-set-id", set_id) \

@@ -204,8 +204,8 @@ class Files:
             length = self.size(source)
             if length is None:
                 raise QuarantineMoveFailed(f"could not move {source}: it is not there")
-            java_class(self._jvm, "org.apache.hadoop.io.IOUtils").copyBytes(self._open(source), self._create(target),
-                                                             _COPY_BUFFER, True)
+            java_class(self._jvm, "org.apache.hadoop.io.IOUtils").copyBytes(
+                self._open(source), self._create(target), _COPY_BUFFER, True)
             copied = self.size(target)
             if copied != length:
                 raise QuarantineMoveFailed(f"could not move {source} to {target}: the copy holds {copied} of "

@@ -42,6 +42,7 @@ def java_class(jvm, fqn: str):
         handle = _CLASSES[key] = JavaClass(fqn, client)
     return handle
 
+
 CONFLICT_CLASSES = frozenset({"org.apache.iceberg.exceptions.ValidationException",
                               "org.apache.iceberg.exceptions.CommitFailedException"})
 COMMIT_STATE_UNKNOWN = "org.apache.iceberg.exceptions.CommitStateUnknownException"

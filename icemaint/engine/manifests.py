@@ -88,7 +88,8 @@ def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: b
     planned = iceberg_table(spark, catalog, table)  # S: the action plans on this object's snapshot
 
     def call():
-        action = java_class(jvm, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession).rewriteManifests(planned)
+        actions = java_class(jvm, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
+        action = actions.rewriteManifests(planned)
         for key, value in marker.items():
             action = action.snapshotProperty(str(key), str(value))
         return action.execute()

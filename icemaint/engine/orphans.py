@@ -85,7 +85,8 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
     if force and now - older_than < ORPHAN_MIN_AGE:
         jvm = spark._jvm
         # Stream.builder() is a Consumer<String> that only collects: the action deletes nothing.
-        action_result = (java_class(jvm, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
+        actions = java_class(jvm, "org.apache.iceberg.spark.actions.SparkActions")
+        action_result = (actions.get(spark._jsparkSession)
                          .deleteOrphanFiles(jtable).olderThan(_ms(older_than)).usePrefixListing(prefix_listing)
                          .deleteWith(java_class(jvm, "java.util.stream.Stream").builder()).execute())
         listed = [str(p) for p in action_result.orphanFileLocations()]

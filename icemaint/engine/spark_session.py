@@ -142,7 +142,8 @@ def check_iceberg(spark) -> str:
 
 def iceberg_table(spark, catalog: str, name):
     """The Iceberg Java `Table` behind the Spark catalog (the same cache Spark SQL uses)."""
-    return java_class(spark._jvm, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(spark._jsparkSession, name.sql(catalog))
+    spark3_util = java_class(spark._jvm, "org.apache.iceberg.spark.Spark3Util")
+    return spark3_util.loadIcebergTable(spark._jsparkSession, name.sql(catalog))
 
 
 _LOG4J = """status = error
