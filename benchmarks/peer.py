@@ -325,8 +325,8 @@ WHY = {
                     "row's fingerprint and every column's aggregates, where the peer compares one row count",
     "estate_100": "every table-date has its own claim, plan, staging branch, proof, publish and audit record "
                   "(`tick --until-idle`: one process and JVM, 20 tables a tick, two lanes on a PostgreSQL catalog, "
-                  "one date of neighbouring tables in one Dagster run), where the peer rewrites each table without a "
-                  "proof. A profile of the same 100 tables on one lane (cProfile, 94.7 s): the compaction contract "
+                  "neighbouring tables due on the same dates in one Dagster run), where the peer rewrites each table "
+                  "without a proof. A profile of the same 100 tables on one lane (cProfile, 94.7 s): the compaction contract "
                   "78 s (staging 23.5 s of which Spark's write 15.6 s, proof 24.7 s of which Great Expectations' "
                   "four checks 13.7 s with its Spark row count, planning 12.2 s, publish 6.5 s), Dagster ~7 s for "
                   "5 runs. In the JVM, warming up dominates: over the first 30 tables its JIT compilers used 22 "
