@@ -24,8 +24,10 @@ def test_a_handle_is_the_class_its_name_says_made_once_per_gateway(spark):
     assert manager.equals(jvm.org.apache.iceberg.spark.ScanTaskSetManager.get())  # the same singleton
 
 
-def test_pysparks_hot_names_resolve_to_the_classes_they_name(spark):
+def test_pysparks_hot_names_are_single_imports_of_the_classes_they_name(spark):
     import_hot_classes(spark._jvm)
+    imported = set(dir(spark._jvm))  # the view's single imports (its star imports are not listed)
+    assert {fqn.rsplit(".", 1)[1] for fqn in PYSPARK_HOT_CLASSES} <= imported
     for fqn in PYSPARK_HOT_CLASSES:
         found = getattr(spark._jvm, fqn.rsplit(".", 1)[1])
         assert found._fqn == fqn and str(found._java_lang_class.getName()) == fqn  # a class that exists

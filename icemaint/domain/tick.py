@@ -10,6 +10,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
@@ -316,9 +317,7 @@ def table_batches(batches: Sequence[list[tuple[str, str | None]]], order: Sequen
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int of at least 1, got {value!r}")
     position = {table: i for i, table in enumerate(order)}
-    per_table: dict[str, int] = {}
-    for batch in batches:
-        per_table[batch[0][0]] = per_table.get(batch[0][0], 0) + 1
+    per_table = Counter(batch[0][0] for batch in batches)
     rank = {id(batch): i for i, batch in enumerate(batches)}
     kept: list[list[tuple[str, str | None]]] = []
     joinable: dict[tuple, list[list[tuple[str, str | None]]]] = {}
