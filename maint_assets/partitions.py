@@ -4,6 +4,8 @@
 
 
 import datetime as dt
+import zlib
+from collections.abc import Iterable, Sequence
 
 import dagster as dg
 
@@ -15,6 +17,13 @@ DATE_DIMENSION = "date"
 TABLE_TAG = "icemaint/table"
 # A run over one date of several tables (the tick's catch-up batches) names them all, comma-separated.
 TABLES_TAG = "icemaint/tables"
+# A run tag holds one value, so TABLE_TAG cannot keep a run over several tables apart from another run of one
+# of them. Every maintenance run also carries one slot tag per table it maintains: key SLOT_TAG_PREFIX + the
+# table's slot (a stable hash of its name, `table_slot`), value the table. The queue limits each slot key to
+# one run per value, so two runs that share a table never run together, whichever tables they hold besides;
+# tables of one run must have different slots (`tick.table_batches` cuts its batches there).
+SLOT_TAG_PREFIX = "icemaint/slot/"
+TABLE_SLOTS = 256
 PARTITION_TABLE_TAG = f"dagster/partition/{TABLE_DIMENSION}"
 TRIGGER_TAG = "icemaint/trigger"
 PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
@@ -52,6 +61,49 @@ def table_range_tags(tables: list[str], first: str, last: str) -> dict[str, str]
     order (Dagster's partition range covers every table between the first and the last, each of those dates)."""
     return {TABLES_TAG: ",".join(tables), RANGE_START_TAG: str(table_date_key(tables[0], first)),
             RANGE_END_TAG: str(table_date_key(tables[-1], last))}
+
+
+def table_slot(table: str) -> int:
+    """The table's queue slot (0 .. TABLE_SLOTS - 1): the same in every process and release (CRC-32 of its name)."""
+    return zlib.crc32(table.encode("utf-8")) % TABLE_SLOTS
+
+
+def slot_tag(slot: int) -> str:
+    return f"{SLOT_TAG_PREFIX}{slot:03d}"
+
+
+def slot_tags(tables: Iterable[str], strict: bool = True) -> dict[str, str]:
+    """The queue's slot tags of a run over `tables` (see SLOT_TAG_PREFIX). Not `strict` (a range of tables
+    Dagster's UI made): of tables that share a slot the first keeps it.
+
+    Raises:
+        ValueError: `strict` and two of the tables share a slot, so one run cannot carry both.
+    """
+    tags: dict[str, str] = {}
+    for table in tables:
+        key = slot_tag(table_slot(table))
+        if tags.get(key, table) != table:
+            if strict:
+                raise ValueError(f"tables {tags[key]} and {table} share queue slot {table_slot(table)}: "
+                                 "one run cannot hold both")
+            continue
+        tags[key] = table
+    return tags
+
+
+def range_tables(tags, order: Sequence[str]) -> tuple[str, ...]:
+    """The tables of a run over a `table` x `date` range (Dagster's range tags), every table from the range's
+    first to its last in `order` (the `table` partitions' order); () when the run has no such range."""
+    start, end = tags.get(RANGE_START_TAG, ""), tags.get(RANGE_END_TAG, "")
+    if "|" not in start or "|" not in end:
+        return ()
+    first, last = start.split("|", 1)[1], end.split("|", 1)[1]
+    if first == last:
+        return (first,)
+    position = {table: i for i, table in enumerate(order)}
+    if first not in position or last not in position or position[first] > position[last]:
+        return ()
+    return tuple(order[position[first]:position[last] + 1])
 
 
 def split_table_date(partition_key) -> tuple[str, str]:

@@ -2,16 +2,19 @@
 
 
 import datetime as dt
+import hashlib
+from collections.abc import Sequence
 
 import dagster as dg
 
 from icemaint.safety.approvals import is_approved
 from icemaint.safety.audit import AuditRecord
 from icemaint.domain.decisions import DEFER, REFUSE
-from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick
-from maint_assets.compaction import BACKFILL_DATES_PER_RUN
+from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick, \
+    table_batches
+from maint_assets.compaction import BACKFILL_DATES_PER_RUN, PARTITIONS_PER_RUN
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG, \
-    date_range_tags, table_date_key, table_partitions
+    date_range_tags, slot_tags, table_date_key, table_partitions, table_range_tags, table_slot
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 
@@ -29,29 +32,52 @@ def compaction_run_request(decision, health, trigger: str = "sensor") -> dg.RunR
         run_key=f"compact:{decision.table}:{decision.date or 'partitions'}:{health.snapshot_id}",
         partition_key=table_date_key(decision.table, decision.date) if dated else decision.table,
         job_name=COMPACTION_JOB if dated else TABLE_COMPACTION_JOB,
-        tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger,
+        tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger, **slot_tags([decision.table]),
               PLANNED_SNAPSHOT_TAG: str(health.snapshot_id), PLANNED_SCHEMA_TAG: str(health.schema_id)},
     )
 
 
-def compaction_run_requests(runs, trigger: str = "sensor") -> list[dg.RunRequest]:
+def compaction_run_requests(runs, trigger: str = "sensor", order: Sequence[str] = (),
+                            spread: int = 1) -> list[dg.RunRequest]:
     """The tick's runs as requests: a table's consecutive due dates as one run over their partition range (at
-    most BACKFILL_DATES_PER_RUN dates: one process, Spark session and claim wait where each date was its own;
-    each date still its own decision at run time, proof, audit record and materialization), any other run
-    as `compaction_run_request`. Requests are in the tick's rank order."""
+    most BACKFILL_DATES_PER_RUN dates), and the same dates of tables next to each other in `order` (the `table`
+    partitions' order) as one run over theirs (`tick.table_batches`: at most PARTITIONS_PER_RUN table-dates, a
+    stretch cut into at least `spread` runs, tables of a run in different queue slots). One run worker, Spark
+    session and claim wait where each table-date was its own; each table-date still its own decision at run
+    time, proof, audit record and materialization. Any other run is `compaction_run_request`'s. Requests are in
+    the tick's rank order."""
     by_key = {(d.table, d.date): (d, h) for d, h in runs}
     requests = []
-    for batch in date_batches(list(by_key), BACKFILL_DATES_PER_RUN):
+    batches = table_batches(date_batches(list(by_key), BACKFILL_DATES_PER_RUN), order, PARTITIONS_PER_RUN,
+                            spread=spread, slot=table_slot)
+    for batch in batches:
         decision, health = by_key[batch[0]]
         if len(batch) == 1:
             requests.append(compaction_run_request(decision, health, trigger))
             continue
-        first, last = batch[0][1], batch[-1][1]
-        requests.append(dg.RunRequest(
-            run_key=f"compact:{decision.table}:{first}..{last}:{health.snapshot_id}",
-            job_name=COMPACTION_JOB,
-            tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger, **date_range_tags(decision.table, first, last)}))
+        tables = list(dict.fromkeys(table for table, _ in batch))
+        dates = [date for table, date in batch if table == tables[0]]
+        first, last = dates[0], dates[-1]
+        if len(tables) == 1:
+            key = f"compact:{decision.table}:{first}..{last}:{health.snapshot_id}"
+            tags = {TABLE_TAG: decision.table, **date_range_tags(decision.table, first, last)}
+        else:
+            # The key holds every table's planned snapshot: the same batch after a commit to one is a new run.
+            snapshots = ",".join(f"{t}@{by_key[(t, first)][1].snapshot_id}" for t in tables)
+            digest = hashlib.sha256(snapshots.encode()).hexdigest()[:16]
+            key = f"compact:{tables[0]}..{tables[-1]}:{first}..{last}:{digest}"
+            tags = table_range_tags(tables, first, last)
+        requests.append(dg.RunRequest(run_key=key, job_name=COMPACTION_JOB,
+                                      tags={TRIGGER_TAG: trigger, **tags, **slot_tags(tables)}))
     return requests
+
+
+def batched_run_requests(instance, catalog: IcebergCatalogResource, runs, trigger: str = "sensor"
+                         ) -> list[dg.RunRequest]:
+    """`compaction_run_requests` in the `table` partitions' order, a stretch of tables spread over as many runs
+    as the run queue runs at once (its global cap)."""
+    order = instance.get_dynamic_partitions(table_partitions.name) if len(runs) > 1 else []
+    return compaction_run_requests(runs, trigger, order=order, spread=catalog.settings.config.max_runs_total)
 
 
 class TickHistory:
@@ -143,7 +169,7 @@ def build_compaction_sensor(compaction_job, table_compaction_job, date_partition
                                    batch_dates=True, kept=kept)
         summary = plan.summary()
         context.log.info(summary)
-        requests = compaction_run_requests(plan.runs)
+        requests = batched_run_requests(context.instance, catalog, plan.runs)
         # The decisions the audit just recorded (each once per change) also land on their partitions.
         observations = [decision_observation(d) for d in plan.to_record
                         if d.verdict in (DEFER, REFUSE) and (d.date is None or d.date in date_keys)]

@@ -10,7 +10,7 @@ import dagster as dg
 
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
-from sensors.compaction import compaction_run_requests, evaluate_compaction
+from sensors.compaction import batched_run_requests, evaluate_compaction
 
 WINDOW_CRON = "0 2 * * *"
 
@@ -31,6 +31,6 @@ def build_window_schedule(job, date_partitions_def, per_table: bool = False) -> 
         context.log.info(plan.summary())
         if not runs:
             return dg.SkipReason(plan.summary())
-        return compaction_run_requests(runs, trigger="window")
+        return batched_run_requests(context.instance, catalog, runs, trigger="window")
 
     return window

@@ -1,12 +1,17 @@
-"""The real daemon, end to end: a writer commits small files to two dates of a table in scope, and with
-nobody calling anything, `dagster dev`'s daemon registers the table (discovery sensor), its compaction
-sensor launches one run over the two dates' partition range, and the run publishes each date's rewrite,
-each proven by three passing checks; no row is lost.
+"""The real daemon, end to end: a writer commits small files to two dates of two tables in scope, and with
+nobody calling anything, `dagster dev`'s daemon registers the tables (discovery sensor), its compaction
+sensor launches one run over both tables' two dates (neighbouring tables due on the same dates share a run:
+one run worker and Spark start where each table had its own), and the run publishes each table-date's
+rewrite, each proven by three passing checks; no row is lost.
+
+The tables are written before `dagster dev` starts, so the discovery sensor registers both in one tick and
+the compaction sensor finds both due in one tick (a writer still committing holds the table's claim and is
+deferred: tests/test_compaction.py and tests/test_sensors.py).
 
 Measured from the writer's last commit to the run's success (2026-11, 2 cores shared with other test runs,
-load average 7-8): 77, 97 and 116 s. Most of it is waiting for the sensors' minimum intervals (60 s for
-discovery, then 30 s for compaction); the run itself took 19-31 s, Spark's start included. The bound,
-420 s, is 3.6x the slowest of those: CI machines vary. `dagster dev` and everything it started
+load average 7-8): 77, 97 and 116 s with one table. Most of it is waiting for the sensors' minimum intervals
+(60 s for discovery, then 30 s for compaction); the run itself took 19-31 s, Spark's start included. The
+bound, 420 s, is 3.6x the slowest of those: CI machines vary. `dagster dev` and everything it started
 (code servers, run workers, their Spark JVMs) are stopped by process group, whatever happens.
 """
 
@@ -102,63 +107,63 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
 
     from icemaint.app.simulator import StreamingWriter, WorkloadSpec
     from icemaint.domain.names import TableName
-    from icemaint.safety.claims import table_claim
-    from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TRIGGER_TAG
+    from maint_assets.partitions import (
+        PLANNED_SNAPSHOT_TAG, RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TABLES_TAG, TRIGGER_TAG, slot_tags,
+        table_slot, tables_of,
+    )
 
     started = time.monotonic()
     namespace = f"e2e_{uuid.uuid4().hex[:8]}"
-    table = f"{namespace}.events"
-    table_sql = TableName.parse(table).sql("lake")
-    partitions = [f"{d}|{table}" for d in DATES]
-    # Only this test's namespace is in scope: the daemon leaves the shared warehouse's other tables alone.
+    # two tables in different queue slots (one run carries one slot tag per table)
+    tables = [f"{namespace}.events"] + [t for t in (f"{namespace}.clicks{i}" for i in range(50))
+                                        if table_slot(t) != table_slot(f"{namespace}.events")][:1]
+    # Only this test's namespace is in scope, and one run at a time (the sensor spreads a stretch of tables
+    # over as many runs as the queue runs at once): the daemon leaves the shared warehouse's other tables alone.
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        scope={"include": [f"{namespace}.*"]})
+                        scope={"include": [f"{namespace}.*"]}, max_runs_total=1)
     config = load_config(path)
     home = ensure_dagster_home(config)
-    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=len(DATES), rows_per_day=ROWS_PER_DAY,
-                                                         delete_every=2))
-    timings: dict[str, float] = {}
+    writers = {table: StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=len(DATES),
+                                                                  rows_per_day=ROWS_PER_DAY, delete_every=2))
+               for table in tables}
+    for writer in writers.values():
+        writer.create_table()
+        writer.run(BATCHES)
+    last_commit = time.time()  # the last commit has just returned
+    last = {table: main_snapshot(spark, TableName.parse(table).sql("lake")) for table in tables}
+    timings: dict[str, float] = {"writers done": time.monotonic() - started}
 
     with contextlib.ExitStack() as stack:
         proc, port, log_path = stack.enter_context(dagster_dev(tmp_path / "dev", path, home))
         timings["dagster dev loaded"] = time.monotonic() - started
-        # The writer holds the table's claim for its burst of commits, as a cooperating writer does:
-        # a sensor tick meanwhile defers ("claim busy") instead of planning on half the burst.
-        with table_claim(config, table, holder="e2e-writer", wait_seconds=60):
-            writer.create_table()
-            writer.run(BATCHES)
-            last_commit = time.time()  # the last commit has just returned
-            last = main_snapshot(spark, table_sql)
-        timings["writer done"] = time.monotonic() - started
-
         instance = stack.enter_context(DagsterInstance.from_config(str(home)))
         deadline = time.monotonic() + LATENCY_BOUND_S
         registered_at, run, ours = None, None, []
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 pytest.fail(f"dagster dev exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            if registered_at is None and instance.has_dynamic_partition("table", table):
+            if registered_at is None and all(instance.has_dynamic_partition("table", t) for t in tables):
                 registered_at = time.time()
-            records = instance.get_run_records(RunsFilter(job_name="compaction_job", tags={TABLE_TAG: table}))
-            ours = [r for r in records if r.dagster_run.tags.get(RANGE_START_TAG) == partitions[0]]
+            ours = [r for r in instance.get_run_records(RunsFilter(job_name="compaction_job"))
+                    if set(tables_of(r.dagster_run.tags)) & set(tables)]
             ended = [r for r in ours if r.dagster_run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)]
             if ended:
                 bad = ended[0].dagster_run
                 errors = [e.message for e in instance.all_logs(bad.run_id, of_type=DagsterEventType.STEP_FAILURE)]
                 pytest.fail(f"the daemon's compaction run {bad.run_id} ended {bad.status.value}: {errors}")
-            done = [r for r in ours if r.dagster_run.status == DagsterRunStatus.SUCCESS]
-            if done:
-                run = done[0]
+            if ours and all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in ours):
+                run = ours[0]
                 break
             time.sleep(2.0)
         if run is None:
             tail = log_path.read_text()[-4000:]
-            pytest.fail(f"no successful compaction run for {partitions} within {LATENCY_BOUND_S}s of the writer's "
+            pytest.fail(f"no successful compaction run for {tables} within {LATENCY_BOUND_S}s of the writer's "
                         f"last commit (runs: {[(r.dagster_run.run_id, r.dagster_run.status.value) for r in ours]}; "
                         f"registered: {registered_at is not None}):\n{tail}")
         latency = run.end_time - last_commit
         timings["run succeeded"] = time.monotonic() - started
 
+        order = [t for t in instance.get_dynamic_partitions("table") if t in tables]
         run_id = run.dagster_run.run_id
         tags = run.dagster_run.tags
         evaluations = {e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data.passed
@@ -166,33 +171,41 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
         materialized = [e.dagster_event.partition for e in
                         instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
                         if e.dagster_event.asset_key.path == ["compaction"]]
-        discovered = instance.get_run_records(RunsFilter(job_name="health_job", tags={TABLE_TAG: table}))
+        discovered = [r for t in tables
+                      for r in instance.get_run_records(RunsFilter(job_name="health_job", tags={TABLE_TAG: t}))]
 
-    after = main_snapshot(spark, table_sql)
-    rows = [r[0] for r in spark.sql(f"SELECT event_id FROM {table_sql}").collect()]
-    files = spark.sql(f"SELECT count(*) FROM {table_sql}.`data_files`").first()[0]
-    print(f"\n[daemon e2e] writer's last commit -> run success: {latency:.1f}s (table registered "
+    after = {table: main_snapshot(spark, TableName.parse(table).sql("lake")) for table in tables}
+    print(f"\n[daemon e2e] writers' last commit -> run success: {latency:.1f}s (tables registered "
           f"{(registered_at or float('nan')) - last_commit:.1f}s, run created "
           f"{run.create_timestamp.timestamp() - last_commit:.1f}s, started {run.start_time - last_commit:.1f}s, "
           f"ran {run.end_time - run.start_time:.1f}s after its start); phases since test start: "
           + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
 
-    # The daemon's compaction sensor launched it: one run over both dates, each decided again under the claim.
+    # The daemon's compaction sensor launched it: one run over both tables' two dates (neighbours in the
+    # partitions' order), each table-date decided again under its table's claim.
+    assert len(ours) == 1, [(r.dagster_run.run_id, r.dagster_run.tags) for r in ours]
     assert tags.get("dagster/sensor_name") == "compaction_sensor", tags
-    assert (tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)) == tuple(partitions), tags
+    assert tags.get(TABLES_TAG) == ",".join(order) and TABLE_TAG not in tags, tags
+    assert (tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)) == (f"{DATES[0]}|{order[0]}",
+                                                                  f"{DATES[-1]}|{order[-1]}"), tags
+    assert {k: v for k, v in tags.items() if k.startswith("icemaint/slot/")} == slot_tags(order), tags
     assert tags.get(TRIGGER_TAG) == "sensor" and PLANNED_SNAPSHOT_TAG not in tags, tags
-    # planned on the snapshot the writer left
-    assert tags.get("dagster/run_key") == f"compact:{table}:{DATES[0]}..{DATES[-1]}:{last['snapshot_id']}", tags
-    # The discovery sensor registered the table and requested its health run.
-    assert [r.dagster_run.tags.get("dagster/sensor_name") for r in discovered] == ["table_discovery"], discovered
-    # Three blocking proofs, all passed (each over both dates); each date materialized and published as a
-    # forward commit of its own.
+    assert tags.get("dagster/run_key", "").startswith(f"compact:{order[0]}..{order[-1]}:{DATES[0]}..{DATES[-1]}:")
+    # The discovery sensor registered the tables and requested their health runs.
+    assert sorted(r.dagster_run.tags.get("dagster/sensor_name") for r in discovered) == ["table_discovery"] * 2
+    # Three blocking proofs, all passed (each over every table-date of the run); each table-date materialized
+    # and published as a forward commit of its own.
     assert evaluations == {name: True for name in CHECKS}, evaluations
-    assert sorted(materialized) == partitions, materialized
-    assert after["summary"].get("icemaint.run-id") == run_id, after["summary"]
-    assert after["summary"].get("icemaint.proof") is not None, after["summary"]
-    assert files == len(DATES), f"{files} data files left on {DATES}"
-    # Nothing lost, nothing duplicated, every delete still applied.
-    assert len(rows) == len(set(rows)) and set(rows) == writer.ledger.expected_ids()
-    assert len(writer.ledger.deleted) > 0
+    assert sorted(materialized) == sorted(f"{d}|{t}" for t in tables for d in DATES), materialized
+    for table in tables:
+        table_sql = TableName.parse(table).sql("lake")
+        summary = after[table]["summary"]
+        assert after[table]["snapshot_id"] != last[table]["snapshot_id"]
+        assert summary.get("icemaint.run-id") == run_id and summary.get("icemaint.proof") is not None, summary
+        files = spark.sql(f"SELECT count(*) FROM {table_sql}.`data_files`").first()[0]
+        assert files == len(DATES), f"{table}: {files} data files left on {DATES}"
+        # Nothing lost, nothing duplicated, every delete still applied.
+        rows = [r[0] for r in spark.sql(f"SELECT event_id FROM {table_sql}").collect()]
+        assert len(rows) == len(set(rows)) and set(rows) == writers[table].ledger.expected_ids(), table
+        assert len(writers[table].ledger.deleted) > 0
     assert 0 < latency < LATENCY_BOUND_S, latency

@@ -5,6 +5,7 @@ import yaml
 
 from conftest import make_config
 from icemaint.app.instance import ensure_dagster_home
+from maint_assets.partitions import TABLE_SLOTS
 
 
 def test_instance_limits_runs_per_table_and_in_total(tmp_path, lake_root, monkeypatch):
@@ -51,8 +52,9 @@ def test_dagster_storage_on_postgres_keeps_the_dsn_in_the_environment(tmp_path, 
             assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
             assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
             queue = instance.get_concurrency_config().run_queue_config
-            assert {limit["key"] for limit in queue.tag_concurrency_limits} == {"icemaint/table",
-                                                                                 "dagster/partition/table"}
+            assert {limit["key"] for limit in queue.tag_concurrency_limits} == {
+                "icemaint/table", "dagster/partition/table", *(f"icemaint/slot/{i:03d}" for i in range(TABLE_SLOTS))}
+            assert {limit["limit"] for limit in queue.tag_concurrency_limits} == {1}
             instance.add_run(DagsterRun(job_name="probe", run_id="0" * 8 + "-0000-0000-0000-" + "0" * 12))
             # Another instance on the same database (another process, host) sees the run.
             assert [r.job_name for r in DagsterInstance.from_config(str(home)).get_runs()] == ["probe"]

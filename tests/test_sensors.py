@@ -256,6 +256,49 @@ def test_run_requests_batch_a_tables_consecutive_dates_and_keep_the_rest_single(
     assert all(r.tags["icemaint/trigger"] == "window" for r in requests)
 
 
+def test_run_requests_join_neighbouring_tables_due_on_the_same_dates():
+    """The daemon's catch-up: tables next to each other in the partitions' order and due on the same dates share
+    one run over their range (each table-date still its own decision at run time), spread over the queue's
+    runs at once, never two tables of one queue slot in a run; the key changes with any table's snapshot."""
+    from types import SimpleNamespace
+
+    from icemaint.domain.decisions import RUN, Decision
+    from maint_assets.partitions import SLOT_TAG_PREFIX, TABLES_TAG, slot_tags, table_slot, tables_of
+    from sensors.compaction import compaction_run_requests
+
+    names, used = [], set()
+    for i in range(200):  # six tables in six different slots
+        if table_slot(f"db.t{i:03d}") not in used and len(names) < 6:
+            used.add(table_slot(f"db.t{i:03d}"))
+            names.append(f"db.t{i:03d}")
+    a, b, c, d, e, f = names
+
+    def run(table, date, snapshot=7):
+        return Decision(table, "compact", RUN, "due", date=date), SimpleNamespace(snapshot_id=snapshot, schema_id=0)
+
+    two = ["2026-01-01", "2026-01-02"]
+    runs = [run(b, two[0]), run(a, two[0]), run(b, two[1]), run(a, two[1]), run(c, two[0]), run(e, two[0]),
+            run(f, two[0])]
+    order = names
+    joined, single, pair = compaction_run_requests(runs, order=order)
+    assert tables_of(joined.tags) == (a, b) and joined.tags[TABLES_TAG] == f"{a},{b}"
+    assert joined.partition_key_range == dg.PartitionKeyRange(f"{two[0]}|{a}", f"{two[1]}|{b}")
+    assert {k: v for k, v in joined.tags.items() if k.startswith(SLOT_TAG_PREFIX)} == slot_tags([a, b])
+    assert PLANNED_SNAPSHOT_TAG not in joined.tags and "icemaint/table" not in joined.tags
+    assert joined.run_key.startswith(f"compact:{a}..{b}:{two[0]}..{two[1]}:")
+    assert single.partition_key == f"{two[0]}|{c}"  # d is not due: c's neighbour e is not next to it
+    assert tables_of(pair.tags) == (e, f)
+    # any table's new snapshot makes the batch a new request; the same plan is the same key
+    moved = compaction_run_requests([run(b, two[0], 8) if (r[0].table, r[0].date) == (b, two[0]) else r
+                                     for r in runs], order=order)
+    assert moved[0].run_key != joined.run_key
+    assert compaction_run_requests(runs, order=order)[0].run_key == joined.run_key
+    # spread over two runs at once; without the order (a single run's tick) nothing is joined
+    spread = compaction_run_requests([run(t, two[0]) for t in names], order=order, spread=2)
+    assert [tables_of(r.tags) for r in spread] == [(a, b, c), (d, e, f)]
+    assert len(compaction_run_requests([run(t, two[0]) for t in names])) == 6
+
+
 def test_the_nightly_window_requests_what_the_sensor_would_as_window_runs(tmp_path, lake_root, namespace, hot):
     """The window (stopped by default) evaluates every table without a cursor: the due table's three dates
     as one run over their range, triggered by the window; the window of undated tables has nothing here."""

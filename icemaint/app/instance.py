@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from icemaint.config import ConfigError, MaintenanceConfig
-from maint_assets.partitions import PARTITION_TABLE_TAG, TABLE_TAG
+from maint_assets.partitions import PARTITION_TABLE_TAG, TABLE_SLOTS, TABLE_TAG, slot_tag
 
 
 
@@ -27,13 +27,16 @@ def instance_settings(config: MaintenanceConfig) -> dict:
         "nux": {"enabled": False},
         # Dagster's queued coordinator, adding `icemaint/table` to runs Dagster creates (backfills, UI).
         "run_coordinator": {"module": "icemaint.app.queue", "class": "TableTaggingRunCoordinator"},
-        # One maintenance run per table at a time (every run carries icemaint/table: sensors and the
-        # CLI set it, the coordinator adds it to backfill and UI runs), and a global cap for the estate.
+        # One maintenance run per table at a time (every run carries icemaint/table, or for a run over
+        # several tables icemaint/tables, and a slot tag per table: sensors and the CLI set them, the
+        # coordinator adds them to backfill and UI runs), and a global cap for the estate.
         "concurrency": {"runs": {
             "max_concurrent_runs": config.max_runs_total,
             "tag_concurrency_limits": [
                 {"key": TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
                 {"key": PARTITION_TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+                *({"key": slot_tag(slot), "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+                  for slot in range(TABLE_SLOTS)),
             ],
         }},
         # Dagster 1.13's DefaultRunLauncher cannot check a run worker's health, so monitoring fails only

@@ -1,28 +1,48 @@
 """The run queue's one-run-per-table rule, for every run however it was launched.
 
-The instance limits maintenance runs to one per table on the `icemaint/table` run tag. Sensors, the
-CLI and the tick set it; runs Dagster creates itself (UI materializations, partition backfills) carry
-only Dagster's partition tags: `dagster/partition/table` for table x date runs, for runs of a
-table-partitioned asset only `dagster/partition`, and for a batched backfill run only its range
-(`dagster/asset_partition_range_start`), which no per-table limit on the other tags covers.
-This coordinator adds `icemaint/table` to each run from its partition when it is enqueued, so a
-retention run and a backfill of the same table wait for each other in the queue.
+The instance limits maintenance runs to one per table: on the `icemaint/table` run tag, and on the slot tags
+(`maint_assets.partitions.slot_tags`), which also keep a run over several tables apart from every other run
+of one of them. Sensors, the CLI and the tick set both; runs Dagster creates itself (UI materializations,
+partition backfills) carry only Dagster's partition tags: `dagster/partition/table` for table x date runs,
+for runs of a table-partitioned asset only `dagster/partition`, and for a batched backfill run only its range
+(`dagster/asset_partition_range_start` / `_end`), which no per-table limit on the other tags covers.
+This coordinator adds the tags from a run's partition or range when it is enqueued, so a retention run and a
+backfill of the same table wait for each other in the queue.
 """
 
 from __future__ import annotations
 
 from dagster._core.run_coordinator.queued_run_coordinator import QueuedRunCoordinator
 
-from maint_assets.partitions import TABLE_TAG, table_of
+from maint_assets.partitions import (
+    RANGE_START_TAG, SLOT_TAG_PREFIX, TABLE_DIMENSION, TABLE_TAG, TABLES_TAG, range_tables, slot_tags, table_of,
+    tables_of,
+)
+
+
+def queue_tags(tags, order) -> dict[str, str]:
+    """The tags a run with `tags` lacks for the queue's per-table limits (`order`: a callable giving the `table`
+    partitions' order, read only for a range over several tables)."""
+    if any(key.startswith(SLOT_TAG_PREFIX) for key in tags):
+        return {}
+    tables = tables_of(tags)
+    added: dict[str, str] = {}
+    if not tags.get(TABLES_TAG):
+        spanned = range_tables(tags, order()) if "|" in tags.get(RANGE_START_TAG, "") else ()
+        if len(spanned) > 1:  # a range over several tables (Dagster's UI): name them all
+            tables = spanned
+            added[TABLES_TAG] = ",".join(spanned)
+        elif not tags.get(TABLE_TAG) and table_of(tags):
+            added[TABLE_TAG] = table_of(tags)
+    return {**added, **slot_tags(tables, strict=False)}
 
 
 class TableTaggingRunCoordinator(QueuedRunCoordinator):
-    """Dagster's queued run coordinator, with `icemaint/table` set on every run that maintains a table."""
+    """Dagster's queued run coordinator, with the per-table tags set on every run that maintains a table."""
 
     def submit_run(self, context):
         run = context.dagster_run
-        if not run.tags.get(TABLE_TAG):
-            table = table_of(run.tags)
-            if table:
-                self._instance.add_run_tags(run.run_id, {TABLE_TAG: table})
+        added = queue_tags(run.tags, lambda: self._instance.get_dynamic_partitions(TABLE_DIMENSION))
+        if added:
+            self._instance.add_run_tags(run.run_id, added)
         return super().submit_run(context)

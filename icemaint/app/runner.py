@@ -16,7 +16,8 @@ from icemaint.app.instance import get_instance
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
-from maint_assets.partitions import TABLE_DIMENSION, TABLE_TAG, TRIGGER_TAG, date_range_tags, table_range_tags
+from maint_assets.partitions import TABLE_DIMENSION, TABLE_TAG, TRIGGER_TAG, date_range_tags, slot_tags, \
+    table_range_tags, tables_of
 from sensors.reaper import process_tags
 
 log = logging.getLogger(__name__)
@@ -90,13 +91,15 @@ class MaintenanceRunner:
     def _execute(self, job_name: str, partition_key: str | None, run_config: dict | None = None,
                  tags: dict | None = None, outcome_key: str = "outcome") -> RunReport:
         job = self.defs.resolve_job_def(job_name)
-        table = (tags or {}).get(TABLE_TAG)
+        # The queue's slot tags: a daemon-launched run of one of these tables waits while this one runs.
+        tags = {**(tags or {}), **slot_tags(tables_of(tags or {}))}
+        table = tags.get(TABLE_TAG)
         before = self._main(table)
         run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": self.log_level}}}}
         # This process executes the run: its pid, host and start let the reaper prove it dead if it dies.
         run_id = str(uuid.uuid4())
         result = job.execute_in_process(instance=self.instance, partition_key=partition_key, run_id=run_id,
-                                        run_config=run_config, tags={**(tags or {}), **process_tags(run_id)},
+                                        run_config=run_config, tags={**tags, **process_tags(run_id)},
                                         raise_on_error=False)
         outcome, outcomes, error = {}, {}, None
         for event in result.all_events:
@@ -179,6 +182,7 @@ class MaintenanceRunner:
         if [position[k] for k in keys] != list(range(first, first + len(keys))):
             raise ValueError(f"the tables of one run must be neighbours in the table partitions' order, without "
                              f"gaps or repeats: {', '.join(keys)} are not")
+        slot_tags(keys)  # raises when two of them share a queue slot: one run cannot carry both
         tags = {TRIGGER_TAG: trigger, **table_range_tags(keys, days[0], days[-1])}
         config = {"config": {"dry_run": False, "approved": False}}
         return self._execute("compaction_job", None, {"ops": {"compaction": config}}, tags=tags)

@@ -165,12 +165,12 @@ class Ticker:
         failed, and its proof, if it ran one, passed (as a run of that date alone would have ended); another
         date's failure, which fails the batch's run, does not make it undone."""
         from maint_assets.compaction import BACKFILL_DATES_PER_RUN, PARTITIONS_PER_RUN
-        from maint_assets.partitions import TABLE_DIMENSION
+        from maint_assets.partitions import TABLE_DIMENSION, table_slot
 
         workers = self.config.max_runs_total if self.config.catalog.concurrent_commits else 1
         order = self.runner.instance.get_dynamic_partitions(TABLE_DIMENSION) if runs else []
         lanes = table_lanes(table_batches(date_batches(runs, BACKFILL_DATES_PER_RUN), order, PARTITIONS_PER_RUN,
-                                          spread=workers))
+                                          spread=workers, slot=table_slot))
         workers = min(workers, len(lanes))
         if workers <= 1 or not allow_runs_in_threads(self.runner.instance):
             return {key: done for lane in lanes for key, done in self._run_lane(lane).items()}

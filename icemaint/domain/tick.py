@@ -301,7 +301,7 @@ def table_lanes(batches: Sequence[list[tuple[str, str | None]]]) -> list[list[li
 
 
 def table_batches(batches: Sequence[list[tuple[str, str | None]]], order: Sequence[str], limit: int,
-                  spread: int = 1) -> list[list[tuple[str, str | None]]]:
+                  spread: int = 1, slot: Callable[[str], int] | None = None) -> list[list[tuple[str, str | None]]]:
     """`date_batches`' output with the batches of different tables that have the same dates joined: one batch
     over tables next to each other in `order` (the `table` partitions' order) and their common dates, at most
     `limit` table-dates each (so at most `limit` // dates tables).
@@ -311,7 +311,9 @@ def table_batches(batches: Sequence[list[tuple[str, str | None]]], order: Sequen
     share a run (never a table or date the tick did not choose). A table with more than one batch this tick
     (dates that are not consecutive, or more than one run of them) keeps its own batches, so it is never in
     two runs at once. A long stretch of neighbours is cut into at least `spread` batches (the tick's
-    workers). Batches are ordered by their best-ranked member; a joined batch lists table by table.
+    workers). With `slot` (the run queue's slot of a table), a stretch is also cut before a table whose slot a
+    table already in the batch has: a run carries one slot tag per table. Batches are ordered by their
+    best-ranked member; a joined batch lists table by table.
     """
     for name, value in (("limit", limit), ("spread", spread)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -339,8 +341,13 @@ def table_batches(batches: Sequence[list[tuple[str, str | None]]], order: Sequen
                 stretches.append([batch])
         for stretch in stretches:
             size = min(limit // len(dates), -(-len(stretch) // spread))
-            for start in range(0, len(stretch), size):
-                part = stretch[start:start + size]
+            parts: list[list[list[tuple[str, str | None]]]] = []
+            for batch in stretch:
+                if not parts or len(parts[-1]) == size or (
+                        slot is not None and slot(batch[0][0]) in {slot(b[0][0]) for b in parts[-1]}):
+                    parts.append([])
+                parts[-1].append(batch)
+            for part in parts:
                 joined.append((min(rank[id(b)] for b in part), [run for b in part for run in b]))
     out = [(rank[id(b)], b) for b in kept] + joined
     return [batch for _, batch in sorted(out, key=lambda pair: pair[0])]
