@@ -14,7 +14,7 @@ import dagster as dg
 
 from icemaint.safety.alerts import Alert, FinishedRun, alerts_for_run, audit_record, configured, deliver, \
     needs_audit, route_for
-from maint_assets.partitions import TRIGGER_TAG, split_table_date
+from maint_assets.partitions import TRIGGER_TAG, split_table_date, tables_of
 from maint_assets.retention import run_table
 from resources.claims import AuditResource
 from resources.settings import MaintenanceSettings
@@ -69,6 +69,7 @@ def finished_run(instance: dg.DagsterInstance, run: dg.DagsterRun, failed: bool,
         failure = None if checks_failed or not failed else (run_failure or "the run failed")
     return FinishedRun(
         run_id=run.run_id, job=run.job_name, failed=failed, table=run_table(run),
+        tables=tables_of(run.tags) if len(tables_of(run.tags)) > 1 else (),
         date=split_table_date(partition)[1] if partition and "|" in partition else None,
         trigger=run.tags.get(TRIGGER_TAG), outcomes=tuple(outcomes.values()) or tuple(fallback[-1:]),
         failure=failure if failed else None)

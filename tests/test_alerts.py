@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import http.server
 import json
+from dataclasses import replace
 import socket
 import threading
 import time
@@ -128,6 +129,32 @@ def test_a_proof_failed_message_carries_the_evidence():
     [refusal] = alerts_for_run(run(True, outcome("refuse", table="t.b"), failure="refused: read-only"), OWNERS.get, NOW)
     assert refusal.owner == "sandbox" and refusal.reason == "refused: read-only"
     assert refusal.result == "refused, nothing changed" and refusal.alert_id == "r1:run_failed"
+
+
+def test_a_failed_run_over_several_tables_alerts_each_owner_of_what_it_left_undone():
+    """The catch-up's batches: a refusal and a deferral in a run over four tables alert their owners, once each,
+    naming their own tables and reasons; a crash that no outcome explains alerts every owner of the run."""
+    owners = {"t.a": "data-platform", "t.b": "sandbox", "t.c": "data-platform", "t.d": "finance"}
+    batch = FinishedRun(run_id="r9", job="compaction_job", failed=True, trigger="sensor",
+                        tables=("t.a", "t.b", "t.c", "t.d"), failure="2 of 4 table dates not done",
+                        outcomes=(outcome("run", table="t.a"), outcome("refuse", table="t.b"),
+                                  outcome("defer", table="t.c"), outcome("run", table="t.d")))
+    alerts = alerts_for_run(batch, owners.get, NOW)
+    assert [(a.owner, a.table, a.tables, a.decision) for a in alerts] == [
+        ("sandbox", "t.b", ("t.b",), "refuse"), ("data-platform", "t.c", ("t.c",), "defer")]
+    assert [a.reason for a in alerts] == [f"t.b {DATE}: refuse: why", f"t.c {DATE}: defer: why"]
+    assert len({a.alert_id for a in alerts}) == 2 and alerts[0].alert_id == "r9:run_failed:sandbox"
+    assert alerts[0].to_message()["tables"] == ["t.b"]
+    # with a failed proof besides: the proof is alerted on its own, the refusal as before
+    proof = replace(batch, outcomes=batch.outcomes + (outcome("not_published", table="t.d"),))
+    assert [(str(a.kind), a.owner) for a in alerts_for_run(proof, owners.get, NOW)] == [
+        ("proof_failed", "finance"), ("run_failed", "sandbox"), ("run_failed", "data-platform")]
+    crashed = replace(batch, outcomes=(), failure="Py4JNetworkError: the JVM went away")
+    alerts = alerts_for_run(crashed, owners.get, NOW)
+    assert [(a.owner, a.tables) for a in alerts] == [("data-platform", ("t.a", "t.c")), ("sandbox", ("t.b",)),
+                                                      ("finance", ("t.d",))]
+    assert alerts[0].table is None and alerts[0].reason == "Py4JNetworkError: the JVM went away"
+    assert "t.a, t.c" in alerts[0].text()
 
 
 # -- routing per owner (pure) --------------------------------------------------------------------
@@ -313,6 +340,42 @@ def test_sensors_alert_each_run_once_and_a_dead_webhook_is_audited_not_raised(tm
     assert record.run_id == again.run_id and record.decision == "run_failed"
     assert record.details["delivery"]["status"] == "failed" and "127.0.0.1" not in record.details["delivery"]["detail"]
     assert len(webhook.messages) == 2
+
+
+def test_a_crashed_run_over_several_tables_reaches_each_owner_through_the_sensor(tmp_path, lake_root, webhook,
+                                                                                 monkeypatch):
+    """A batch the sensor launched over two tables of two owners dies before recording any outcome: the run
+    failure sensor sends each owner one run_failed message naming its own table."""
+    from maint_assets.partitions import table_range_tags
+    from resources.claims import AuditResource
+    from resources.settings import MaintenanceSettings
+
+    monkeypatch.setenv(HOOK_ENV, webhook.url)
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        tables={"t.a": {"owner": "data-platform"}, "t.b": {"owner": "finance"}},
+                        alerts={"webhook_url_env": HOOK_ENV})
+    settings = MaintenanceSettings(config_path=str(path))
+    resources = {"settings": settings, "audit": AuditResource(settings=settings)}
+
+    @dg.asset(partitions_def=dg.StaticPartitionsDefinition([f"{DATE}|t.a", f"{DATE}|t.b"]), name="compaction")
+    def compaction(context):
+        raise RuntimeError("the JVM went away")
+
+    crashing = dg.Definitions(assets=[compaction], jobs=[dg.define_asset_job("compaction_job", [compaction])]
+                              ).resolve_job_def("compaction_job")
+    sensors = build_alert_sensors([crashing])
+    with dg.DagsterInstance.ephemeral() as instance:
+        cursors = ticks(sensors, instance, resources)
+        result = crashing.execute_in_process(instance=instance, tags=table_range_tags(["t.a", "t.b"], DATE, DATE),
+                                             raise_on_error=False)
+        assert not result.success
+        ticks(sensors, instance, resources, cursors)
+    by_owner = {m["owner"]: m for m in webhook.messages}
+    assert len(webhook.messages) == 2 and set(by_owner) == {"data-platform", "finance"}
+    assert [by_owner[o]["tables"] for o in ("data-platform", "finance")] == [["t.a"], ["t.b"]]
+    assert [by_owner[o]["table"] for o in ("data-platform", "finance")] == ["t.a", "t.b"]
+    assert all(m["kind"] == "run_failed" and "the JVM went away" in m["reason"] for m in webhook.messages)
+    assert all(m["run_id"] == result.run_id for m in webhook.messages)
 
 
 def test_a_forced_proof_failure_sends_exactly_one_webhook_message(spark, tmp_path, lake_root, table_name, webhook,

@@ -57,6 +57,7 @@ class FinishedRun:
     trigger: str | None = None
     outcomes: tuple[Mapping[str, Any], ...] = ()
     failure: str | None = None
+    tables: tuple[str, ...] = ()  # every table of a run over several (then `table` is None)
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,16 @@ class Alert:
     published: bool | None = None
     validation_passed: bool | None = None
     ts: dt.datetime = field(default_factory=_utcnow)
+    # A failed run over several tables alerts each owner once, naming that owner's tables it left undone.
+    tables: tuple[str, ...] = ()
 
     @property
     def alert_id(self) -> str:
         """Stable per event, so a receiver can drop a repeat."""
         if self.kind is AlertKind.PROOF_FAILED:
             return f"{self.run_id}:{self.kind}:{self.table}:{self.date or 'partitions'}"
+        if self.tables:
+            return f"{self.run_id}:{self.kind}:{self.owner or '-'}"
         return f"{self.run_id}:{self.kind}"
 
     @property
@@ -98,7 +103,7 @@ class Alert:
 
     def text(self) -> str:
         """One line for a chat channel."""
-        where = " ".join(p for p in (self.table, self.date) if p) or self.job
+        where = " ".join(p for p in (self.table, self.date) if p) or ", ".join(self.tables) or self.job
         if self.kind is AlertKind.PROOF_FAILED:
             staged = ", ".join(str(s) for s in self.staged_snapshot_ids) or "?"
             return (f"icemaint: proof failed for {where}: {self.result} (snapshot {self.before_snapshot_id}, "
@@ -112,7 +117,8 @@ class Alert:
                 "trigger": self.trigger, "decision": self.decision, "result": self.result, "reason": self.reason,
                 "before_snapshot_id": self.before_snapshot_id, "after_snapshot_id": self.after_snapshot_id,
                 "staged_snapshot_ids": list(self.staged_snapshot_ids), "published": self.published,
-                "validation_passed": self.validation_passed, "ts": self.ts.isoformat(), "text": self.text()}
+                "validation_passed": self.validation_passed, "ts": self.ts.isoformat(), "text": self.text(),
+                **({"tables": list(self.tables)} if self.tables else {})}
 
 
 def _snapshot_id(value: Any) -> int | None:
@@ -163,10 +169,31 @@ def alerts_for_run(run: FinishedRun, owner_of: Callable[[str], str | None], now:
     if run.failed and (run.failure is not None or not alerts):
         others = [o for o in run.outcomes if str(o.get("decision")) != NOT_PUBLISHED]
         failing = [o for o in others if str(o.get("decision")) in (REFUSE, DEFER, FAILED)]
+        if len(run.tables) > 1:
+            return alerts + _failed_by_owner(run, failing, owner_of, now)
         # The evidence of the one outcome that explains the failure; a run of many dates names them in `reason`.
         detail = failing[0] if len(failing) == 1 else (others[0] if len(others) == 1 else {})
         alerts.append(_alert(AlertKind.RUN_FAILED, run, detail, run.failure or str(detail.get("reason") or "")
                              or "the run failed", owner_of, now))
+    return alerts
+
+
+def _failed_by_owner(run: FinishedRun, failing: list[Mapping[str, Any]], owner_of: Callable[[str], str | None],
+                     now: dt.datetime) -> list[Alert]:
+    """A failed run over several tables: one run_failed alert per owner of a table it left undone (the tables whose
+    outcome failed, or every table of the run when no outcome says which: a crash), naming that owner's tables
+    and, where outcomes say why, each of their table-dates' reasons."""
+    undone = list(dict.fromkeys(str(o["table"]) for o in failing if o.get("table"))) or list(run.tables)
+    by_owner: dict[str | None, list[str]] = {}
+    for table in undone:
+        by_owner.setdefault(owner_of(table), []).append(table)
+    alerts = []
+    for owner, tables in by_owner.items():
+        mine = [o for o in failing if o.get("table") in tables]
+        reason = ("; ".join(f"{o.get('table')} {o.get('date') or ''}: {o.get('reason') or o.get('decision')}".replace(
+            " :", ":") for o in mine) if mine else run.failure) or "the run failed"
+        alert = _alert(AlertKind.RUN_FAILED, run, mine[0] if len(mine) == 1 else {}, reason, owner_of, now)
+        alerts.append(replace(alert, owner=owner, table=tables[0] if len(tables) == 1 else None, tables=tuple(tables)))
     return alerts
 
 
@@ -305,4 +332,5 @@ def audit_record(alert: Alert, delivery: Delivery | None, identity: str | None =
         details={"alert_id": alert.alert_id, "job": alert.job, "owner": alert.owner, "run_trigger": alert.trigger,
                  "decision": alert.decision, "result": alert.result, "published": alert.published,
                  "staged_snapshot_ids": list(alert.staged_snapshot_ids),
+                 **({"tables": list(alert.tables)} if alert.tables else {}),
                  "delivery": delivery.to_dict() if delivery else None})
