@@ -190,8 +190,9 @@ def _failed_by_owner(run: FinishedRun, failing: list[Mapping[str, Any]], owner_o
     alerts = []
     for owner, tables in by_owner.items():
         mine = [o for o in failing if o.get("table") in tables]
-        reason = ("; ".join(f"{o.get('table')} {o.get('date') or ''}: {o.get('reason') or o.get('decision')}".replace(
-            " :", ":") for o in mine) if mine else run.failure) or "the run failed"
+        said = [" ".join(str(p) for p in (o.get("table"), o.get("date")) if p) + f": {o.get('reason') or o.get('decision')}"
+                for o in mine]
+        reason = ("; ".join(said) if said else run.failure) or "the run failed"
         alert = _alert(AlertKind.RUN_FAILED, run, mine[0] if len(mine) == 1 else {}, reason, owner_of, now)
         alerts.append(replace(alert, owner=owner, table=tables[0] if len(tables) == 1 else None, tables=tuple(tables)))
     return alerts
