@@ -2,6 +2,7 @@
 
 
 import datetime as dt
+import warnings
 
 import dagster as dg
 
@@ -20,15 +21,47 @@ HEALTH_NUMBERS = ("data_files", "small_files", "total_bytes", "avg_file_bytes", 
                   "seconds_since_writer_commit")
 
 
-@dg.asset(
-    partitions_def=table_partitions,
-    group_name="maintenance",
-    kinds={"iceberg"},
-    description="Health of one Iceberg table at its current snapshot: files, small files, sizes, deletes, "
-                "manifests, snapshots, metadata files, and who committed last.",
-)
-def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResource) -> dg.MaterializeResult:
-    health = catalog.health(context.partition_key, measure_metadata=True)
+# The discovery sensor's health runs: a new estate's tables are observed up to this many a run (one run
+# worker where each table was one; health is metadata only, a fraction of a second a table).
+HEALTH_TABLES_PER_RUN = 100
+
+
+with warnings.catch_warnings():  # backfill policies are beta in Dagster 1.13; this one is deliberate
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    _health_asset = dg.asset(
+        partitions_def=table_partitions,
+        group_name="maintenance",
+        kinds={"iceberg"},
+        output_required=False,
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=HEALTH_TABLES_PER_RUN),
+        description="Health of one Iceberg table at its current snapshot: files, small files, sizes, deletes, "
+                    "manifests, snapshots, metadata files, and who committed last.",
+    )
+
+
+@_health_asset
+def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResource):
+    """One table's health as the run's materialization; a run over several tables (the discovery sensor's, a
+    backfill) materializes each on its own and fails at the end naming every table it could not read."""
+    keys = list(context.partition_keys)
+    if len(keys) == 1:
+        yield dg.MaterializeResult(metadata=health_metadata(context, catalog, keys[0]))
+        return
+    failed = []
+    for key in keys:
+        try:
+            yield dg.AssetMaterialization(asset_key="table_health", partition=key,
+                                          metadata=health_metadata(context, catalog, key))
+        except Exception as exc:  # one table's read does not stop the others'; the run fails below
+            line = (str(exc).strip().splitlines() or [""])[0][:300]
+            context.log.error(f"{key}: health not read: {type(exc).__name__}: {line}")
+            failed.append(f"{key}: {type(exc).__name__}: {line}")
+    if failed:
+        raise dg.Failure(description=f"{len(failed)} of {len(keys)} tables not read: " + "; ".join(failed))
+
+
+def health_metadata(context, catalog: IcebergCatalogResource, table: str) -> dict:
+    health = catalog.health(table, measure_metadata=True)
     config = catalog.settings.config
     # What compaction would decide now (claim and approvals aside): a table that cannot be maintained says why.
     decisions = decide_table_compactions(health, config.policy(health.table),
@@ -38,7 +71,7 @@ def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResou
     context.log.info(f"{health.table}: {health.data_files} data files ({health.small_files} small), "
                      f"{health.delete_files} delete files, {health.snapshots} snapshots; maintained "
                      f"{health.maintained_as}; compaction now: {table_summary(decisions)}")
-    return dg.MaterializeResult(metadata={
+    return {
         **numeric({k: values[k] for k in HEALTH_NUMBERS}),
         "snapshot_id": dg.MetadataValue.text(str(health.snapshot_id)),
         "metadata_location": dg.MetadataValue.path(health.metadata_location),
@@ -52,4 +85,4 @@ def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResou
                                       "delete_files", "delete_records", "equality_delete_files",
                                       "deletion_vectors"]),
         "health": as_json({**health.to_dict(), "compaction_now": table_summary(decisions)}),
-    })
+    }

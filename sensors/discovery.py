@@ -2,7 +2,8 @@
 
 import dagster as dg
 
-from maint_assets.partitions import TABLE_TAG, table_partitions
+from maint_assets.health import HEALTH_TABLES_PER_RUN
+from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TABLES_TAG, table_partitions
 from resources.catalog import IcebergCatalogResource
 
 
@@ -11,6 +12,21 @@ def discover_tables(instance, catalog: IcebergCatalogResource) -> tuple[list[str
     found = set(catalog.list_tables())
     known = set(instance.get_dynamic_partitions(table_partitions.name))
     return sorted(found - known), sorted(known - found)
+
+
+def health_requests(added: list[str]) -> list[dg.RunRequest]:
+    """A health run for the new tables: up to HEALTH_TABLES_PER_RUN a run over their range (they are added to the
+    `table` partitions in this order, so each run's range holds exactly its tables), a single table as its own."""
+    requests = []
+    for start in range(0, len(added), HEALTH_TABLES_PER_RUN):
+        part = added[start:start + HEALTH_TABLES_PER_RUN]
+        if len(part) == 1:
+            requests.append(dg.RunRequest(partition_key=part[0], run_key=f"discovered:{part[0]}",
+                                          tags={TABLE_TAG: part[0]}))
+        else:
+            requests.append(dg.RunRequest(run_key=f"discovered:{part[0]}..{part[-1]}:{len(part)}", tags={
+                TABLES_TAG: ",".join(part), RANGE_START_TAG: part[0], RANGE_END_TAG: part[-1]}))
+    return requests
 
 
 def build_discovery_sensor(health_job) -> dg.SensorDefinition:
@@ -29,10 +45,6 @@ def build_discovery_sensor(health_job) -> dg.SensorDefinition:
         if removed:
             requests.append(table_partitions.build_delete_request(removed))
         context.log.info(f"tables added: {added}; removed: {removed}")
-        return dg.SensorResult(
-            dynamic_partitions_requests=requests,
-            run_requests=[dg.RunRequest(partition_key=t, run_key=f"discovered:{t}", tags={TABLE_TAG: t})
-                          for t in added],
-        )
+        return dg.SensorResult(dynamic_partitions_requests=requests, run_requests=health_requests(added))
 
     return table_discovery

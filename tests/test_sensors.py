@@ -17,7 +17,7 @@ from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.app.simulator import StreamingWriter, WorkloadSpec
 from icemaint.domain.tick import decode_cursor
-from maint_assets.partitions import PLANNED_SNAPSHOT_TAG
+from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, tables_of
 from maint_assets.definitions import build_definitions
 
 DATES = ["2026-01-01", "2026-01-02", "2026-01-03"]
@@ -118,10 +118,21 @@ def test_discovery_adds_new_tables_removes_dropped_ones_and_requests_health(spar
     adds = [r for r in first.dynamic_partitions_requests if isinstance(r, dg.AddDynamicPartitionsRequest)]
     assert [(r.partitions_def_name, sorted(r.partition_keys)) for r in adds] == [("table", sorted([hot.name.key, gone]))]
     assert not [r for r in first.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
-    assert sorted(r.partition_key for r in first.run_requests) == sorted([hot.name.key, gone])
-    assert all(r.run_key == f"discovered:{r.partition_key}" for r in first.run_requests)
+    # one health run over the new tables' range, in the order they are added
+    new = sorted([hot.name.key, gone])
+    assert adds[0].partition_keys == new
+    [health] = first.run_requests
+    assert health.partition_key_range == dg.PartitionKeyRange(new[0], new[-1])
+    assert tables_of(health.tags) == tuple(new) and health.run_key == f"discovered:{new[0]}..{new[-1]}:2"
     apply_partition_requests(first, instance)
     assert sorted(instance.get_dynamic_partitions("table")) == sorted([hot.name.key, gone])
+    # the run as the daemon would launch it: each table its own materialization, with its own numbers
+    health_job = loc.defs.resolve_job_def("health_job")
+    result = health_job.execute_in_process(instance=instance, tags=dict(health.tags))
+    assert result.success
+    read = {m.partition: m.metadata["data_files"].value for m in result.asset_materializations_for_node("table_health")}
+    expected = len(CatalogReader(loc.config).load(hot.name.key).inspect.files())  # pyiceberg, no Dagster
+    assert read == {hot.name.key: expected, gone: 0} and expected > 0
 
     quiet = loc.tick("table_discovery", instance)
     assert isinstance(quiet, dg.SkipReason) and "no change" in quiet.skip_message
@@ -132,6 +143,12 @@ def test_discovery_adds_new_tables_removes_dropped_ones_and_requests_health(spar
     assert [(r.partitions_def_name, list(r.partition_keys)) for r in deletes] == [("table", [gone])]
     assert not [r for r in second.dynamic_partitions_requests if isinstance(r, dg.AddDynamicPartitionsRequest)]
     assert not second.run_requests  # nothing to observe on a dropped table
+    # a table the batch cannot read fails the run, naming it; the others are still materialized
+    failed = health_job.execute_in_process(instance=instance, tags=dict(health.tags), raise_on_error=False)
+    assert not failed.success
+    assert [m.partition for m in failed.asset_materializations_for_node("table_health")] == [hot.name.key]
+    [failure] = [e for e in failed.all_events if e.is_step_failure]
+    assert f"1 of 2 tables not read: {gone}:" in failure.event_specific_data.user_failure_data.description
     apply_partition_requests(second, instance)
     assert instance.get_dynamic_partitions("table") == [hot.name.key]
 
