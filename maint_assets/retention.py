@@ -5,7 +5,8 @@ observations, and a refusal is an observation followed by a Failure naming the p
 """
 
 
-from typing import Optional
+import warnings
+from typing import Callable, Optional
 
 import dagster as dg
 
@@ -27,6 +28,8 @@ from resources.claims import AuditResource, TableClaimResource
 from resources.spark import SparkResource
 
 COMPACTION_JOB = "compaction_job"
+# The retention sensor's runs (and backfills) cover up to this many neighbouring tables due for one operation.
+RETENTION_TABLES_PER_RUN = 31
 IN_FLIGHT_STATUSES = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                       dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 
@@ -90,15 +93,51 @@ def _duration(value: Optional[str], setting: str) -> Optional[float]:
         raise dg.Failure(description=f"invalid config {setting}: {exc}") from None
 
 
-def _report(context: dg.AssetExecutionContext, asset_key: str, outcome: RetentionOutcome, done: bool):
-    """Yield the outcome as the asset's materialization, or observe it (and fail on a refusal)."""
+def _each_table(context: dg.AssetExecutionContext, asset_key: str,
+                run_one: Callable[[str], tuple[RetentionOutcome, bool]]):
+    """Runs `run_one(table) -> (outcome, done)` for each table of the run and reports each outcome.
+
+    A run of one table materializes (or observes and, on a refusal, fails) as before. A run over several (the
+    retention sensor's neighbouring tables due for the same operation, a backfill) reports each table on its own
+    partition, goes on past one table's refusal or error, and fails at the end naming every table not done.
+    """
+    keys = list(context.partition_keys)
+    if len(keys) == 1:
+        outcome, done = run_one(keys[0])
+        yield from _report(context, asset_key, outcome, done)
+        return
+    failures = []
+    for key in keys:
+        try:
+            outcome, done = run_one(key)
+        except Exception as exc:  # already in the table's audit record where it got that far
+            line = (str(exc).strip().splitlines() or [""])[0][:300]
+            context.log.error(f"{key}: {asset_key} failed: {type(exc).__name__}: {line}")
+            failures.append(f"{key}: {type(exc).__name__}: {line}")
+            continue
+        materialize, failure = _verdict(context, outcome, done)
+        event = dg.AssetMaterialization if materialize else dg.AssetObservation
+        yield event(asset_key=asset_key, partition=key, metadata=outcome_metadata(outcome))
+        if failure:
+            failures.append(failure)
+    if failures:
+        raise dg.Failure(description=f"{len(failures)} of {len(keys)} tables not done: " + "; ".join(failures))
+
+
+def _verdict(context: dg.AssetExecutionContext, outcome: RetentionOutcome, done: bool) -> tuple[bool, str | None]:
+    """(whether the outcome materializes, the run's failure it makes or None)."""
     context.log.info(f"{outcome.table} {outcome.operation}: {outcome.decision}: {outcome.reason}")
     trigger = context.run.tags.get(TRIGGER_TAG, "manual")
     failure = run_failure(trigger, outcome.decision,
                           refused=f"refused {outcome.operation} on {outcome.table}: {outcome.reason}",
                           not_done=f"{outcome.operation} on {outcome.table} not done: {outcome.reason}")
-    yield from report_outcome(context, asset_key, outcome_metadata(outcome),
-                              materialize=materializes(trigger, outcome.decision, outcome.dry_run, done=done),
+    return materializes(trigger, outcome.decision, outcome.dry_run, done=done), failure
+
+
+def _report(context: dg.AssetExecutionContext, asset_key: str, outcome: RetentionOutcome, done: bool):
+    """Yield the outcome as the asset's materialization, or observe it (and fail on a refusal)."""
+    materialize, failure = _verdict(context, outcome, done)
+    yield from report_outcome(context, asset_key, outcome_metadata(outcome), materialize=materialize,
                               refusal=failure)
 
 
@@ -108,45 +147,52 @@ def _housekeeper(context, spark: SparkResource, catalog: IcebergCatalogResource,
                        progress=context.log.info)
 
 
-def _request_fields(context: dg.AssetExecutionContext) -> dict:
-    return {"table": context.partition_key, "trigger": context.run.tags.get(TRIGGER_TAG, "manual"),
-            "run_id": context.run.run_id}
+def _request_fields(context: dg.AssetExecutionContext, table: str) -> dict:
+    return {"table": table, "trigger": context.run.tags.get(TRIGGER_TAG, "manual"), "run_id": context.run.run_id}
+
+
+def _retention_asset(**kwargs):
+    """A table-partitioned retention asset; a backfill or the sensor runs up to RETENTION_TABLES_PER_RUN
+    tables a run (backfill policies are beta in Dagster 1.13; this one is deliberate)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.asset(partitions_def=table_partitions, group_name="maintenance", kinds={"spark", "iceberg"},
+                        output_required=False, backfill_policy=dg.BackfillPolicy.multi_run(
+                            max_partitions_per_run=RETENTION_TABLES_PER_RUN), **kwargs)
 
 
 def _bad_config(exc: ValueError) -> dg.Failure:
     return dg.Failure(description=f"invalid config: {exc}")
 
 
-@dg.asset(
-    partitions_def=table_partitions,
-    group_name="maintenance",
-    kinds={"spark", "iceberg"},
+@_retention_asset(
     deps=[dg.AssetDep("compaction", partition_mapping=table_dimension_mapping())],
-    output_required=False,
     description="Expires a table's old snapshots (expire_snapshots) by policy under the table's claim: never "
                 "inside the owner's retention window, never a branch head, tag or the snapshot a queued or "
                 "running compaction was planned on. Materializes only when snapshots were expired.",
 )
 def expired_snapshots(context: dg.AssetExecutionContext, config: ExpiryConfig, spark: SparkResource,
                       catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
-    try:
-        request = ExpiryRequest(**_request_fields(context), dry_run=config.dry_run,
-                                older_than_seconds=_duration(config.older_than, "older_than"),
-                                retain_last=config.retain_last, keep_files=config.keep_files,
-                                in_flight_snapshot_ids=in_flight_planned_snapshots(
-                                    context.instance, context.partition_key, context.run.run_id))
+    try:  # the settings, checked once before any table
+        older_than = _duration(config.older_than, "older_than")
+        ExpiryRequest(**_request_fields(context, context.partition_keys[0]), dry_run=config.dry_run,
+                      older_than_seconds=older_than, retain_last=config.retain_last, keep_files=config.keep_files)
     except ValueError as exc:
         raise _bad_config(exc) from None
-    outcome = _housekeeper(context, spark, catalog, claims, audit).expire(request)
-    yield from _report(context, "expired_snapshots", outcome, done=outcome.changed_table)
+    housekeeper = _housekeeper(context, spark, catalog, claims, audit)
+
+    def expire(table: str) -> tuple[RetentionOutcome, bool]:
+        outcome = housekeeper.expire(ExpiryRequest(
+            **_request_fields(context, table), dry_run=config.dry_run, older_than_seconds=older_than,
+            retain_last=config.retain_last, keep_files=config.keep_files,
+            in_flight_snapshot_ids=in_flight_planned_snapshots(context.instance, table, context.run.run_id)))
+        return outcome, outcome.changed_table
+
+    yield from _each_table(context, "expired_snapshots", expire)
 
 
-@dg.asset(
-    partitions_def=table_partitions,
-    group_name="maintenance",
-    kinds={"spark", "iceberg"},
+@_retention_asset(
     deps=[expired_snapshots],
-    output_required=False,
     description="Removes files under the table location that no snapshot references and that are older than "
                 "the cutoff (default: the policy's orphan age, at least 24 h unless forced, which is audited); "
                 "optionally moves them to <state_dir>/quarantine instead. Materializes whenever a real scan "
@@ -154,32 +200,39 @@ def expired_snapshots(context: dg.AssetExecutionContext, config: ExpiryConfig, s
 )
 def orphan_files(context: dg.AssetExecutionContext, config: OrphanConfig, spark: SparkResource,
                  catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
-    try:
-        request = OrphanRequest(**_request_fields(context), dry_run=config.dry_run,
-                                older_than_seconds=_duration(config.older_than, "older_than"),
-                                force=config.force, quarantine=config.quarantine)
+    try:  # the settings, checked once before any table
+        older_than = _duration(config.older_than, "older_than")
+        OrphanRequest(**_request_fields(context, context.partition_keys[0]), dry_run=config.dry_run,
+                      older_than_seconds=older_than, force=config.force, quarantine=config.quarantine)
     except ValueError as exc:
         raise _bad_config(exc) from None
-    outcome = _housekeeper(context, spark, catalog, claims, audit).remove_orphans(request)
-    # A completed scan that found nothing still closes the expiry -> orphans step for the sensor.
-    scanned = not outcome.dry_run and outcome.decision in ("run", "noop")
-    yield from _report(context, "orphan_files", outcome, done=scanned)
+    housekeeper = _housekeeper(context, spark, catalog, claims, audit)
+
+    def remove(table: str) -> tuple[RetentionOutcome, bool]:
+        outcome = housekeeper.remove_orphans(OrphanRequest(
+            **_request_fields(context, table), dry_run=config.dry_run, older_than_seconds=older_than,
+            force=config.force, quarantine=config.quarantine))
+        # A completed scan that found nothing still closes the expiry -> orphans step for the sensor.
+        return outcome, not outcome.dry_run and outcome.decision in ("run", "noop")
+
+    yield from _each_table(context, "orphan_files", remove)
 
 
-@dg.asset(
-    partitions_def=table_partitions,
-    group_name="maintenance",
-    kinds={"spark", "iceberg"},
+@_retention_asset(
     deps=[table_health],
-    output_required=False,
     description="Merges the current snapshot's small manifests (rewrite_manifests) when the policy's manifest "
                 "thresholds say so, or when forced. Materializes only when manifests were rewritten.",
 )
 def rewritten_manifests(context: dg.AssetExecutionContext, config: ManifestConfig, spark: SparkResource,
                         catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
-    request = ManifestRequest(**_request_fields(context), dry_run=config.dry_run, force=config.force)
-    outcome = _housekeeper(context, spark, catalog, claims, audit).rewrite_manifests(request)
-    yield from _report(context, "rewritten_manifests", outcome, done=outcome.changed_table)
+    housekeeper = _housekeeper(context, spark, catalog, claims, audit)
+
+    def rewrite(table: str) -> tuple[RetentionOutcome, bool]:
+        outcome = housekeeper.rewrite_manifests(ManifestRequest(**_request_fields(context, table),
+                                                                dry_run=config.dry_run, force=config.force))
+        return outcome, outcome.changed_table
+
+    yield from _each_table(context, "rewritten_manifests", rewrite)
 
 
 RETENTION_ASSETS = (expired_snapshots, orphan_files, rewritten_manifests)

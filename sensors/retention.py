@@ -7,6 +7,8 @@ flight and the latest materializations from the instance) and turns its runs int
 
 
 import datetime as dt
+import hashlib
+from collections.abc import Sequence
 from typing import Optional
 
 import dagster as dg
@@ -15,9 +17,10 @@ from icemaint.safety.audit import AuditRecord
 from icemaint.observe.manifests import read_retention_signals
 from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS, RETENTION_JOBS, RetentionDecision, \
     RetentionTickPlan, decode_cursor, encode_cursor, plan_retention_tick
-from icemaint.domain.tick import policy_fingerprint
-from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, table_partitions, tables_of
-from maint_assets.retention import runs_in_flight
+from icemaint.domain.tick import policy_fingerprint, table_batches
+from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TABLES_TAG, TRIGGER_TAG, slot_tags, \
+    table_partitions, table_slot, tables_of
+from maint_assets.retention import RETENTION_TABLES_PER_RUN, runs_in_flight
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 
@@ -68,6 +71,31 @@ def retention_run_request(decision: RetentionDecision, trigger: str = "sensor") 
                          tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger})
 
 
+def retention_run_requests(runs: list[RetentionDecision], order: Sequence[str], spread: int = 1,
+                           trigger: str = "sensor") -> list[dg.RunRequest]:
+    """The tick's retention runs as requests: neighbouring tables in `order` (the `table` partitions' order) due
+    for the same operation as one run over their range (`tick.table_batches`: at most RETENTION_TABLES_PER_RUN
+    tables, a stretch cut into at least `spread` runs, tables of a run in different queue slots); a table due for
+    two operations this tick, or alone, as `retention_run_request`'s. One run worker and Spark session where each
+    table was one; each table still its own claim, audit record and materialization."""
+    by_key = {(d.table, str(d.operation)): d for d in runs}
+    requests = []
+    for batch in table_batches([[key] for key in by_key], order, RETENTION_TABLES_PER_RUN, spread=spread,
+                               slot=table_slot):
+        decisions = [by_key[key] for key in batch]
+        if len(decisions) == 1:
+            requests.append(retention_run_request(decisions[0], trigger))
+            continue
+        tables = [d.table for d in decisions]
+        operation = decisions[0].operation
+        keys = hashlib.sha256(",".join(str(d.run_key) for d in decisions).encode()).hexdigest()[:16]
+        requests.append(dg.RunRequest(
+            run_key=f"{operation}:{tables[0]}..{tables[-1]}:{keys}", job_name=RETENTION_JOBS[operation],
+            tags={TRIGGER_TAG: trigger, TABLES_TAG: ",".join(tables), RANGE_START_TAG: tables[0],
+                  RANGE_END_TAG: tables[-1], **slot_tags(tables)}))
+    return requests
+
+
 def build_retention_sensor(expiry_job, orphans_job, manifests_job) -> dg.SensorDefinition:
     @dg.sensor(name="retention_sensor", jobs=[expiry_job, orphans_job, manifests_job], minimum_interval_seconds=60,
                default_status=dg.DefaultSensorStatus.RUNNING,
@@ -80,7 +108,8 @@ def build_retention_sensor(expiry_job, orphans_job, manifests_job) -> dg.SensorD
                                   dt.datetime.now(dt.timezone.utc))
         summary = plan.summary()
         context.log.info(summary)
-        requests = [retention_run_request(d) for d in plan.runs]
+        order = context.instance.get_dynamic_partitions(table_partitions.name) if len(plan.runs) > 1 else []
+        requests = retention_run_requests(plan.runs, order, spread=catalog.settings.config.max_runs_total)
         return dg.SensorResult(run_requests=requests, cursor=encode_cursor(plan.cursor),
                                skip_reason=None if requests else summary)
 

@@ -197,6 +197,70 @@ def test_read_only_table_is_refused_with_a_failure(spark, tmp_path, lake_root, t
     assert [r.decision for r in open_audit(runner.config).records(table=table_name)] == ["refuse"]
 
 
+def test_one_retention_run_over_neighbouring_tables_reports_each_and_names_the_one_refused(
+        spark, tmp_path, lake_root, table_name):
+    """The retention sensor's batch as the daemon launches it: one expiry run over three neighbouring tables, each
+    table under its own claim, audit record and materialization; a read-only table among them is refused (its
+    metadata unchanged), the others expired, and the run fails naming the refused table."""
+    from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLES_TAG, TRIGGER_TAG
+
+    tables = [f"{table_name}_{i}" for i in range(3)]
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        tables={tables[1]: {"read_only": True}})
+    runner = MaintenanceRunner(load_config(path), str(path))
+    writers = [simulate(spark, t, batches=3) for t in tables]
+    for t in tables:
+        runner.check_table(t)
+    located = CatalogReader(runner.config).metadata_location(tables[1])
+    result = runner.defs.resolve_job_def("expiry_job").execute_in_process(
+        instance=runner.instance, raise_on_error=False,
+        run_config={"ops": {"expired_snapshots": {"config": {"older_than": "0s", "retain_last": 1}}}},
+        tags={TRIGGER_TAG: "sensor", TABLES_TAG: ",".join(tables), RANGE_START_TAG: tables[0],
+              RANGE_END_TAG: tables[-1]})
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    text = failure.event_specific_data.user_failure_data.description
+    assert text.startswith("1 of 3 tables not done: refused expire on ") and tables[1] in text, text
+    assert sorted(m.partition for m in result.asset_materializations_for_node("expired_snapshots")) == [
+        tables[0], tables[2]]
+    assert [len(read_snapshots(spark, "lake", t)[0]) for t in tables] == [1, 3, 1]
+    assert CatalogReader(runner.config).metadata_location(tables[1]) == located
+    audit = open_audit(runner.config)
+    assert [[r.decision for r in audit.records(table=t, operation="expire")] for t in tables] == [
+        ["run"], ["refuse"], ["run"]]
+    for t, writer in zip(tables, writers):
+        assert rows(spark, t) == sorted(writer.ledger.expected_ids())
+
+
+def test_the_retention_sensor_joins_neighbouring_tables_due_for_the_same_operation():
+    from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS, RetentionDecision
+    from maint_assets.partitions import SLOT_TAG_PREFIX, TABLES_TAG, slot_tags, table_slot, tables_of
+    from sensors.retention import retention_run_requests
+
+    names, used = [], set()
+    for i in range(200):
+        if table_slot(f"db.r{i:03d}") not in used and len(names) < 5:
+            used.add(table_slot(f"db.r{i:03d}"))
+            names.append(f"db.r{i:03d}")
+    a, b, c, d, e = names
+
+    def due(table, operation):
+        return RetentionDecision(table, operation, "run", "due", run_key=f"{operation}:{table}:1")
+
+    runs = [due(a, EXPIRE), due(b, EXPIRE), due(c, EXPIRE), due(c, MANIFESTS), due(d, EXPIRE), due(e, ORPHANS)]
+    requests = retention_run_requests(runs, names)
+    joined = [r for r in requests if TABLES_TAG in r.tags]
+    assert [(r.job_name, tables_of(r.tags)) for r in joined] == [("expiry_job", (a, b))]
+    assert {k: v for k, v in joined[0].tags.items() if k.startswith(SLOT_TAG_PREFIX)} == slot_tags([a, b])
+    assert joined[0].partition_key_range == dg.PartitionKeyRange(a, b)
+    # c is due twice (it keeps its own runs), d's neighbour c is taken, e is the only orphans run
+    singles = sorted((r.job_name, r.partition_key) for r in requests if TABLES_TAG not in r.tags)
+    assert singles == [("expiry_job", c), ("expiry_job", d), ("manifests_job", c), ("orphans_job", e)]
+    assert retention_run_requests(runs, names)[0].run_key == requests[0].run_key  # deterministic
+    assert [tables_of(r.tags) for r in retention_run_requests([due(t, EXPIRE) for t in names], names, spread=2)] == [
+        (a, b, c), (d, e)]
+
+
 # ---------------------------------------------------------------------------------------------
 # The sensor on a real table and instance
 # ---------------------------------------------------------------------------------------------
