@@ -192,8 +192,8 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
     assert tags.get(TRIGGER_TAG) == "sensor" and PLANNED_SNAPSHOT_TAG not in tags, tags
     assert tags.get("dagster/run_key", "").startswith(f"compact:{order[0]}..{order[-1]}:{DATES[0]}..{DATES[-1]}:")
     # The discovery sensor registered the tables and requested one health run over both.
-    assert [(r.dagster_run.tags.get("dagster/sensor_name"), tables_of(r.dagster_run.tags)) for r in discovered] == [
-        ("table_discovery", tuple(sorted(tables)))], discovered
+    assert [(r.dagster_run.tags.get("dagster/sensor_name"), tables_of(r.dagster_run.tags), r.dagster_run.status)
+            for r in discovered] == [("table_discovery", tuple(sorted(tables)), DagsterRunStatus.SUCCESS)], discovered
     # Three blocking proofs, all passed (each over every table-date of the run); each table-date materialized
     # and published as a forward commit of its own.
     assert evaluations == {name: True for name in CHECKS}, evaluations
