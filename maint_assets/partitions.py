@@ -106,6 +106,12 @@ def range_tables(tags, order: Sequence[str]) -> tuple[str, ...]:
     return tuple(order[position[first]:position[last] + 1])
 
 
+def tables_range_tags(tables: list[str]) -> dict[str, str]:
+    """The run tags of one run of a table-partitioned asset over `tables`, neighbours in the `table` partitions'
+    order (Dagster's range over the `table` partitions: every table from the first to the last)."""
+    return {TABLES_TAG: ",".join(tables), RANGE_START_TAG: tables[0], RANGE_END_TAG: tables[-1]}
+
+
 def split_table_date(partition_key) -> tuple[str, str]:
     """(table, date) of a `table` x `date` partition key (a MultiPartitionKey or its string)."""
     if isinstance(partition_key, dg.MultiPartitionKey):

@@ -17,6 +17,7 @@ from icemaint.operations.housekeeping import (
     OrphanRequest,
     RetentionOutcome,
 )
+from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS
 from icemaint.domain.units import parse_duration
 from maint_assets.compaction import table_dimension_mapping
 from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TRIGGER_TAG
@@ -30,6 +31,8 @@ from resources.spark import SparkResource
 COMPACTION_JOB = "compaction_job"
 # The retention sensor's runs (and backfills) cover up to this many neighbouring tables due for one operation.
 RETENTION_TABLES_PER_RUN = 31
+# Each retention operation's asset (its job: `icemaint.domain.retention_tick.RETENTION_JOBS`).
+RETENTION_ASSET_OF = {EXPIRE: "expired_snapshots", ORPHANS: "orphan_files", MANIFESTS: "rewritten_manifests"}
 IN_FLIGHT_STATUSES = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                       dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from maint_assets.health import HEALTH_TABLES_PER_RUN
-from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TABLES_TAG, table_partitions
+from maint_assets.partitions import TABLE_TAG, table_partitions, tables_range_tags
 from resources.catalog import IcebergCatalogResource
 
 
@@ -24,8 +24,8 @@ def health_requests(added: list[str]) -> list[dg.RunRequest]:
             requests.append(dg.RunRequest(partition_key=part[0], run_key=f"discovered:{part[0]}",
                                           tags={TABLE_TAG: part[0]}))
         else:
-            requests.append(dg.RunRequest(run_key=f"discovered:{part[0]}..{part[-1]}:{len(part)}", tags={
-                TABLES_TAG: ",".join(part), RANGE_START_TAG: part[0], RANGE_END_TAG: part[-1]}))
+            requests.append(dg.RunRequest(run_key=f"discovered:{part[0]}..{part[-1]}:{len(part)}",
+                                          tags=tables_range_tags(part)))
     return requests
 
 

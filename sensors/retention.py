@@ -15,16 +15,15 @@ import dagster as dg
 
 from icemaint.safety.audit import AuditRecord
 from icemaint.observe.manifests import read_retention_signals
-from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS, RETENTION_JOBS, RetentionDecision, \
+from icemaint.domain.retention_tick import RETENTION_JOBS, RetentionDecision, \
     RetentionTickPlan, decode_cursor, encode_cursor, plan_retention_tick
 from icemaint.domain.tick import policy_fingerprint, table_batches
-from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TABLES_TAG, TRIGGER_TAG, slot_tags, \
-    table_partitions, table_slot, tables_of
-from maint_assets.retention import RETENTION_TABLES_PER_RUN, runs_in_flight
+from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, slot_tags, table_partitions, table_slot, tables_of, \
+    tables_range_tags
+from maint_assets.retention import RETENTION_ASSET_OF, RETENTION_TABLES_PER_RUN, runs_in_flight
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 
-ASSETS = {EXPIRE: "expired_snapshots", ORPHANS: "orphan_files", MANIFESTS: "rewritten_manifests"}
 
 
 def _latest_materialization(instance, asset: str, table: str) -> Optional[int]:
@@ -58,7 +57,7 @@ def evaluate_retention(instance, catalog: IcebergCatalogResource, claims: TableC
         metadata_location=catalog.metadata_location,
         read_signals=lambda table, policy: read_retention_signals(catalog.reader.load(table), table, policy),
         claim_holder=holder, in_flight_jobs=lambda: in_flight_jobs_by_table(instance),
-        latest_mark=lambda operation, table: _latest_materialization(instance, ASSETS[operation], table),
+        latest_mark=lambda operation, table: _latest_materialization(instance, RETENTION_ASSET_OF[operation], table),
         cursor=decode_cursor(cursor_text), now=now)
     for d in plan.to_record:
         audit.append(AuditRecord(table=d.table, operation=str(d.operation), decision=str(d.verdict), reason=d.reason,
@@ -91,8 +90,7 @@ def retention_run_requests(runs: list[RetentionDecision], order: Sequence[str], 
         keys = hashlib.sha256(",".join(str(d.run_key) for d in decisions).encode()).hexdigest()[:16]
         requests.append(dg.RunRequest(
             run_key=f"{operation}:{tables[0]}..{tables[-1]}:{keys}", job_name=RETENTION_JOBS[operation],
-            tags={TRIGGER_TAG: trigger, TABLES_TAG: ",".join(tables), RANGE_START_TAG: tables[0],
-                  RANGE_END_TAG: tables[-1], **slot_tags(tables)}))
+            tags={TRIGGER_TAG: trigger, **tables_range_tags(tables), **slot_tags(tables)}))
     return requests
 
 

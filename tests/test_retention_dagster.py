@@ -351,6 +351,37 @@ def test_tick_runs_expiry_then_orphans_on_the_next_tick(spark, tmp_path, lake_ro
     assert trail == [("expire", "run", "tick"), ("orphans", "noop", "tick")]
 
 
+def test_the_tick_expires_neighbouring_tables_in_one_run(spark, tmp_path, lake_root, table_name, capsys):
+    """`icemaint tick` joins tables due for the same retention operation as the sensor does: three tables' expiry
+    in one Dagster run, each table its own entry, outcome, audit record and materialization; rows unchanged."""
+    from maint_assets.partitions import table_slot, tables_of
+
+    tables, slots = [], set()
+    for i in range(100):  # three names in different queue slots (a run never holds two of one slot)
+        if len(tables) < 3 and table_slot(f"{table_name}_{i:02d}") not in slots:
+            slots.add(table_slot(f"{table_name}_{i:02d}"))
+            tables.append(f"{table_name}_{i:02d}")
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        defaults={"snapshot_older_than": "0s"}, scope={"include": [f"{table_name}_*"]})
+    writers = [simulate(spark, t, batches=2) for t in tables]  # below min_input_files: no compaction
+    assert main(["--config", str(path), "tick", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    expiry = {d["table"]: d for d in report["decisions"] if d["operation"] == "expire"}
+    assert sorted(expiry) == tables
+    assert all((d["decision"], d["result"], d["success"]) == ("run", "run", True) for d in expiry.values()), expiry
+    assert all(d["metrics"]["snapshots_removed"] == 1 for d in expiry.values())
+    [run_id] = {d["run_id"] for d in expiry.values()}
+    runner = MaintenanceRunner(load_config(path), str(path))
+    run = runner.instance.get_run_by_id(run_id)
+    assert run.job_name == "expiry_job" and tables_of(run.tags) == tuple(tables)
+    for t, writer in zip(tables, writers):
+        assert latest(runner.instance, "expired_snapshots", t).metadata["snapshots_removed"].value == 1
+        assert [(r.operation, r.decision, r.run_id) for r in open_audit(load_config(path)).records(table=t)] == [
+            ("expire", "run", run_id)]
+        assert len(read_snapshots(spark, "lake", t)[0]) == 1
+        assert rows(spark, t) == sorted(writer.ledger.expected_ids())
+
+
 # ---------------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from icemaint.config import load_config
 from icemaint.domain.tick import table_batches
 from icemaint.observe.catalog import CatalogReader
 from icemaint.safety.audit import open_audit
-from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TABLES_TAG, table_of, tables_of
+from maint_assets.partitions import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, TABLES_TAG, table_of, table_slot, \
+    tables_of
 
 DATE, NEXT = "2026-02-03", "2026-02-04"
 FILES, ROWS_PER_FILE = 4, 50
@@ -96,8 +97,18 @@ def test_a_run_over_several_tables_names_them_all():
 
 # -- the tick ------------------------------------------------------------------------------------------------
 
-def _tables(spark, namespace: str, count: int, dates: tuple[str, ...] = (DATE,)) -> list[str]:
+def _namespace(prefix: str, count: int) -> str:
+    """A fresh namespace whose tables t0..t<count-1> have different queue slots (one run carries one slot tag per
+    table, so tables sharing a slot are never batched together)."""
+    while True:
+        namespace = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        if len({table_slot(f"{namespace}.t{t}") for t in range(count)}) == count:
+            return namespace
+
+
+def _tables(spark, prefix: str, count: int, dates: tuple[str, ...] = (DATE,)) -> list[str]:
     """`count` tables, each with FILES small files on each of `dates` (ids unique across the tables)."""
+    namespace = _namespace(prefix, count)
     names = []
     for t in range(count):
         key = f"{namespace}.t{t}"
@@ -139,7 +150,7 @@ def _tick(capsys, lake_root, tmp_path, names: list[str]):
 
 @pytest.mark.usefixtures("isolated_dagster_home")
 def test_a_tick_compacts_the_same_dates_of_several_tables_in_one_run(capsys, spark, lake_root, tmp_path):
-    names = _tables(spark, f"tb_{uuid.uuid4().hex[:8]}", 3, dates=(DATE, NEXT))
+    names = _tables(spark, "tb", 3, dates=(DATE, NEXT))
 
     config, reader, locations, code, err, runs = _tick(capsys, lake_root, tmp_path, names)
 
@@ -172,7 +183,7 @@ def test_a_failed_proof_in_a_batch_leaves_its_table_as_it_was_and_the_others_pub
                                                                                      tmp_path, monkeypatch):
     from icemaint.engine.staging import StagingArea
 
-    names = _tables(spark, f"tf_{uuid.uuid4().hex[:8]}", 3)
+    names = _tables(spark, "tf", 3)
     broken = names[1]
     original = StagingArea._write_replacements
 
@@ -209,7 +220,7 @@ def test_a_failed_proof_in_a_batch_leaves_its_table_as_it_was_and_the_others_pub
 def test_a_run_over_tables_that_are_not_neighbours_is_refused_before_it_starts(spark, lake_root, tmp_path):
     from icemaint.app.runner import MaintenanceRunner
 
-    names = _tables(spark, f"tn_{uuid.uuid4().hex[:8]}", 3)
+    names = _tables(spark, "tn", 3)
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         scope={"include": names})
     config = load_config(path)

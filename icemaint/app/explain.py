@@ -93,13 +93,13 @@ class ReadOnlyEstate:
     def latest_mark(self, operation: str, table: str) -> int | None:
         import dagster as dg
 
-        from sensors.retention import ASSETS
+        from maint_assets.retention import RETENTION_ASSET_OF
 
         instance = self.instance()
         if instance is None:
             return None
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(ASSETS[operation]), asset_partitions=[table]), limit=1).records
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(RETENTION_ASSET_OF[operation]), asset_partitions=[table]), limit=1).records
         return records[0].storage_id if records else None
 
     def in_flight(self) -> dict:

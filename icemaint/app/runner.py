@@ -17,7 +17,8 @@ from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
 from maint_assets.partitions import TABLE_DIMENSION, TABLE_TAG, TRIGGER_TAG, date_range_tags, slot_tags, \
-    table_range_tags, tables_of
+    table_range_tags, tables_of, tables_range_tags
+
 from sensors.reaper import process_tags
 
 log = logging.getLogger(__name__)
@@ -177,15 +178,20 @@ class MaintenanceRunner:
             raise ValueError("no tables to compact")
         if len(keys) == 1:
             return self.compact_dates(keys[0], days, trigger=trigger)
+        self._neighbours(keys)
+        tags = {TRIGGER_TAG: trigger, **table_range_tags(keys, days[0], days[-1])}
+        config = {"config": {"dry_run": False, "approved": False}}
+        return self._execute("compaction_job", None, {"ops": {"compaction": config}}, tags=tags)
+
+    def _neighbours(self, keys: list[str]) -> None:
+        """Raises ValueError unless the tables of one run are neighbours in the `table` partitions' order (a run's
+        range covers every table between its first and last) in different queue slots (one slot tag each)."""
         position = {t: i for i, t in enumerate(self.instance.get_dynamic_partitions(TABLE_DIMENSION))}
         first = position[keys[0]]
         if [position[k] for k in keys] != list(range(first, first + len(keys))):
             raise ValueError(f"the tables of one run must be neighbours in the table partitions' order, without "
                              f"gaps or repeats: {', '.join(keys)} are not")
-        slot_tags(keys)  # raises when two of them share a queue slot: one run cannot carry both
-        tags = {TRIGGER_TAG: trigger, **table_range_tags(keys, days[0], days[-1])}
-        config = {"config": {"dry_run": False, "approved": False}}
-        return self._execute("compaction_job", None, {"ops": {"compaction": config}}, tags=tags)
+        slot_tags(keys)  # raises when two of them share a queue slot
 
     def _consecutive(self, dates: list[str]) -> list[str]:
         """The validated dates of one run: at least one, consecutive and ascending."""
@@ -221,3 +227,22 @@ class MaintenanceRunner:
         """Materialize `rewritten_manifests` for the table."""
         return self._retention("manifests_job", "rewritten_manifests", table,
                                {"dry_run": dry_run, "force": force}, trigger)
+
+    def retention_tables(self, operation: str, tables: list[str], *, trigger: str = "cli") -> RunReport:
+        """One run of a retention operation ("expire", "orphans", "manifests") by each table's policy over several
+        tables, neighbours in the `table` partitions' order (the tick's batches, as the retention sensor's): each
+        table under its own claim, audit record and materialization, its outcome in `RunReport.outcomes` by table."""
+        from icemaint.domain.retention_tick import RETENTION_JOBS
+        from maint_assets.retention import RETENTION_ASSET_OF
+
+        if operation not in RETENTION_JOBS:
+            raise ValueError(f"unknown retention operation {operation!r}: one of {', '.join(RETENTION_JOBS)}")
+        keys = [self.check_table(t) for t in tables]
+        if not keys:
+            raise ValueError("no tables to maintain")
+        job_name, asset = RETENTION_JOBS[operation], RETENTION_ASSET_OF[operation]
+        if len(keys) == 1:
+            return self._retention(job_name, asset, keys[0], {}, trigger)
+        self._neighbours(keys)
+        return self._execute(job_name, None, {"ops": {asset: {"config": {}}}},
+                             tags={TRIGGER_TAG: trigger, **tables_range_tags(keys)})

@@ -202,6 +202,25 @@ class Ticker:
                 out[(table, date)] = (report, outcome, date_done(outcome))
         return out
 
+    def _retention_in_batches(self, runs: list) -> dict:
+        """Executes the tick's retention runs, neighbouring tables due for the same operation as one run (as the
+        retention sensor requests them); (table, operation) -> (its run's report, its outcome, whether it was
+        done). A table of a batch counts as done only by its own outcome (ran or had nothing to do)."""
+        from maint_assets.partitions import TABLE_DIMENSION, table_slot
+        from maint_assets.retention import RETENTION_TABLES_PER_RUN
+
+        order = self.runner.instance.get_dynamic_partitions(TABLE_DIMENSION) if len(runs) > 1 else []
+        out = {}
+        for batch in table_batches([[(d.table, str(d.operation))] for d in runs], order, RETENTION_TABLES_PER_RUN,
+                                   slot=table_slot):
+            operation, tables = batch[0][1], [table for table, _ in batch]
+            report = self._launch(self.runner.retention_tables, operation, tables, trigger="tick")
+            for table in tables:
+                outcome = report.outcome if len(tables) == 1 else report.outcomes.get(table, {})
+                ok = report.success if len(tables) == 1 else outcome.get("decision") in (RUN, NOOP)
+                out[(table, operation)] = (report, outcome, ok)
+        return out
+
     def _tick_retention(self, dry_run: bool) -> tuple[list[dict], list[str], bool, dict]:
         """Retention after compaction (which may just have superseded files): expiry, orphans, manifests."""
         from icemaint.domain.retention_tick import encode_cursor
@@ -209,21 +228,20 @@ class Ticker:
 
         plan = evaluate_retention(self.runner.instance, self.catalog, self.claims, self.audit,
                                   self._cursor("retention"), dt.datetime.now(dt.timezone.utc))
-        run = {"expire": self.runner.expire, "orphans": self.runner.orphans, "manifests": self.runner.manifests}
+        done = {} if dry_run else self._retention_in_batches(plan.runs)
         entries, lines, failed = [], [], False
         for d in plan.decisions:
             entry = {"table": d.table, "date": None, "operation": d.operation, "decision": d.verdict,
                      "reason": d.reason}
             line = f"{d.table} {d.operation}: {d.verdict}: {d.reason}"
-            if d.verdict == RUN and not dry_run:
-                report = self._launch(run[d.operation], d.table, trigger="tick")
-                outcome = report.outcome
-                entry.update({"run_id": report.run_id, "success": report.success,
+            if (d.table, str(d.operation)) in done:
+                report, outcome, success = done[(d.table, str(d.operation))]
+                entry.update({"run_id": report.run_id, "success": success,
                               "result": outcome.get("decision", "failed"),
                               "result_reason": outcome.get("reason") or report.failure_line,
                               "metrics": outcome.get("metrics", {})})
                 line += f" -> {entry['result']}: {entry['result_reason']}"
-                failed |= not report.success
+                failed |= not success
             entries.append(entry)
             if d.verdict != "noop":
                 lines.append(line)
