@@ -419,7 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.stack_bench import write_section
 
     if args.from_results:
-        write_section(Path(args.out), render(json.loads(Path(args.from_results).read_text())), SECTION)
+        result = json.loads(Path(args.from_results).read_text())
+        result["note"] = args.note or result.get("note", "")  # a new note replaces the stored one
+        write_section(Path(args.out), render(result), SECTION)
         return 0
     missing = missing_prerequisite(args.catalog)
     if missing:
