@@ -43,6 +43,36 @@ def java_class(jvm, fqn: str):
     return handle
 
 
+def answer_without_delay(jvm, gateway) -> int:
+    """Sets TCP_NODELAY on the JVM's end of every Py4J connection open now (one per Python thread that called the
+    JVM); the number set. Best effort: a gateway without that list changes nothing.
+
+    Py4J's Java side writes an answer through an 8 KiB buffer, so an answer longer than that leaves in two or more
+    writes; with Nagle's algorithm on, the last write waits for the first one's acknowledgement, which the
+    Python side delays by up to 40 ms. Measured on this machine: a 9 KiB or 20 KiB string took 41-44 ms to come
+    back, 0.1-0.2 ms with TCP_NODELAY (a 1 KiB one 0.1 ms either way). Answers that long are ordinary here: the
+    digest's sample fingerprints, the planned files of a date described in bulk.
+    """
+    from py4j.protocol import Py4JError
+
+    server = getattr(gateway, "java_gateway_server", None)
+    if server is None:
+        return 0
+    try:
+        field = java_class(jvm, "java.lang.Class").forName("py4j.GatewayServer").getDeclaredField("connections")
+        field.setAccessible(True)
+        connections = java_class(jvm, "java.util.ArrayList")(field.get(server))  # a copy: threads may connect
+        count = 0
+        for i in range(connections.size()):
+            socket = connections.get(i).getSocket()
+            if not socket.getTcpNoDelay():
+                socket.setTcpNoDelay(True)
+            count += 1
+        return count
+    except Py4JError:
+        return 0
+
+
 CONFLICT_CLASSES = frozenset({"org.apache.iceberg.exceptions.ValidationException",
                               "org.apache.iceberg.exceptions.CommitFailedException"})
 COMMIT_STATE_UNKNOWN = "org.apache.iceberg.exceptions.CommitStateUnknownException"

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
-from icemaint.engine.java import import_hot_classes, java_class
+from icemaint.engine.java import answer_without_delay, import_hot_classes, java_class
 from icemaint.engine.local_fs import local_fs_conf
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
@@ -193,6 +193,7 @@ def get_spark(config: MaintenanceConfig):
             # Spark resolves catalogs through the calling JVM thread's active session: a thread that did not
             # make the session has none, and `Spark3Util.loadIcebergTable` would not know the catalog.
             active._jvm.SparkSession.setActiveSession(active._jsparkSession)
+            answer_without_delay(active._jvm, active.sparkContext._gateway)  # this thread's connection too
             return active
         builder = SparkSession.builder.master(config.spark.master).appName("icemaint")
         for key, value in log_to_file(config, session_conf(config)).items():
@@ -200,6 +201,7 @@ def get_spark(config: MaintenanceConfig):
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         import_hot_classes(spark._jvm)
+        answer_without_delay(spark._jvm, spark.sparkContext._gateway)
         # Before the catalog is first used: it reads its settings then.
         for key, value in secret_spark_conf(config).items():
             spark.conf.set(key, value)
