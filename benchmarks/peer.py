@@ -331,7 +331,12 @@ WHY = {
                   "four checks 13.7 s with its Spark row count, planning 12.2 s, publish 6.5 s), Dagster ~7 s for "
                   "5 runs. In the JVM, warming up dominates: over the first 30 tables its JIT compilers used 22 "
                   "of its 40 CPU-seconds (27,700 methods compiled); compiling with C1 alone halves the JVM's CPU "
-                  "but cut the wall time by only 7% on one lane",
+                  "but cut the wall time by only 7% on one lane. A warm table on one lane now (each call timed, no "
+                  "profiler) costs ~460 ms in the contract: Spark's write 124 ms, the proof's read of the staged "
+                  "files 69 ms and Great Expectations' own Spark count 52 ms plus 26 ms for its three other checks, "
+                  "publish 58 ms, the staging branch's commit 27 ms, planning 16 ms: a handful of Spark jobs and "
+                  "catalog commits on tiny inputs, each mostly the driver's own overhead (running the count beside "
+                  "the read was tried: both slowed to the same total, the driver is the bottleneck)",
     "files_10000": "the data work itself: Spark's Parquet read and write of 40M rows on 2 local cores against "
                    "the peer's vectorised duckdb/arrow in one process, the digest of the replaced rows in the rewrite's pass and "
                    "the proof reading the staged files again",
