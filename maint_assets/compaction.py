@@ -12,7 +12,7 @@ from icemaint.operations.compaction import CompactionOutcome, CompactionRequest,
 from icemaint.domain.decisions import NOOP, NOT_PUBLISHED, RUN
 from icemaint.engine.validation import READ_COMPLETENESS, ROW_COUNT_PARITY
 from maint_assets.health import table_health
-from maint_assets.metadata import as_json, materializes, numeric, report_outcome, run_failure
+from maint_assets.metadata import as_json, materializes, numeric, partition_error, report_outcome, run_failure
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, split_table_date, \
     table_partitions
 from resources.catalog import IcebergCatalogResource
@@ -171,9 +171,8 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
             if not batched:
                 raise
             # One date's error (already in its audit record) does not stop the batch's other dates.
-            line = (str(exc).strip().splitlines() or [""])[0][:300]
-            context.log.error(f"{table} {date}: failed: {type(exc).__name__}: {line}")
-            failures.append(f"{label(table, date)}: failed: {type(exc).__name__}: {line}")
+            context.log.error(f"{table} {date}: failed: {partition_error(exc)}")
+            failures.append(f"{label(table, date)}: failed: {partition_error(exc)}")
             continue
         context.log.info(f"{table} {date or '(partitions)'}: {outcome.decision}: {outcome.reason}")
         failure = run_failure(request.trigger, outcome.decision, refused=f"refused: {outcome.reason}",

@@ -10,7 +10,7 @@ from icemaint.domain.decisions import Gates, decide_table_compactions
 from icemaint.domain.tick import table_summary
 
 from icemaint.domain.layout import describe
-from maint_assets.metadata import as_json, markdown_table, numeric
+from maint_assets.metadata import as_json, markdown_table, numeric, partition_error
 from maint_assets.partitions import table_partitions
 from resources.catalog import IcebergCatalogResource
 
@@ -53,9 +53,8 @@ def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResou
             yield dg.AssetMaterialization(asset_key="table_health", partition=key,
                                           metadata=health_metadata(context, catalog, key))
         except Exception as exc:  # one table's read does not stop the others'; the run fails below
-            line = (str(exc).strip().splitlines() or [""])[0][:300]
-            context.log.error(f"{key}: health not read: {type(exc).__name__}: {line}")
-            failed.append(f"{key}: {type(exc).__name__}: {line}")
+            context.log.error(f"{key}: health not read: {partition_error(exc)}")
+            failed.append(f"{key}: {partition_error(exc)}")
     if failed:
         raise dg.Failure(description=f"{len(failed)} of {len(keys)} tables not read: " + "; ".join(failed))
 

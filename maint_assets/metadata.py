@@ -57,6 +57,12 @@ def run_failure(trigger: str | None, decision: str, *, refused: str, not_done: s
     return None
 
 
+def partition_error(exc: BaseException) -> str:
+    """`Class: first line` of an error that stopped one partition of a run over several (the run goes on with the
+    others and fails at the end naming it)."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+
+
 def report_outcome(context: dg.AssetExecutionContext, asset_key: str, metadata: dict, *, materialize: bool,
                    refusal: str | None = None):
     """Yields the outcome as the asset's materialization, or observes it and fails when it was refused.

@@ -22,7 +22,7 @@ from icemaint.domain.units import parse_duration
 from maint_assets.compaction import table_dimension_mapping
 from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TRIGGER_TAG
 from maint_assets.health import table_health
-from maint_assets.metadata import as_json, materializes, numeric, report_outcome, run_failure
+from maint_assets.metadata import as_json, materializes, numeric, partition_error, report_outcome, run_failure
 from maint_assets.partitions import table_of, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
@@ -114,9 +114,8 @@ def _each_table(context: dg.AssetExecutionContext, asset_key: str,
         try:
             outcome, done = run_one(key)
         except Exception as exc:  # already in the table's audit record where it got that far
-            line = (str(exc).strip().splitlines() or [""])[0][:300]
-            context.log.error(f"{key}: {asset_key} failed: {type(exc).__name__}: {line}")
-            failures.append(f"{key}: {type(exc).__name__}: {line}")
+            context.log.error(f"{key}: {asset_key} failed: {partition_error(exc)}")
+            failures.append(f"{key}: {partition_error(exc)}")
             continue
         materialize, failure = _verdict(context, outcome, done)
         event = dg.AssetMaterialization if materialize else dg.AssetObservation

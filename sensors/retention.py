@@ -70,6 +70,16 @@ def retention_run_request(decision: RetentionDecision, trigger: str = "sensor") 
                          tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger})
 
 
+def retention_batches(runs: list[RetentionDecision], order: Sequence[str],
+                      spread: int = 1) -> list[list[tuple[str, str]]]:
+    """The retention runs' (table, operation) pairs in runs: neighbouring tables in `order` due for the same operation
+    together (`tick.table_batches`, the operation in the date's place: at most RETENTION_TABLES_PER_RUN, a stretch
+    cut into at least `spread` runs, different queue slots); a table due for two operations alone. Shared by the
+    sensor and `icemaint tick`."""
+    return table_batches([[(d.table, str(d.operation))] for d in runs], order, RETENTION_TABLES_PER_RUN,
+                         spread=spread, slot=table_slot)
+
+
 def retention_run_requests(runs: list[RetentionDecision], order: Sequence[str], spread: int = 1,
                            trigger: str = "sensor") -> list[dg.RunRequest]:
     """The tick's retention runs as requests: neighbouring tables in `order` (the `table` partitions' order) due
@@ -79,8 +89,7 @@ def retention_run_requests(runs: list[RetentionDecision], order: Sequence[str], 
     table was one; each table still its own claim, audit record and materialization."""
     by_key = {(d.table, str(d.operation)): d for d in runs}
     requests = []
-    for batch in table_batches([[key] for key in by_key], order, RETENTION_TABLES_PER_RUN, spread=spread,
-                               slot=table_slot):
+    for batch in retention_batches(runs, order, spread):
         decisions = [by_key[key] for key in batch]
         if len(decisions) == 1:
             requests.append(retention_run_request(decisions[0], trigger))

@@ -206,13 +206,12 @@ class Ticker:
         """Executes the tick's retention runs, neighbouring tables due for the same operation as one run (as the
         retention sensor requests them); (table, operation) -> (its run's report, its outcome, whether it was
         done). A table of a batch counts as done only by its own outcome (ran or had nothing to do)."""
-        from maint_assets.partitions import TABLE_DIMENSION, table_slot
-        from maint_assets.retention import RETENTION_TABLES_PER_RUN
+        from maint_assets.partitions import TABLE_DIMENSION
+        from sensors.retention import retention_batches
 
         order = self.runner.instance.get_dynamic_partitions(TABLE_DIMENSION) if len(runs) > 1 else []
         out = {}
-        for batch in table_batches([[(d.table, str(d.operation))] for d in runs], order, RETENTION_TABLES_PER_RUN,
-                                   slot=table_slot):
+        for batch in retention_batches(runs, order):
             operation, tables = batch[0][1], [table for table, _ in batch]
             report = self._launch(self.runner.retention_tables, operation, tables, trigger="tick")
             for table in tables:
