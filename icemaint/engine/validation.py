@@ -1,8 +1,8 @@
 """Proof that a rewrite changed no data: Great Expectations checks comparing two snapshots of a table.
 
 Owns `validate_rewrite`, `prove_rows` and `full_row_hash`. Each side's scoped rows are read once by Spark
-(`icemaint.engine.digest.rows_digest`: row count, per-column non-null counts, a whole-row hash sum over
-every value of every row and the fingerprints of a content-hashed sample), or, for a staged bin-pack, the
+(`icemaint.engine.digest.rows_digest`: row count, a whole-row hash sum over every value of every row,
+NULL positions included, and the fingerprints of a content-hashed sample), or, for a staged bin-pack, the
 old side is digested by the read that fed the rewrite (`digest.digest_feed`); Great Expectations then
 proves equality with its own expectations:
 
@@ -296,8 +296,8 @@ def validate_rewrite(spark, table_sql: str, before_snapshot_id: int, after_snaps
     Three checks always run, on the rows of both snapshots selected by `scope`:
     `row_count_parity` (same row count), `sample_comparison` (a seeded, content-hashed sample of
     rows compared row for row by 128-bit fingerprint, with multiplicity, null-safely, in both
-    directions) and `column_aggregates` (the whole-row hash sum and each column's non-null count; on
-    failure also per column an order-independent hash sum, min and max of fixed-width types and the exact
+    directions) and `column_aggregates` (the whole-row hash sum; on failure also per column its non-null
+    count, an order-independent hash sum, min and max of fixed-width types and the exact
     sum of integers/decimals, to name the columns that differ). A failing check does not stop the others.
     Each snapshot's rows are read once when the proof passes, twice when it fails.
 
