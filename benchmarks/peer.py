@@ -321,8 +321,8 @@ WHY = {
     "files_100": "a JVM, Dagster and a Spark session per process against a Python process; the data work "
                  "itself is small either way",
     "commits_1000": "the same fixed cost, plus the proof: icemaint digests the replaced rows as they are "
-                    "rewritten, reads the staged files again and compares every "
-                    "row's fingerprint and every column's aggregates, where the peer compares one row count",
+                    "rewritten, reads the staged files again and compares the whole-row hash sums of every "
+                    "row and the fingerprints of a content-hashed sample, where the peer compares one row count",
     "estate_100": "every table-date has its own claim, plan, staging branch, proof, publish and audit record "
                   "(`tick --until-idle`: one process and JVM, 20 tables a tick, two lanes on a PostgreSQL catalog, "
                   "neighbouring tables due on the same dates in one Dagster run), where the peer rewrites each table "
