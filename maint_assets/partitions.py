@@ -21,9 +21,11 @@ TABLES_TAG = "icemaint/tables"
 # of them. Every maintenance run also carries one slot tag per table it maintains: key SLOT_TAG_PREFIX + the
 # table's slot (a stable hash of its name, `table_slot`), value the table. The queue limits each slot key to
 # one run per value, so two runs that share a table never run together, whichever tables they hold besides;
-# tables of one run must have different slots (`tick.table_batches` cuts its batches there).
+# tables of one run must have different slots (`tick.table_batches` cuts its batches there). 1,024 slots: with
+# 256, batches of up to 31 arbitrarily named tables were cut at 19 tables on average (530 runs for 10,000 tables,
+# against 382 with 1,024); each slot is one entry of the queue's limits (dagster.yaml ~100 KB, ~20 ms more to load).
 SLOT_TAG_PREFIX = "icemaint/slot/"
-TABLE_SLOTS = 256
+TABLE_SLOTS = 1024
 PARTITION_TABLE_TAG = f"dagster/partition/{TABLE_DIMENSION}"
 TRIGGER_TAG = "icemaint/trigger"
 PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
@@ -69,7 +71,7 @@ def table_slot(table: str) -> int:
 
 
 def slot_tag(slot: int) -> str:
-    return f"{SLOT_TAG_PREFIX}{slot:03d}"
+    return f"{SLOT_TAG_PREFIX}{slot:04d}"
 
 
 def slot_tags(tables: Iterable[str], strict: bool = True) -> dict[str, str]:

@@ -371,7 +371,7 @@ def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
     """(rows to write, FeedDigest): the same rows, digested by an Observation while the writer reads them.
 
     The digest is `rows_digest`'s without detail (a failing proof reads again with it),
-    plus each row's file, so the proof can check the read fed every planned row (`sample_fraction`: keep
+    plus the sum of each row's file's hash, so the proof can check the read fed every planned row (`sample_fraction`: keep
     it within `fed_sample_fraction`, the sample leaves through accumulators). Only for a write that
     reads its input once (no sort: a range partitioner samples its input with a job of its own, which
     would count rows twice); the proof fails, never passes, if rows were counted twice.
@@ -381,7 +381,7 @@ def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
 
     started = time.monotonic()
     fp1 = _free_name(rows.schema, "__icemaint_fp1")
-    source = _free_name(rows.schema, "__icemaint_file")
+    file_hash = _free_name(rows.schema, "__icemaint_file_hash")
     picked = _free_name(rows.schema, "__icemaint_sampled")
     first, second = fingerprint_exprs(rows.schema, seed)
     aggregates = aggregates_for(rows.schema, ident(fp1), detail=False)
@@ -391,13 +391,13 @@ def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
     # The sampled rows' "fp1:fp2" text, NULL for the others (collect_list skips NULLs: one string leaves Spark).
     sample = (f"CASE WHEN {sample_predicate(ident(fp1), sample_fraction)} "
               f"THEN concat({ident(fp1)}, ':', {second}) END AS {ident(picked)}")
-    exprs = (["count(1)"] + [e for a in aggregates for e in a.exprs] + list(_split_sum(ident(source)))
+    exprs = (["count(1)"] + [e for a in aggregates for e in a.exprs] + list(_split_sum(ident(file_hash)))
              + [f"array_join(collect_list({ident(picked)}), ',')"])
     observation = Observation(f"icemaint_feed_{snapshot_id}_{uuid.uuid4().hex[:8]}")
-    fed = (rows.selectExpr("*", f"xxhash64({FILE_COLUMN}) AS {ident(source)}", f"{first} AS {ident(fp1)}")
+    fed = (rows.selectExpr("*", f"xxhash64({FILE_COLUMN}) AS {ident(file_hash)}", f"{first} AS {ident(fp1)}")
            .selectExpr("*", sample)
            .observe(observation, *[F.expr(e).alias(f"m{i}") for i, e in enumerate(exprs)])
-           .drop(fp1, source, picked))
+           .drop(fp1, file_hash, picked))
     return fed, FeedDigest(observation, aggregates, snapshot_id, started, sample_fraction)
 
 
