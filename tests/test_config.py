@@ -31,6 +31,8 @@ BAD_CONFIGS = [
      ["catalog.name", "'my-lake'", "plain identifier"]),
     ("iceberg runtime", {"spark": {"iceberg_runtime": "maven"}},
      ["spark.iceberg_runtime", "'maven'", "allowed: auto, provided, bundled"]),
+    ("class archive", {"spark": {"class_archive": "yes"}},
+     ["spark.class_archive", "'yes'", "is not a boolean"]),
     ("secret in the file", {"catalog": {"type": "jdbc", "uri": "jdbc:postgresql://h/db",
                                         "properties": {"jdbc.password": "hunter2"}}},
      ["catalog.properties.jdbc.password", "secrets are not read from the file",

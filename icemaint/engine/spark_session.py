@@ -21,6 +21,7 @@ from pathlib import Path
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
 from icemaint.engine.java import answer_without_delay, import_hot_classes, java_class
 from icemaint.engine.local_fs import local_fs_conf
+from icemaint.engine.class_archive import archive_conf
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -113,6 +114,7 @@ def session_conf(config: MaintenanceConfig) -> dict[str, str]:
     if extra_jars:
         conf["spark.jars"] = ",".join(jars + [extra_jars])
     conf.update(local_fs_conf(config.spark.master, conf))
+    conf.update(archive_conf(conf, config.spark.class_archive))  # last: it is keyed by the jars above
     return conf
 
 
