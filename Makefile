@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon clean
+.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,7 @@ bench: setup java
 	$(MAKE) --no-print-directory bench-nightly
 	$(MAKE) --no-print-directory bench-concurrent
 	$(MAKE) --no-print-directory bench-daemon
+	$(MAKE) --no-print-directory bench-jvm
 
 # 20 small tables caught up by `icemaint tick --until-idle` with max_runs_total 1, 2 and 4: tables' runs
 # at once on one Spark session against one at a time (a section of benchmarks/RESULTS.md).
@@ -59,6 +60,11 @@ bench-concurrent: setup java
 # they were joined, a temporary git worktree) against neighbouring tables joined (a section of RESULTS.md).
 bench-daemon: setup java
 	$(BIN)/python -m benchmarks.daemon_catchup
+
+# One `icemaint compact` process with the JVM class archive against one without, interleaved (a section of
+# benchmarks/RESULTS.md).
+bench-jvm: setup java
+	$(BIN)/python -m benchmarks.jvm_start
 
 # One date built by ~3,000 single-file commits: planning before, after compaction, after the full
 # maintenance (a section of benchmarks/RESULTS.md).

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.jvm_archive import ready as ready_class_archive
 from benchmarks.shared_catalog import SharedCatalog, missing_prerequisite, postgres_catalog, postgres_server, \
     pyiceberg_catalog, sqlite_catalog
 
@@ -294,6 +295,7 @@ def _run_shape(shape: Shape, zamboni: Path, root: Path, wh: Path, shared: Shared
         write_copies(cat, [mine, peer], shape)
     write_seconds = time.perf_counter() - started
     config = icemaint_config(root, wh, shared)
+    log(f"[{shape.name}] {ready_class_archive(config, {**os.environ, **shared.env})}")
     log(f"[{shape.name}] icemaint")
     ice = run_icemaint(root, config, shape, ours, shared)
     log(f"[{shape.name}] zamboni")
@@ -380,7 +382,9 @@ def render(results: dict) -> str:
              "its row check is one row count). Ours: `icemaint compact --date` (claim, staging branch, Great "
              "Expectations proof, publish) in a fresh process; the estate with `icemaint tick --until-idle` (ticks "
              "in one process until nothing is launched; policy `allowed_operations: [compact]`, so it compacts and does not "
-             "also rewrite manifests), against `zamboni maintenance --operations compact`.",
+             "also rewrite manifests), against `zamboni maintenance --operations compact`. Since 65bff89 our processes' "
+             "JVM maps Spark's classes from the archive this machine records for them (`spark.class_archive`); it is "
+             "recorded before the first timed run, as a deployment's is by its second session.",
              f"- One catalog for both ({_catalogs(shapes)}); identical copies written by pyiceberg; after the "
              f"runs pyiceberg read every row of both copies ({sum(r['rows_checked'] for r in results['shapes']):,} "
              "rows): every id once, every column as written. One run each, the two tools one after the other.",

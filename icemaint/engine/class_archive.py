@@ -144,6 +144,17 @@ def _tidy(folder: Path, now: float) -> None:
             path.unlink(missing_ok=True)
 
 
+def archive_file(conf: dict[str, str], folder: Path | None = None) -> Path | None:
+    """Where the archive for sessions with settings `conf` is (or would be) kept; None on a JDK that cannot
+    record one. Touches nothing."""
+    release = java_release(java_home())
+    major = java_major(release)
+    if major is None or major < MIN_JAVA:
+        return None
+    folder = folder or cache_dir() / ARCHIVE_DIR
+    return folder / f"classes-{archive_key(conf, release, spark_jars_dir())}.jsa"
+
+
 def archive_options(conf: dict[str, str], enabled: bool = True, *, folder: Path | None = None,
                     now: float | None = None) -> str:
     """The Java options that map this machine's archive, or record one; '' when there is none to use or record.
@@ -151,14 +162,11 @@ def archive_options(conf: dict[str, str], enabled: bool = True, *, folder: Path 
     `conf` is the session's other settings (its jars and the deployment's own Java options)."""
     if not enabled or _OWN_SHARING.search(conf.get(JAVA_OPTIONS_KEY, "")):
         return ""
-    release = java_release(java_home())
-    major = java_major(release)
-    folder = folder or cache_dir() / ARCHIVE_DIR
-    if major is None or major < MIN_JAVA or re.search(r"""[\s'"]""", str(folder)):
+    archive = archive_file(conf, folder)
+    if archive is None or re.search(r"""[\s'"]""", str(archive)):
         return ""  # no JDK that records; a path Spark would split into two options
+    folder, key = archive.parent, archive.name[len("classes-"):-len(".jsa")]
     now = time.time() if now is None else now
-    key = archive_key(conf, release, spark_jars_dir())
-    archive = folder / f"classes-{key}.jsa"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not archive.exists():
