@@ -370,9 +370,9 @@ def can_feed(rows) -> bool:
 def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
     """(rows to write, FeedDigest): the same rows, digested by an Observation while the writer reads them.
 
-    The digest is `rows_digest`'s without detail (a failing proof reads again with it),
-    plus the sum of each row's file's hash, so the proof can check the read fed every planned row (`sample_fraction`: keep
-    it within `fed_sample_fraction`, the sample leaves through accumulators). Only for a write that
+    The digest is `rows_digest`'s without detail (a failing proof reads again with it), plus the sum of
+    each row's file's hash, so the proof can check the read fed every planned row (`sample_fraction`:
+    keep it within `fed_sample_fraction`, the sample leaves through accumulators). Only for a write that
     reads its input once (no sort: a range partitioner samples its input with a job of its own, which
     would count rows twice); the proof fails, never passes, if rows were counted twice.
     """
@@ -387,7 +387,8 @@ def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
     aggregates = aggregates_for(rows.schema, ident(fp1), detail=False)
     # Every per-row expression is computed in the projection, which Spark compiles into the scan's
     # generated code; the Observation only sums and lists columns: its collector updates each aggregate
-    # row by row outside that code (a sample's predicate evaluated there cost a tenth of the read).
+    # row by row outside that code (the sample's predicate moved from there into the projection: 0.2 s less
+    # of a 6 s stage at 15M rows).
     # The sampled rows' "fp1:fp2" text, NULL for the others (collect_list skips NULLs: one string leaves Spark).
     sample = (f"CASE WHEN {sample_predicate(ident(fp1), sample_fraction)} "
               f"THEN concat({ident(fp1)}, ':', {second}) END AS {ident(picked)}")
