@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from benchmarks.concurrent_tick import build_estate, check_estate, config_doc
+from benchmarks.jvm_archive import ready as ready_class_archive
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -96,6 +97,8 @@ def measure(label: str, source: Path, seed: Path, tables: int) -> dict:
     from benchmarks.versions import describe_source
 
     root, env = prepare(label, source, seed)
+    if label == "after":  # the version with the JVM class archive: recorded before its runs, not by one of them
+        log(f"{label}: {ready_class_archive(root / 'icemaint.yaml', env)}")
     started = time.time()
     with open(root / "daemon.log", "w") as out:
         proc = subprocess.Popen([daemon_executable(), "run", "-w", "workspace.yaml"], cwd=root, env=env,
