@@ -21,7 +21,8 @@ from icemaint.config import load_config
 from icemaint.engine.spark_session import TESTED_ICEBERG
 
 ICEMAINT = Path(sys.executable).parent / "icemaint"
-ALWAYS = ["config", "java", "local files", "iceberg runtime", "catalog credentials", "catalog", "state dir", "dagster instance"]
+ALWAYS = ["config", "java", "local files", "iceberg runtime", "class archive", "catalog credentials", "catalog", "state dir",
+          "dagster instance"]
 
 
 @pytest.fixture(autouse=True)
@@ -286,3 +287,28 @@ def test_doctor_spark_reports_the_iceberg_version_the_session_loaded(capsys, spa
                            "catalog lake: "), line
     assert code == 0, out
     assert spark.sql("SELECT 1").first()[0] == 1  # the session doctor found running is left running
+
+
+def test_the_class_archive_line_says_whether_sessions_map_one(capsys, tmp_path, monkeypatch):
+    """Not recorded yet, then in place with its size (a file where the archive for these jars goes), or off."""
+    from dataclasses import replace
+
+    from icemaint.engine.class_archive import archive_file
+    from icemaint.engine.spark_session import session_conf
+
+    monkeypatch.setenv("ICEMAINT_CACHE_DIR", str(tmp_path / "cache"))
+    path = estate(tmp_path, spark={"master": "local[1]"})
+    config = load_config(path)
+    archive = archive_file(session_conf(replace(config, spark=replace(config.spark, class_archive=False))))
+    if archive is None:
+        pytest.skip("this JDK cannot record a class archive")
+    _, lines, _, _ = doctor(capsys, path)
+    assert lines["class archive"] == [f"ok    class archive: not recorded yet: the second session with these jars "
+                                      f"records it ({archive})"]
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"x" * 3 * 1024 * 1024)
+    _, lines, _, _ = doctor(capsys, path)
+    assert lines["class archive"] == [f"ok    class archive: {archive} (3 MiB): sessions map Spark's classes from it"]
+    _, lines, _, _ = doctor(capsys, estate(tmp_path, spark={"master": "local[1]", "class_archive": False}))
+    assert lines["class archive"][0].startswith("ok    class archive: off (spark.class_archive: false)")
+    assert not list((tmp_path / "cache").glob("jvm-classes/*.seen")), "the doctor marks nothing"

@@ -202,6 +202,29 @@ def check_local_files(config: MaintenanceConfig) -> Check:
     return _ok("local files", f"permissions set in the JVM, no chmod process per file ({built.jar})")
 
 
+def check_class_archive(config: MaintenanceConfig) -> Check:
+    """The driver JVM's class archive (icemaint/engine/class_archive.py): mapped at start-up, still to be
+    recorded, or off and why. Reads files only."""
+    from dataclasses import replace
+
+    from icemaint.domain.units import human_size
+    from icemaint.engine.class_archive import JAVA_OPTIONS_KEY, archive_file, own_sharing
+    from icemaint.engine.spark_session import session_conf
+
+    if not config.spark.class_archive:
+        return _ok("class archive", "off (spark.class_archive: false): each session loads Spark's classes from its jars")
+    conf = session_conf(replace(config, spark=replace(config.spark, class_archive=False)))
+    if own_sharing(conf):
+        return _ok("class archive", f"the deployment's own class-data sharing ({JAVA_OPTIONS_KEY})")
+    archive = archive_file(conf)
+    if archive is None:
+        return _ok("class archive", "none: recording one needs Java 13 or later")
+    if archive.exists():
+        return _ok("class archive", f"{archive} ({human_size(archive.stat().st_size)}): sessions map Spark's "
+                   "classes from it")
+    return _ok("class archive", f"not recorded yet: the second session with these jars records it ({archive})")
+
+
 def iceberg_supported(version: str) -> bool:
     parts = tuple(int(p) for p in version.split("-")[0].split(".")[:2] if p.isdigit())
     low, high = SUPPORTED_ICEBERG
@@ -535,6 +558,7 @@ def run_doctor(config: MaintenanceConfig, config_path: str | os.PathLike | None 
     if config.spark.master.startswith("local"):  # a cluster's file systems are its own
         checks.append(_guarded("local files", lambda: check_local_files(config)))
     checks.append(_guarded("iceberg runtime", lambda: check_iceberg_runtime(config)))
+    checks.append(_guarded("class archive", lambda: check_class_archive(config)))
     if _jar_entries(config):
         checks.append(_guarded("spark.jars", lambda: check_spark_jars(config)))
     if config.catalog.type == "jdbc" and (config.catalog.uri or "").startswith("jdbc:postgresql:"):

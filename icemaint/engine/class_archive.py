@@ -145,6 +145,11 @@ def _tidy(folder: Path, now: float) -> None:
             path.unlink(missing_ok=True)
 
 
+def own_sharing(conf: dict[str, str]) -> bool:
+    """Whether the deployment's own Java options already configure class-data sharing (then ours stay off)."""
+    return bool(_OWN_SHARING.search(conf.get(JAVA_OPTIONS_KEY, "")))
+
+
 def archive_file(conf: dict[str, str], folder: Path | None = None) -> Path | None:
     """Where the archive for sessions with settings `conf` is (or would be) kept; None on a JDK that cannot
     record one. Touches nothing."""
@@ -161,7 +166,7 @@ def archive_options(conf: dict[str, str], enabled: bool = True, *, folder: Path 
     """The Java options that map this machine's archive, or record one; '' when there is none to use or record.
 
     `conf` is the session's other settings (its jars and the deployment's own Java options)."""
-    if not enabled or _OWN_SHARING.search(conf.get(JAVA_OPTIONS_KEY, "")):
+    if not enabled or own_sharing(conf):
         return ""
     archive = archive_file(conf, folder)
     if archive is None or re.search(r"""[\s'"]""", str(archive)):
