@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 SESSION = ("import sys; from icemaint.config import load_config; from icemaint.engine.spark_session import get_spark; "
@@ -20,12 +19,12 @@ def ready(config_path: Path, env: dict | None = None, timeout: float = 300.0) ->
     returns what was done, for the report."""
     from icemaint.config import load_config
     from icemaint.engine.class_archive import SETTLE_S, archive_file
-    from icemaint.engine.spark_session import session_conf
+    from icemaint.engine.spark_session import archive_settings
 
     config = load_config(config_path)
     if not config.spark.class_archive:
         return "class archive off (spark.class_archive: false)"
-    archive = archive_file(session_conf(replace(config, spark=replace(config.spark, class_archive=False))))
+    archive = archive_file(archive_settings(config))
     if archive is None:
         return "no class archive: this JDK cannot record one"
     if archive.exists():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,8 +34,6 @@ def log(message: str) -> None:
 
 
 def measure(reps: int) -> dict:
-    import shutil
-
     import yaml
 
     from benchmarks.lake import SmallFileLayout, build_small_file_table, rollback

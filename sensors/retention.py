@@ -72,12 +72,12 @@ def retention_run_request(decision: RetentionDecision, trigger: str = "sensor") 
 
 def retention_batches(runs: list[RetentionDecision], order: Sequence[str],
                       spread: int = 1) -> list[list[tuple[str, str]]]:
-    """The retention runs' (table, operation) pairs in runs: neighbouring tables in `order` due for the same operation
+    """The retention runs' (table, operation) pairs, each once, in runs: neighbouring tables in `order` due for the same operation
     together (`tick.table_batches`, the operation in the date's place: at most RETENTION_TABLES_PER_RUN, a stretch
     cut into at least `spread` runs, different queue slots); a table due for two operations alone. Shared by the
     sensor and `icemaint tick`."""
-    return table_batches([[(d.table, str(d.operation))] for d in runs], order, RETENTION_TABLES_PER_RUN,
-                         spread=spread, slot=table_slot)
+    keys = dict.fromkeys((d.table, str(d.operation)) for d in runs)  # each once, in the runs' order
+    return table_batches([[key] for key in keys], order, RETENTION_TABLES_PER_RUN, spread=spread, slot=table_slot)
 
 
 def retention_run_requests(runs: list[RetentionDecision], order: Sequence[str], spread: int = 1,

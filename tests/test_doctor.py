@@ -291,15 +291,13 @@ def test_doctor_spark_reports_the_iceberg_version_the_session_loaded(capsys, spa
 
 def test_the_class_archive_line_says_whether_sessions_map_one(capsys, tmp_path, monkeypatch):
     """Not recorded yet, then in place with its size (a file where the archive for these jars goes), or off."""
-    from dataclasses import replace
-
     from icemaint.engine.class_archive import archive_file
-    from icemaint.engine.spark_session import session_conf
+    from icemaint.engine.spark_session import archive_settings
 
     monkeypatch.setenv("ICEMAINT_CACHE_DIR", str(tmp_path / "cache"))
     path = estate(tmp_path, spark={"master": "local[1]"})
     config = load_config(path)
-    archive = archive_file(session_conf(replace(config, spark=replace(config.spark, class_archive=False))))
+    archive = archive_file(archive_settings(config))
     if archive is None:
         pytest.skip("this JDK cannot record a class archive")
     _, lines, _, _ = doctor(capsys, path)

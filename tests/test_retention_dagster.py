@@ -259,6 +259,9 @@ def test_the_retention_sensor_joins_neighbouring_tables_due_for_the_same_operati
     assert retention_run_requests(runs, names)[0].run_key == requests[0].run_key  # deterministic
     assert [tables_of(r.tags) for r in retention_run_requests([due(t, EXPIRE) for t in names], names, spread=2)] == [
         (a, b, c), (d, e)]
+    # a (table, operation) listed twice is one entry of one batch, for the sensor and the tick alike
+    from sensors.retention import retention_batches
+    assert retention_batches([due(a, EXPIRE), due(b, EXPIRE), due(a, EXPIRE)], names) == [[(a, EXPIRE), (b, EXPIRE)]]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -205,15 +205,13 @@ def check_local_files(config: MaintenanceConfig) -> Check:
 def check_class_archive(config: MaintenanceConfig) -> Check:
     """The driver JVM's class archive (icemaint/engine/class_archive.py): mapped at start-up, still to be
     recorded, or off and why. Reads files only."""
-    from dataclasses import replace
-
     from icemaint.domain.units import human_size
     from icemaint.engine.class_archive import JAVA_OPTIONS_KEY, archive_file, own_sharing
-    from icemaint.engine.spark_session import session_conf
+    from icemaint.engine.spark_session import archive_settings
 
     if not config.spark.class_archive:
         return _ok("class archive", "off (spark.class_archive: false): each session loads Spark's classes from its jars")
-    conf = session_conf(replace(config, spark=replace(config.spark, class_archive=False)))
+    conf = archive_settings(config)
     if own_sharing(conf):
         return _ok("class archive", f"the deployment's own class-data sharing ({JAVA_OPTIONS_KEY})")
     archive = archive_file(conf)

@@ -157,8 +157,12 @@ def archive_file(conf: dict[str, str], folder: Path | None = None) -> Path | Non
     major = java_major(release)
     if major is None or major < MIN_JAVA:
         return None
-    folder = folder or cache_dir() / ARCHIVE_DIR
-    return folder / f"classes-{archive_key(conf, release, spark_jars_dir())}.jsa"
+    return (folder or cache_dir() / ARCHIVE_DIR) / f"classes-{archive_key(conf, release, spark_jars_dir())}.jsa"
+
+
+def _key_of(archive: Path) -> str:
+    """The class path key an archive's file is named by (`classes-<key>.jsa`)."""
+    return archive.name[len("classes-"):-len(".jsa")]
 
 
 def archive_options(conf: dict[str, str], enabled: bool = True, *, folder: Path | None = None,
@@ -171,7 +175,7 @@ def archive_options(conf: dict[str, str], enabled: bool = True, *, folder: Path 
     archive = archive_file(conf, folder)
     if archive is None or re.search(r"""[\s'"]""", str(archive)):
         return ""  # no JDK that records; a path Spark would split into two options
-    folder, key = archive.parent, archive.name[len("classes-"):-len(".jsa")]
+    folder, key = archive.parent, _key_of(archive)
     now = time.time() if now is None else now
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ reads with `ps`. They are set on the running session before the catalog is first
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -116,6 +117,12 @@ def session_conf(config: MaintenanceConfig) -> dict[str, str]:
     conf.update(local_fs_conf(config.spark.master, conf))
     conf.update(archive_conf(conf, config.spark.class_archive))  # last: it is keyed by the jars above
     return conf
+
+
+def archive_settings(config: MaintenanceConfig) -> dict[str, str]:
+    """The session's settings without the class archive's own options: what its archive is keyed by
+    (`class_archive.archive_file`). Touches none of the archive's markers, unlike `session_conf`."""
+    return session_conf(dataclasses.replace(config, spark=dataclasses.replace(config.spark, class_archive=False)))
 
 
 def check_iceberg(spark) -> str:
