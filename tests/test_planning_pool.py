@@ -2,7 +2,8 @@
 
 Iceberg's `ParallelIterable` keeps 2 x the pool's size manifests in flight and sleeps 10 ms whenever none
 has an entry ready; the pool defaults to the driver's cores. The session's driver gets at least
-WORKER_THREADS_FLOOR threads unless the deployment sizes the pool itself (`spark_session.worker_threads_conf`).
+WORKER_THREADS_FLOOR threads (its cores when more) unless the deployment sizes the pool itself
+(`spark_session.worker_threads_conf`).
 The speed it buys is a benchmark's figure (benchmarks/RESULTS.md), not a test's.
 """
 
@@ -31,10 +32,15 @@ def test_a_small_driver_gets_the_floor_after_its_own_java_options(monkeypatch):
     assert worker_threads_conf({JAVA_OPTIONS: "-Xss4m"}, cores=2) == {JAVA_OPTIONS: f"-Xss4m {PROPERTY}"}
 
 
-def test_the_deployments_own_pool_size_and_a_big_driver_are_left_alone(monkeypatch):
+def test_a_driver_of_more_cores_gets_its_cores(monkeypatch):
+    monkeypatch.delenv(WORKER_THREADS_ENV, raising=False)
+    assert worker_threads_conf({}, cores=4 * WORKER_THREADS_FLOOR) == {
+        JAVA_OPTIONS: f"-Diceberg.worker.num-threads={4 * WORKER_THREADS_FLOOR}"}
+
+
+def test_the_deployments_own_pool_size_is_left_alone(monkeypatch):
     monkeypatch.delenv(WORKER_THREADS_ENV, raising=False)
     assert worker_threads_conf({JAVA_OPTIONS: "-Diceberg.worker.num-threads=3"}, cores=2) == {}
-    assert worker_threads_conf({}, cores=WORKER_THREADS_FLOOR) == {}
     monkeypatch.setenv(WORKER_THREADS_ENV, "3")
     assert worker_threads_conf({}, cores=2) == {}
 

@@ -132,14 +132,15 @@ def session_conf(config: MaintenanceConfig) -> dict[str, str]:
 
 
 def worker_threads_conf(conf: dict[str, str], cores: int | None = None) -> dict[str, str]:
-    """The driver's Java options with Iceberg's worker pool at WORKER_THREADS_FLOOR threads when the driver has
-    fewer cores (see WORKER_THREADS_FLOOR); nothing when the deployment sizes the pool itself, through the
-    driver's Java options or the environment, or when the driver has as many cores."""
+    """The driver's Java options with Iceberg's worker pool at the machine's cores, and at least
+    WORKER_THREADS_FLOOR threads; nothing when the deployment sizes the pool itself, through the driver's Java
+    options or the environment. (The JVM would count the cores a container may use; `os.cpu_count()` counts
+    the host's, so a container of few cores on a big host gets the host's count, never fewer than the floor.)"""
     options = conf.get(JAVA_OPTIONS, "")
-    cores = cores or os.cpu_count() or 1
-    if WORKER_THREADS_PROPERTY in options or os.environ.get(WORKER_THREADS_ENV) or cores >= WORKER_THREADS_FLOOR:
+    if WORKER_THREADS_PROPERTY in options or os.environ.get(WORKER_THREADS_ENV):
         return {}
-    return {JAVA_OPTIONS: f"{options} -D{WORKER_THREADS_PROPERTY}={WORKER_THREADS_FLOOR}".strip()}
+    threads = max(WORKER_THREADS_FLOOR, cores or os.cpu_count() or 1)
+    return {JAVA_OPTIONS: f"{options} -D{WORKER_THREADS_PROPERTY}={threads}".strip()}
 
 
 def archive_settings(config: MaintenanceConfig) -> dict[str, str]:
