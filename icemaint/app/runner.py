@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from icemaint.config import MaintenanceConfig
 from icemaint.app.instance import get_instance
+from icemaint.engine.long_lived import freeze_loaded
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
@@ -74,6 +75,7 @@ class MaintenanceRunner:
         self.instance = get_instance(config)
         self.defs = build_definitions(config_path or config.source)
         self.reader = CatalogReader(config)
+        freeze_loaded("runner")  # Dagster, the definitions and the catalog readers are loaded for good
 
     # -- inputs ------------------------------------------------------------------------------
     def check_table(self, table: str) -> str:

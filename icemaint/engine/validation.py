@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from icemaint.engine.long_lived import freeze_loaded
 from icemaint.engine.digest import (
     FedRows, SnapshotDigest, expected_file_hash_sum, row_hash_args, rows_digest, sampled_rows, snapshot_sql,
 )
@@ -184,6 +185,7 @@ class _Suite:
             READ_COMPLETENESS: frames.add_dataframe_asset("planned_against_read"),
         }
         self.definitions = {name: asset.add_batch_definition_whole_dataframe("whole") for name, asset in assets.items()}
+        freeze_loaded("gx")  # GX's modules and this context live as long as the process
 
     def validate(self, name: str, dataframe, expectation) -> dict:
         batch = self.definitions[name].get_batch(batch_parameters={"dataframe": dataframe})
