@@ -33,6 +33,19 @@ def write_config(path: Path, root: Path, **overrides) -> Path:
     return path
 
 
+def run_json_script(script: str, *args: str, env: dict | None = None, timeout: float = 300) -> dict:
+    """Runs `script` (dedented) in a fresh Python process from the repository's root; its last stdout line, as JSON."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], cwd=Path(__file__).parent.parent,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def current_snapshot(spark, table_sql: str) -> int:
     """The snapshot the table's `main` branch points at."""
     return spark.sql(f"SELECT snapshot_id FROM {table_sql}.`refs` WHERE name = 'main'").first()[0]

@@ -6,24 +6,9 @@ These check that the freeze happens once per moment, where it is meant to, and t
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
 
-from conftest import write_config
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def run_script(script: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+from conftest import run_json_script as run_script, write_config
 
 
 def test_each_moment_freezes_once_and_what_is_frozen_stays_usable():

@@ -22,7 +22,7 @@ from pathlib import Path
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
 from icemaint.engine.java import answer_without_delay, import_hot_classes, java_class
 from icemaint.engine.local_fs import local_fs_conf
-from icemaint.engine.class_archive import JAVA_OPTIONS_KEY as JAVA_OPTIONS, archive_conf
+from icemaint.engine.class_archive import JAVA_OPTIONS_KEY, archive_conf
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -136,11 +136,11 @@ def worker_threads_conf(conf: dict[str, str], cores: int | None = None) -> dict[
     WORKER_THREADS_FLOOR threads; nothing when the deployment sizes the pool itself, through the driver's Java
     options or the environment. (The JVM would count the cores a container may use; `os.cpu_count()` counts
     the host's, so a container of few cores on a big host gets the host's count, never fewer than the floor.)"""
-    options = conf.get(JAVA_OPTIONS, "")
+    options = conf.get(JAVA_OPTIONS_KEY, "")
     if WORKER_THREADS_PROPERTY in options or os.environ.get(WORKER_THREADS_ENV):
         return {}
     threads = max(WORKER_THREADS_FLOOR, cores or os.cpu_count() or 1)
-    return {JAVA_OPTIONS: f"{options} -D{WORKER_THREADS_PROPERTY}={threads}".strip()}
+    return {JAVA_OPTIONS_KEY: f"{options} -D{WORKER_THREADS_PROPERTY}={threads}".strip()}
 
 
 def archive_settings(config: MaintenanceConfig) -> dict[str, str]:
@@ -193,14 +193,14 @@ appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
 def log_to_file(config: MaintenanceConfig, conf: dict[str, str]) -> dict[str, str]:
     """Spark's own log goes to <state_dir>/logs/spark.log, not to the operator's terminal (a failed task's
     Java stack trace is evidence for the log, not output); a log4j2 configuration of the user's wins."""
-    options = conf.get(JAVA_OPTIONS, "")
+    options = conf.get(JAVA_OPTIONS_KEY, "")
     if "log4j" in options:
         return conf
     logs = Path(config.state_dir, "logs").resolve()
     logs.mkdir(parents=True, exist_ok=True)
     properties = logs / "log4j2.properties"
     properties.write_text(_LOG4J.format(path=logs / "spark.log"))
-    return {**conf, JAVA_OPTIONS: f"{options} -Dlog4j2.configurationFile=file:{properties}".strip()}
+    return {**conf, JAVA_OPTIONS_KEY: f"{options} -Dlog4j2.configurationFile=file:{properties}".strip()}
 
 
 def get_spark(config: MaintenanceConfig):
