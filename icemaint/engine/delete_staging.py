@@ -65,9 +65,10 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
         rows = area.spark.read.format("iceberg").option("scan-task-set-id", set_id) \
             .option("split-size", str(group.total_bytes + 1)).option("file-open-cost", "0").load(deletes_sql)
         rows = rows.sortWithinPartitions("file_path", "pos")
+        codec = area.write_codec(deletes=True)
         rows.write.format("iceberg").option("rewritten-file-scan-task-set-id", set_id) \
             .option("target-delete-file-size-bytes", str(int(target_file_size_bytes))) \
-            .mode("append").save(deletes_sql)
+            .options(**codec.options).mode("append").save(deletes_sql)
         new_deletes = listed_java(jvm, coordinator.fetchNewFiles(deletes_table, set_id))
         staged = area.commit_to_branch(branch, lambda t: _with_files(_with_files(
             t.newRewrite().toBranch(branch).validateFromSnapshot(int(base_snapshot_id)), "deleteFile", old_deletes),
@@ -85,7 +86,7 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
         replaced_files=group.delete_files, new_files=tuple(str(f.location()) for f in new_deletes),
         dangling_deletes=(), replaced_bytes=group.total_bytes, target="position_deletes",
         _old_tasks=[tasks_by_path[p] for p in group.data_files], _new_files=new_deletes,
-        _removed_deletes=old_deletes, _scan_filter=scan_filter)
+        _removed_deletes=old_deletes, _scan_filter=scan_filter, codec=codec)
 
 
 def _delete_tasks(area: StagingArea, deletes_table, group: DeleteGroup, base_snapshot_id: int, scan_filter):

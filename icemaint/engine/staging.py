@@ -7,8 +7,9 @@ Every Spark and JVM call of a staged rewrite lives here (Iceberg's public Java A
   (the scan is turned into files by `icemaint.engine.planning`).
 - `StagingArea.stage`: creates the staging branch at S, reads exactly the chosen files as of S
   (Iceberg's scan-task-set read: deletes as of S applied, no predicate that could drop a row) and
-  writes the replacement files to the branch; a bin-pack of files without deletes digests the rows on
-  their way to the writer for the proof (`feed`). `main` does not move.
+  writes the replacement files to the branch, in the table's codec or zstd where it names none
+  (`icemaint.engine.codec`); a bin-pack of files without deletes digests the rows on their way to the
+  writer for the proof (`feed`). `main` does not move.
 - `StagingArea.before_rows` / `after_rows`: the two sides of the proof, read the same exact way.
 - `StagingArea.publish`: one `replace` commit on `main` that swaps exactly the proven old files
   for exactly the proven new files, validated from S with S's data sequence number, with the
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list, java_class  # noqa: F401 (re-exported)
+from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
 from icemaint.engine.digest import can_feed
 from icemaint.engine.planning import date_filter, plan_files
 from icemaint.engine.spark_session import iceberg_table
@@ -121,6 +123,7 @@ class StagedRewrite:
     # files' record counts from their manifests, which that read must account for; None when not fed.
     feed: object = field(default=None, repr=False)
     replaced_rows: dict = field(default_factory=dict, repr=False)
+    codec: WriteCodec | None = None  # the new files' compression codec and who chose it
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,12 @@ class StagingArea:
         planned = plan_files(self.jvm, self.table(refresh=False), scan, snapshot_id, self.name.key)
         self._weights = planned.weights  # a re-plan (after a publish conflict) weighs its own tasks
         return planned.candidates, planned.tasks
+
+    def write_codec(self, deletes: bool = False) -> WriteCodec:
+        """The codec the rewrite's files get: the table's or the session's, else zstd (`icemaint.engine.codec`)."""
+        props = self.table(refresh=False).properties()
+        return write_codec({key: props.get(key) for key in CODEC_PROPERTIES},
+                           self.spark.conf.get(SESSION_CODEC, None), deletes=deletes)
 
     def sequence_number(self, snapshot_id: int) -> int:
         return int(self.table(refresh=False).snapshot(int(snapshot_id)).sequenceNumber())
@@ -288,8 +297,9 @@ class StagingArea:
                 log.warning("digesting %s's rewrite as it is read failed, the proof reads it again: %s",
                             self.name.key, java_root_message(exc))
         # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
+        codec = self.write_codec()
         options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
-                   "output-spec-id": str(group.spec_id), "distribution-mode": "none"}
+                   "output-spec-id": str(group.spec_id), "distribution-mode": "none", **codec.options}
         if strategy != "binpack":
             from icemaint.domain.rewrite_plan import order_by_sql, zorder_sql
 
@@ -319,7 +329,8 @@ class StagingArea:
             dangling_deletes=tuple(str(d.location()) for d in dangling),
             replaced_bytes=group.total_bytes, applied_deletes=sum(f.delete_files for f in group.files),
             _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id,
-            feed=fed, replaced_rows={f.path: f.record_count for f in group.files} if fed is not None else {})
+            feed=fed, replaced_rows={f.path: f.record_count for f in group.files} if fed is not None else {},
+            codec=codec)
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
         """min/max of each z-order column over the group's rows (one small aggregate pass)."""

@@ -317,7 +317,7 @@ class Compactor(ContractOperation):
                  "staged_snapshot_id": staged.staged_snapshot_id,
                  "replaced_files": len(staged.replaced_files), "new_files": len(staged.new_files),
                  "dangling_deletes": len(staged.dangling_deletes), "published_snapshot_id": None,
-                 "verdict": "staged"}
+                 "verdict": "staged", **(staged.codec.to_dict() if staged.codec else {})}
         outcome.staged.append(entry)
         _add_seconds(outcome, "rewrite_seconds", t0)
         try:
