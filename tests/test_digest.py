@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conftest import current_snapshot, two_versions
-from icemaint.engine.digest import WHOLE_ROW, snapshot_digest
+from icemaint.engine.digest import WHOLE_ROW, observed, snapshot_digest
 from icemaint.domain.names import TableName
 from icemaint.engine.validation import COLUMN_AGGREGATES, ROW_COUNT_PARITY, SAMPLE_COMPARISON, validate_rewrite
 
@@ -139,3 +139,20 @@ def test_the_lean_hash_sum_still_sees_a_null_filled_or_moved(spark, config, tabl
                                  sample_fraction=1.0, seed=0, detail=False)
         sums[label] = digest.aggregates[(WHOLE_ROW, "hash_sum")]
     assert len(set(sums.values())) == 3, sums
+
+
+def test_observed_metrics_are_read_by_name_as_pyspark_reads_them_and_none_when_not_collected(spark):
+    from pyspark.sql import Observation, functions as F
+
+    seen = Observation("icemaint_test_observed")
+    spark.range(5).observe(seen, F.count(F.lit(1)).alias("m0"), F.sum("id").alias("m1"), F.lit("1:2").alias("m2"),
+                           F.sum(F.when(F.col("id") > 9, F.col("id"))).alias("m3"),
+                           F.sum(F.col("id").cast("decimal(38,0)")).alias("m4")).collect()
+    values = observed(seen, 5)
+    assert values == [5, 10, "1:2", None, 10]
+    assert values == [seen.get[f"m{i}"] for i in range(5)]  # pyspark's own reading of the same metrics
+
+    # A plan that never ran the observation's node (optimised away): Spark completes it without metrics.
+    skipped = Observation("icemaint_test_skipped")
+    spark.range(5).observe(skipped, F.count(F.lit(1)).alias("m0")).where("false").collect()
+    assert observed(skipped, 1) is None

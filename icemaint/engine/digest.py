@@ -238,13 +238,25 @@ def rows_digest(rows, snapshot_id: int, *, sample_fraction: float, seed: int,
     sampled._jdf.queryExecution().executedPlan()
     planned = time.monotonic()
     sample = sampled.toPandas()  # the action: the Observation's metrics come with it
-    metrics = observation.get
-    values = [metrics[f"m{i}"] for i in range(len(exprs))]
+    values = observed(observation, len(exprs))
+    if values is None:
+        raise RuntimeError(f"Spark delivered no digest metrics for snapshot {snapshot_id}")
     out = aggregate_values(aggregates, values[1:])
     read = {"planning_ms": round((planned - started) * 1000, 3),
             "scan_ms": round((time.monotonic() - planned) * 1000, 3), "rows": int(values[0])}
     return SnapshotDigest(snapshot_id=int(snapshot_id), row_count=int(values[0]), aggregates=out,
                           sample=sample.astype({"fp1": "int64", "fp2": "int64"}), read=read)
+
+
+def observed(observation, count: int) -> list | None:
+    """The observed metrics `m0` .. `m{count - 1}`, each read by its name; None when Spark completed the
+    observation without them. Not pyspark's `Observation.get`: it walks the Java map to its end, which Py4J
+    signals with a Java exception that pyspark converts, inspects and formats (~8 ms a call, measured, against
+    ~1 ms for these reads)."""
+    metrics = observation._jo.getAsJava()
+    if not metrics.containsKey("m0"):
+        return None
+    return [metrics.get(f"m{i}") for i in range(count)]
 
 
 def aggregate_values(aggregates: list[Aggregate], values: list) -> dict[tuple[str, str], str | None]:
@@ -336,10 +348,11 @@ class FeedDigest:
                 if time.monotonic() > deadline:
                     return None
                 time.sleep(0.01)
-            metrics = self._observation.get
             # Spark completes the observation with no metrics when the plan that ran did not collect them
-            values = [metrics[f"m{i}"] for i in range(1 + n_exprs + 3)]
-        except (Py4JError, KeyError):
+            values = observed(self._observation, 1 + n_exprs + 3)
+        except Py4JError:
+            return None
+        if values is None:
             return None
         high, low, sample_text = values[1 + n_exprs:]
         fp = [int(v) for v in sample_text.replace(":", ",").split(",")] if sample_text else []
