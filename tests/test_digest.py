@@ -156,3 +156,29 @@ def test_observed_metrics_are_read_by_name_as_pyspark_reads_them_and_none_when_n
     skipped = Observation("icemaint_test_skipped")
     spark.range(5).observe(skipped, F.count(F.lit(1)).alias("m0")).where("false").collect()
     assert observed(skipped, 1) is None
+
+
+def test_the_row_hash_tells_null_positions_and_zero_signs_apart_past_one_masks_worth_of_columns(spark):
+    from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+
+    from icemaint.engine.digest import row_hash_args
+
+    # 64 longs then 2 doubles: 68 flags, two masks; the doubles' flags land in the second mask.
+    schema = StructType([StructField(f"c{i}", LongType()) for i in range(64)]
+                        + [StructField("x", DoubleType()), StructField("y", DoubleType())])
+    base = [7] * 64 + [0.0, 1.5]
+
+    def variant(**changes):
+        row = list(base)
+        for name, value in changes.items():
+            row[[f.name for f in schema.fields].index(name)] = value
+        return tuple(row)
+
+    rows = [variant(), variant(c0=None, c1=7), variant(c61=None), variant(c62=None), variant(c63=None),
+            variant(x=-0.0), variant(x=None), variant(y=None), variant(c63=None, y=None), variant(c62=None, x=-0.0)]
+    frame = spark.createDataFrame(rows + [variant()], schema)
+    hashes = [r[0] for r in frame.selectExpr(f"xxhash64(0, {row_hash_args(schema)})").collect()]
+    assert len(set(hashes[:-1])) == len(rows), "rows that differ only in NULL positions or a zero's sign collided"
+    assert hashes[-1] == hashes[0]  # the same row hashes alike
+    args = row_hash_args(schema)
+    assert args.count(" ELSE 0L END)") == 68 and args.count("THEN 1L ELSE") == 2  # every flag, in two masks

