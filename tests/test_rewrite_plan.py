@@ -80,3 +80,42 @@ def test_each_spec_is_written_as_its_own_group():
     files = [f("o1", 1, "d=1", spec=0), f("o2", 1, "d=1", spec=0), f("n1", 1, "h=1", spec=1), f("n2", 1, "h=1", spec=1)]
     groups = plan(files)
     assert paths(groups) == [["o1", "o2"], ["n1", "n2"]] and [g.spec_id for g in groups] == [0, 1]
+
+
+# -- read splits --------------------------------------------------------------------------------------
+
+def test_read_splits_make_no_more_tasks_than_output_files_where_a_plain_share_made_one_more():
+    from icemaint.domain.rewrite_plan import next_fit_splits, read_splits
+
+    sizes = [20_971] * 54  # the nightly estate's date: 54 files, 5 outputs of a 256 KiB target
+    old_share = sum(sizes) // 5 + 1
+    assert next_fit_splits(sizes, old_share) == 6  # the sixth split wrote a 61 KB file
+    splits = read_splits(sizes, sum(sizes), 256 * 1024)
+    assert (splits.files, splits.lookback) == (5, 1)
+    assert next_fit_splits(sizes, splits.split_bytes) == 5
+    assert next_fit_splits(sizes, splits.split_bytes - 1) > 5  # the smallest split that does it
+    assert splits.split_bytes == 11 * 20_971 and splits.writer_target == 256 * 1024 * 7 // 5
+
+
+def test_read_splits_hold_their_bound_on_uneven_sizes_and_give_the_writer_room_past_the_split():
+    import random
+
+    from icemaint.domain.rewrite_plan import next_fit_splits, read_splits
+
+    rng = random.Random(7)
+    for _ in range(300):
+        target = rng.choice([100, 1_000, 128 * 2**20])
+        sizes = [rng.randint(1, max(1, target // rng.choice([2, 3, 10, 50]))) for _ in range(rng.randint(1, 400))]
+        splits = read_splits(sizes, sum(sizes), target)
+        if splits.lookback is None:  # one output, or a file above a share: the plain share, as before
+            assert splits.files == 1 or max(sizes) > sum(sizes) // splits.files + 1
+            continue
+        assert next_fit_splits(sizes, splits.split_bytes) <= splits.files, (sizes, target)
+        assert splits.writer_target == max(target + 2 * target // 5, splits.split_bytes) >= max(sizes)
+
+
+def test_a_file_above_a_share_keeps_the_plain_share_for_iceberg_to_cut_at_row_groups():
+    from icemaint.domain.rewrite_plan import read_splits
+
+    splits = read_splits([1_000, 10, 10], 1_020, 400)
+    assert (splits.files, splits.split_bytes, splits.writer_target, splits.lookback) == (3, 341, 560, None)

@@ -34,7 +34,7 @@ from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC,
 from icemaint.engine.digest import can_feed
 from icemaint.engine.planning import date_filter, plan_files
 from icemaint.engine.spark_session import iceberg_table
-from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey
+from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey, read_splits
 
 log = logging.getLogger(__name__)
 
@@ -218,10 +218,12 @@ class StagingArea:
         self.track_task_set(set_id)
         return set_id
 
-    def _read_set(self, set_id: str, split_size: int | None = None):
+    def _read_set(self, set_id: str, split_size: int | None = None, lookback: int | None = None):
         reader = self.spark.read.format("iceberg").option("scan-task-set-id", set_id)
         if split_size:
             reader = reader.option("split-size", str(int(split_size))).option("file-open-cost", "0")
+        if lookback:
+            reader = reader.option("lookback", str(int(lookback)))
         return reader.load(self.name.sql(self.catalog))
 
     def _write_replacements(self, rows, set_id: str, options: dict[str, str]) -> list:
@@ -282,12 +284,11 @@ class StagingArea:
         manifest's record counts), whose writer reads its input exactly once."""
         branch = self.open_branch(index, base_snapshot_id)
         tasks = [tasks_by_path[f.path] for f in group.files]
-        expected = max(1, -(-group.total_bytes // max(1, target_file_size_bytes)))
         # A task's size counts its delete files too: split by what the reader will weigh.
-        weighed = sum(self._weights[f.path] if f.path in self._weights else int(t.sizeBytes())
-                      for f, t in zip(group.files, tasks))
+        splits = read_splits([self._weights[f.path] if f.path in self._weights else int(t.sizeBytes())
+                              for f, t in zip(group.files, tasks)], group.total_bytes, target_file_size_bytes)
         set_id = self._stage_tasks(tasks)
-        rows = self._read_set(set_id, split_size=weighed // expected + 1)
+        rows = self._read_set(set_id, split_size=splits.split_bytes, lookback=splits.lookback)
         fed = None
         if feed is not None and strategy == "binpack" and not any(f.delete_files for f in group.files):
             try:
@@ -298,7 +299,7 @@ class StagingArea:
                             self.name.key, java_root_message(exc))
         # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
         codec = self.write_codec()
-        options = {"target-file-size-bytes": str(int(target_file_size_bytes)),
+        options = {"target-file-size-bytes": str(splits.writer_target),
                    "output-spec-id": str(group.spec_id), "distribution-mode": "none", **codec.options}
         if strategy != "binpack":
             from icemaint.domain.rewrite_plan import order_by_sql, zorder_sql
