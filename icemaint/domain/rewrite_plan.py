@@ -128,7 +128,7 @@ def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delet
 
 
 # ---------------------------------------------------------------------------------------------
-# Sort and z-order
+# Read splits: one read task per output file
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,10 @@ def next_fit_splits(sizes: list[int], split_bytes: int) -> int:
             splits, filled = splits + 1, 0
         filled += size
     return splits
+
+
+# ---------------------------------------------------------------------------------------------
+# Sort and z-order
 
 
 @dataclass(frozen=True)
