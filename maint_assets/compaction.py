@@ -148,6 +148,8 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
     same dates of several tables: the tick's catch-up) materializes each partition on its own, and fails at the
     end naming every partition that was not done.
     """
+    if not config.dry_run:
+        spark.start_in_background()  # the JVM starts while the claims are taken and the targets decided
     tags = context.run.tags
     planned = tags.get(PLANNED_SNAPSHOT_TAG)
     planned_schema = tags.get(PLANNED_SCHEMA_TAG)

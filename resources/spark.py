@@ -3,7 +3,7 @@
 
 from dagster import ConfigurableResource
 
-from icemaint.engine.spark_session import LazySession, get_spark
+from icemaint.engine.spark_session import LazySession, get_spark, start_in_background
 from resources.settings import MaintenanceSettings
 
 
@@ -20,6 +20,10 @@ class SparkResource(ConfigurableResource):
     def lazy_session(self) -> LazySession:
         """The session, started only when something first uses it."""
         return LazySession(self.settings.config)
+
+    def start_in_background(self) -> None:
+        """Starts the session in a daemon thread for a run about to do Spark work; the first use waits for it."""
+        start_in_background(self.settings.config)
 
     @property
     def catalog(self) -> str:

@@ -87,6 +87,10 @@ def _outcome_line(o: dict) -> str:
 
 
 def cmd_compact(config: MaintenanceConfig, args) -> int:
+    if not args.dry_run:
+        from icemaint.engine.spark_session import start_in_background
+
+        start_in_background(config)  # the JVM starts while Dagster loads and the run decides
     from icemaint.app.runner import MaintenanceRunner
 
     runner = MaintenanceRunner(config, args.config)
@@ -117,6 +121,10 @@ def cmd_maintain(config: MaintenanceConfig, args) -> int:
 
     if args.date and args.all_due:
         raise ValueError("--date and --all-due exclude each other: give dates, or let the pass find the due ones")
+    if not args.dry_run:
+        from icemaint.engine.spark_session import start_in_background
+
+        start_in_background(config)  # the JVM starts while Dagster loads and the pass decides
     runner = MaintenanceRunner(config, args.config)
     dates = [runner.check_date(d) for d in args.date or []]
     try:

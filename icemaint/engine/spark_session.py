@@ -254,6 +254,38 @@ def _running_session(session_class):
     return session
 
 
+_STARTING: threading.Thread | None = None
+_STARTING_LOCK = threading.Lock()
+
+
+def start_in_background(config: MaintenanceConfig) -> None:
+    """Starts the process's session in a daemon thread, once per process, and returns at once.
+
+    For a command that is about to do Spark work (a compaction that is not a dry run): its JVM starts while
+    Python is still loading Dagster and deciding, on the core Python leaves idle, instead of after the
+    decision. The first use of the session waits for the start to finish (`get_spark` holds its lock while
+    it builds) and then shares the session. A start that fails is not reported here: the first use starts
+    the session again, in the caller's thread, and says what fails. A run that turns out to need no Spark
+    (a date that is not due) leaves the JVM unused; it ends with the process.
+    """
+    global _STARTING
+    from pyspark.sql import SparkSession
+
+    with _STARTING_LOCK:
+        if _STARTING is not None or _running_session(SparkSession) is not None:
+            return
+        _STARTING = threading.Thread(target=_start_quietly, args=(config,), name="icemaint-start-spark",
+                                     daemon=True)
+        _STARTING.start()
+
+
+def _start_quietly(config: MaintenanceConfig) -> None:
+    try:
+        get_spark(config)
+    except Exception:  # noqa: BLE001 - the first use starts it again and reports the failure in its own thread
+        pass
+
+
 class LazySession:
     """A SparkSession started on first use: a run that decides from metadata alone (a dry run, a date
     that is not due) never starts a JVM. Every attribute is the session's."""

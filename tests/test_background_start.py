@@ -1,0 +1,72 @@
+"""A command about to do Spark work starts its JVM in the background (`spark_session.start_in_background`): the
+session it makes is the one the first use gets, and a start that fails is reported by that first use, in its
+own thread, as the one-line error a lazy start gives."""
+
+import os
+import sys
+
+import pytest
+
+from conftest import run_json_script, write_config
+
+STARTS_ALONE = """
+    import json, sys, threading, time
+    from pyspark.sql import SparkSession
+    from icemaint.config import load_config
+    from icemaint.engine import spark_session
+
+    config = load_config(sys.argv[1])
+    spark_session.start_in_background(config)
+    spark_session.start_in_background(config)  # once per process
+    starters = sum(1 for t in threading.enumerate() if t.name == "icemaint-start-spark")
+    deadline = time.monotonic() + 120
+    while spark_session._running_session(SparkSession) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = spark_session._running_session(SparkSession)
+    spark = spark_session.get_spark(config)
+    print(json.dumps({"starters": starters, "started_without_a_caller": started is not None,
+                      "first_use_gets_it": spark is started, "rows": spark.range(3).count(),
+                      "catalog": spark.conf.get("spark.sql.catalog.lake", None)}))
+"""
+
+FAILS_QUIETLY = """
+    import io, json, sys, threading
+    from icemaint.config import load_config
+    from icemaint.engine import spark_session
+
+    config = load_config(sys.argv[1])
+    sys.stderr = io.StringIO()  # what the background thread would print
+    spark_session.start_in_background(config)
+    [starter] = [t for t in threading.enumerate() if t.name == "icemaint-start-spark"]
+    starter.join(60)
+    try:
+        spark_session.get_spark(config)
+        error = None
+    except spark_session.JavaMissing as exc:
+        error = str(exc)
+    print(json.dumps({"starter_done": not starter.is_alive(), "error": error, "printed": sys.stderr.getvalue()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.java
+def test_a_background_start_makes_the_session_the_first_use_gets(tmp_path, lake_root):
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        spark={"conf": {"spark.ui.enabled": "false"}})
+    result = run_json_script(STARTS_ALONE, str(path))
+    assert result["starters"] == 1
+    assert result["started_without_a_caller"] is True  # nothing but the background thread asked for it
+    assert result["first_use_gets_it"] is True and result["rows"] == 3
+    assert result["catalog"] == "org.apache.iceberg.spark.SparkCatalog"
+
+
+def test_a_start_that_fails_is_reported_by_the_first_use_and_prints_nothing(tmp_path, lake_root):
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    bin_dir = tmp_path / "bin"  # python and nothing else: no java
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "SPARK_HOME")}
+    env["PATH"] = f"{bin_dir}:/usr/bin/does-not-exist"
+    result = run_json_script(FAILS_QUIETLY, str(path), env=env)
+    assert result["starter_done"] is True and result["printed"] == ""
+    assert result["error"] and "java" in result["error"].lower() and "\n" not in result["error"]
