@@ -137,8 +137,10 @@ PROOF_ISSUE_20 = 1.5
 
 
 def _fed(case: dict) -> bool:
-    """Whether the after-version's proof took the old side's digest from the rewrite's own read."""
-    return bool(case["buys"]["proof_read"]["new"]["before"].get("fed_by_rewrite"))
+    """Whether the after-version's proofs took the old side's digest from the rewrite's own read (every run's
+    outcome says so; the read summaries keep only times)."""
+    runs = case.get("runs", {}).get("new_proof") or []
+    return bool(runs) and all((r.get("read_before") or {}).get("fed_by_rewrite") for r in runs)
 
 
 def _why_validation(case: dict, limit: float = 1.35) -> list[str]:
@@ -150,8 +152,8 @@ def _why_validation(case: dict, limit: float = 1.35) -> list[str]:
     if _fed(case):
         digest = v["new_proof"]["rewrite_seconds"] - v["new_noproof"]["rewrite_seconds"]
         return [f"With its proof the compaction took {_x(v['new_proof']['wall_seconds'] / bare)} of the bare rewrite: "
-                f"the stage write with the digest of the replaced rows (count, non-null counts, the whole-row hash "
-                f"sum, each row's file and a sample, taken while the writer reads them) "
+                f"the stage write with the digest of the replaced rows (count, the whole-row hash sum, each row's "
+                f"file and a sample, taken while the writer reads them) "
                 f"{_s(v['new_proof']['rewrite_seconds'])}, {_s(digest)} more than the stage write alone; the GX "
                 f"proof {_s(proof)} = {_x(proof / bare)} of the bare rewrite, of which reading the staged files "
                 f"{_s(after)}. The digest is hashing every value of every row (and its file path), done by Spark's "
@@ -337,12 +339,35 @@ def _cpu_line(name: str, cpu: dict | None) -> str | None:
             f"{cpu['ours_cpu_seconds']:.0f} CPU s)")
 
 
-def _header(results: dict) -> list[str]:
+def machine_banner(results: dict) -> list[str]:
+    """The report's warning about the machine, or nothing: a full run flags a machine other processes used while
+    the figures were taken; a high load average alone is named as what it was when they measured no use."""
     m = results["machine"]
     load = results["load_average_start"]
     loaded = load is not None and m["cores"] and load[0] > 0.5 * m["cores"]
     others = [c.get("cpu_share", {}).get("others_average_cores") for c in results["cases"]]
     busy_others = any(o is not None and o > 0.1 for o in others)
+    if loaded and others and all(o is not None for o in others) and not busy_others:
+        # The load average lags by minutes (it still counts processes that just ended); what other processes
+        # used while the figures were taken is measured, and it decides.
+        return [f"> Load average {load[0]} on {m['cores']} cores at the start ({results['load_average_end'][0]} at "
+                f"the end), but other processes used " + ", ".join(f"{o:.2f}" for o in others)
+                + " cores on average during the compaction sizes (see *Concurrent load*): the machine was quiet "
+                  "while they were measured; the load average still counted work that had just ended.", ""]
+    if loaded or busy_others:
+        return [f"> The machine was shared: load average {load[0]} on {m['cores']} cores at the start, "
+                f"{results['load_average_end'][0]} at the end; other processes used "
+                + ", ".join(f"{o:.2f}" for o in others if o is not None)
+                + " cores on average during the compaction sizes (see *Concurrent load*). Figures are slower "
+                  "and noisier than on an idle machine; every ratio compares runs interleaved in the same "
+                  "minutes, which cancels a steady load but not bursts.", ""]
+    return []
+
+
+def _header(results: dict) -> list[str]:
+    m = results["machine"]
+    load = results["load_average_start"]
+    loaded = load is not None and m["cores"] and load[0] > 0.5 * m["cores"]
     lines = ["# icemaint benchmarks", ""]
     if results["mode"] == "quick":
         sizes = " and ".join(f"{c['layout']['files']} files" for c in results["cases"])
@@ -353,13 +378,8 @@ def _header(results: dict) -> list[str]:
             + (f", on a loaded machine (load average {load[0]} on {m['cores']} cores at the start)" if loaded else "")
             + ". It proves that the harness runs end to end. Its figures are **not** the project's performance "
               "numbers and its verdicts are indicative only; the full run is `make bench`.", ""]
-    elif loaded or busy_others:
-        lines += [f"> The machine was shared: load average {load[0]} on {m['cores']} cores at the start, "
-                  f"{results['load_average_end'][0]} at the end; other processes used "
-                  + ", ".join(f"{o:.2f}" for o in others if o is not None)
-                  + " cores on average during the compaction sizes (see *Concurrent load*). Figures are slower "
-                    "and noisier than on an idle machine; every ratio compares runs interleaved in the same "
-                    "minutes, which cancels a steady load but not bursts.", ""]
+    else:
+        lines += machine_banner(results)
     if results.get("note"):
         lines += [f"> Note: {results['note']}", ""]
     t = results["timing"]
