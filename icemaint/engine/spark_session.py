@@ -288,7 +288,8 @@ def _start_quietly(config: MaintenanceConfig) -> None:
 
 class LazySession:
     """A SparkSession started on first use: a run that decides from metadata alone (a dry run, a date
-    that is not due) never starts a JVM. Every attribute is the session's."""
+    that is not due) never starts a JVM through it (a command about to do Spark work may have started the
+    session already, `start_in_background`). Every attribute is the session's."""
 
     def __init__(self, config: MaintenanceConfig):
         self._config = config
