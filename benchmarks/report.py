@@ -339,12 +339,16 @@ def _cpu_line(name: str, cpu: dict | None) -> str | None:
             f"{cpu['ours_cpu_seconds']:.0f} CPU s)")
 
 
+def _loaded(results: dict) -> bool:
+    """Whether the load average at the start passed half the cores."""
+    load, cores = results["load_average_start"], results["machine"]["cores"]
+    return bool(load is not None and cores and load[0] > 0.5 * cores)
+
+
 def machine_banner(results: dict) -> list[str]:
     """The report's warning about the machine, or nothing: a full run flags a machine other processes used while
     the figures were taken; a high load average alone is named as what it was when they measured no use."""
-    m = results["machine"]
-    load = results["load_average_start"]
-    loaded = load is not None and m["cores"] and load[0] > 0.5 * m["cores"]
+    m, load, loaded = results["machine"], results["load_average_start"], _loaded(results)
     others = [c.get("cpu_share", {}).get("others_average_cores") for c in results["cases"]]
     busy_others = any(o is not None and o > 0.1 for o in others)
     if loaded and others and all(o is not None for o in others) and not busy_others:
@@ -365,9 +369,7 @@ def machine_banner(results: dict) -> list[str]:
 
 
 def _header(results: dict) -> list[str]:
-    m = results["machine"]
-    load = results["load_average_start"]
-    loaded = load is not None and m["cores"] and load[0] > 0.5 * m["cores"]
+    m, load, loaded = results["machine"], results["load_average_start"], _loaded(results)
     lines = ["# icemaint benchmarks", ""]
     if results["mode"] == "quick":
         sizes = " and ".join(f"{c['layout']['files']} files" for c in results["cases"])

@@ -1,9 +1,11 @@
 """Planning a staged rewrite (pure): which files are rewritten, in which groups, in what order."""
 
+import random
+
 import pytest
 
-from icemaint.domain.rewrite_plan import CandidateFile, SortKey, SortOrderError, order_by_sql, parse_sort_order, plan_groups, \
-    zorder_sql
+from icemaint.domain.rewrite_plan import CandidateFile, SortKey, SortOrderError, next_fit_splits, order_by_sql, \
+    parse_sort_order, plan_groups, read_splits, zorder_sql
 
 MiB = 2**20
 
@@ -85,8 +87,6 @@ def test_each_spec_is_written_as_its_own_group():
 # -- read splits --------------------------------------------------------------------------------------
 
 def test_read_splits_make_no_more_tasks_than_output_files_where_a_plain_share_made_one_more():
-    from icemaint.domain.rewrite_plan import next_fit_splits, read_splits
-
     sizes = [20_971] * 54  # the nightly estate's date: 54 files, 5 outputs of a 256 KiB target
     old_share = sum(sizes) // 5 + 1
     assert next_fit_splits(sizes, old_share) == 6  # the sixth split wrote a 61 KB file
@@ -98,10 +98,6 @@ def test_read_splits_make_no_more_tasks_than_output_files_where_a_plain_share_ma
 
 
 def test_read_splits_hold_their_bound_on_uneven_sizes_and_give_the_writer_room_past_the_split():
-    import random
-
-    from icemaint.domain.rewrite_plan import next_fit_splits, read_splits
-
     rng = random.Random(7)
     for _ in range(300):
         target = rng.choice([100, 1_000, 128 * 2**20])
@@ -115,7 +111,5 @@ def test_read_splits_hold_their_bound_on_uneven_sizes_and_give_the_writer_room_p
 
 
 def test_a_file_above_a_share_keeps_the_plain_share_for_iceberg_to_cut_at_row_groups():
-    from icemaint.domain.rewrite_plan import read_splits
-
     splits = read_splits([1_000, 10, 10], 1_020, 400)
     assert (splits.files, splits.split_bytes, splits.writer_target, splits.lookback) == (3, 341, 560, None)

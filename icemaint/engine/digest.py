@@ -127,6 +127,7 @@ def row_hash_args(schema) -> str:
         flags.append(f"isnull({col})")
         if isinstance(field.dataType, (DoubleType, FloatType)):
             flags.append(f"({col} = 0 AND pow({col}, -1) < 0)")
+        # the value alone, not `comparable()`, which adds the zero's sign the mask already holds
         values.append(f"to_json({col})" if _contains_map(field.dataType) else col)
     masks = [" | ".join(f"(CASE WHEN {flag} THEN {1 << bit}L ELSE 0L END)"
                         for bit, flag in enumerate(flags[start:start + _MASK_BITS]))
