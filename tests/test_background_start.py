@@ -30,14 +30,15 @@ STARTS_ALONE = """
 """
 
 FAILS_QUIETLY = """
-    import io, json, sys, threading
+    import io, json, sys, traceback
     from icemaint.config import load_config
     from icemaint.engine import spark_session
 
     config = load_config(sys.argv[1])
     sys.stderr = io.StringIO()  # what the background thread would print
+    sys.excepthook = lambda *exc: traceback.print_exception(*exc, file=sys.__stderr__)  # this script's own failures
     spark_session.start_in_background(config)
-    [starter] = [t for t in threading.enumerate() if t.name == "icemaint-start-spark"]
+    starter = spark_session._STARTING  # it may have ended already: without java it fails at once
     starter.join(60)
     try:
         spark_session.get_spark(config)
