@@ -379,12 +379,24 @@ def test_bad_or_stale_plans_are_refused_and_change_nothing(spark, config, table_
         plan_expiry(snaps, refs, now_utc(), TablePolicy(), older_than_seconds=-60)
     assert listing(root) == before
 
+    # A writer's commit on top since planning: Iceberg's rule would now expire one more (retain_last counts
+    # from the new head), the call expires exactly the planned one.
     spark.sql(f"INSERT INTO lake.{table_name} VALUES (1000, TIMESTAMP '2024-01-01 00:00:00', 'new')")
+    result = expire_snapshots(spark, "lake", table_name, plan)
+    assert result.expired_snapshot_ids == plan.expiring_snapshot_ids == (snaps[0].snapshot_id,)
+    left = read_snapshots(spark, "lake", table_name)[0]
+    assert [s.snapshot_id for s in left][:2] == [s.snapshot_id for s in snaps[1:]] and len(left) == 3
+
+    # A planned snapshot tagged since planning: stale, nothing changes.
+    plan = plan_expiry(left, read_snapshots(spark, "lake", table_name)[1], now_utc(), TablePolicy(),
+                       older_than_seconds=0, retain_last=1)
+    assert len(plan.expiring_snapshot_ids) == 2
+    spark.sql(f"ALTER TABLE lake.{table_name} CREATE TAG kept AS OF VERSION {plan.expiring_snapshot_ids[0]}")
     before = listing(root)
-    with pytest.raises(RetentionError, match="stale"):
+    with pytest.raises(RetentionError, match=f"stale: planned snapshots \\[{plan.expiring_snapshot_ids[0]}\\]"):
         expire_snapshots(spark, "lake", table_name, plan)
     assert listing(root) == before
-    assert len(read_snapshots(spark, "lake", table_name)[0]) == 4
+    assert len(read_snapshots(spark, "lake", table_name)[0]) == 3
 
 
 def referenced_files(spark, name: str) -> set[str]:

@@ -28,7 +28,7 @@ class RetentionError(ValueError):
 
 
 class StaleExpiryPlan(RetentionError):
-    """The table moved since the expiry was planned: Iceberg would now expire other snapshots."""
+    """The table moved since the expiry was planned: a planned snapshot is now kept by a ref, or gone."""
 
 
 class ConcurrentExpiry(RetentionError):

@@ -304,25 +304,35 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
 
 def _check_plan_current(plan: ExpiryPlan, snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef],
                         table: TableName) -> set[int]:
+    """The planned snapshots, when Iceberg's rule with the plan's arguments still expires every one of them.
+
+    A writer's commits since planning only add snapshots on top of main; the rule may then expire more than
+    was planned (a newer head moves the `retain_last` window), but the call names the planned ids, so only
+    those go. A planned snapshot the rule now keeps (a tag or branch made on it since) or that is gone
+    makes the plan stale: nothing runs, the caller plans again.
+    """
     now_ms = _ms(datetime.now(timezone.utc))
     retained = procedure_retains(snapshots, refs, _ms(plan.older_than), plan.retain_last, now_ms)
-    expiring = {s.snapshot_id for s in snapshots} - retained
-    if expiring != set(plan.expiring_snapshot_ids):
+    expirable = {s.snapshot_id for s in snapshots} - retained
+    planned = set(plan.expiring_snapshot_ids)
+    if not planned <= expirable:
+        kept = planned - expirable
         raise StaleExpiryPlan(
-            f"the expiry plan for {table.key} is stale: with its arguments Iceberg would now expire "
-            f"{sorted(expiring)} instead of the planned {sorted(plan.expiring_snapshot_ids)}; plan again")
-    return expiring
+            f"the expiry plan for {table.key} is stale: planned snapshots {sorted(kept)} are now kept by a ref or "
+            "gone; plan again")
+    return planned
 
 
 def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPlan, *,
                      dry_run: bool = False, before_commit: BeforeCommit | None = None) -> ExpiryResult:
     """Expires exactly the planned snapshots with Iceberg's `expire_snapshots`.
 
-    The table is read again first; if Iceberg would now expire anything other than the
-    planned snapshots with the plan's arguments (the table moved on), nothing runs and
-    `StaleExpiryPlan` says so. The call names the planned snapshot ids (with a cutoff that expires
-    nothing else), so a writer's commit between that check and the commit cannot make Iceberg expire
-    a snapshot the plan kept (the current snapshot of the planning moment, an in-flight run's base).
+    The table is read again first; if Iceberg's rule with the plan's arguments no longer expires every
+    planned snapshot (one was tagged or branched since, or is gone), nothing runs and `StaleExpiryPlan`
+    says so. A writer's commits on top since planning do not make the plan stale. The call names the
+    planned snapshot ids (with a cutoff that expires nothing else), so a writer's commit before or during
+    the call cannot make Iceberg expire a snapshot the plan kept (the current snapshot of the planning
+    moment, an in-flight run's base).
     With `plan.keep_files` the snapshots are expired through the Java API with
     `cleanExpiredFiles(false)` (the procedure has no such argument): files stay on disk and are
     left to orphan-file removal.
@@ -339,7 +349,7 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
         ExpiryResult with snapshot counts, files deleted per kind and bytes reclaimed.
 
     Raises:
-        StaleExpiryPlan: The table moved since planning; nothing changed.
+        StaleExpiryPlan: A planned snapshot is now kept by a ref, or gone; nothing changed.
         RetentionConflict: Iceberg refused the commit because of a writer's commit; nothing changed.
         RetentionCommitUnknown: The catalog could not confirm the commit and the planned snapshots are
             still there after a re-read.

@@ -279,8 +279,9 @@ class Housekeeper(ContractOperation):
         return ", ".join(f"{key}={value}" for key, value in sorted(differ.items()))
 
     def _expire_snapshots(self, name: TableName, policy, request: ExpiryRequest, outcome: RetentionOutcome) -> None:
-        # A writer that does not take the claim may commit between planning and the call: plan again on
-        # the table as it is then, up to max_commit_retries, then defer.
+        # A writer that does not take the claim may commit between planning and the call. Commits on top do
+        # not disturb the plan (the call names its snapshots); a planned snapshot tagged or gone since, or a
+        # commit Iceberg refuses: plan again on the table as it is then, up to max_commit_retries, then defer.
         attempt = 0
         while True:
             attempt += 1
