@@ -1,13 +1,13 @@
-"""`icemaint.observe.manifest_reader.live_entries` against pyiceberg's own `fetch_manifest_entry`, on tables of
-several manifest shapes read one after the other (the reader it keeps per Avro schema must never serve a file
-of another schema): format v1 and v2, partitioned two ways and unpartitioned, a spec that evolved, position
-deletes, and manifests a rewrite left with deleted entries."""
+"""`icemaint.observe.manifest_reader.live_entries` and `live_files` against pyiceberg's own
+`fetch_manifest_entry`, on tables of several manifest shapes read one after the other (the reader it keeps
+per Avro schema must never serve a file of another schema): format v1 and v2, partitioned two ways and
+unpartitioned, a spec that evolved, position deletes, and manifests a rewrite left with deleted entries."""
 
 from __future__ import annotations
 
 from icemaint.observe import manifest_reader
 from icemaint.observe.catalog import CatalogReader
-from icemaint.observe.manifest_reader import live_entries
+from icemaint.observe.manifest_reader import live_entries, live_files
 
 
 def _tables(spark, base: str) -> list[str]:
@@ -51,6 +51,8 @@ def test_live_entries_equal_pyiceberg_on_every_manifest_shape(spark, config, tab
         ours = live_entries(manifest, tbl.io)
         theirs = manifest.fetch_manifest_entry(tbl.io, discard_deleted=True)
         assert ours == theirs, manifest.manifest_path
+        assert live_files(manifest.manifest_path, tbl.io) == [
+            (e.data_file.file_path, int(e.data_file.content), e.data_file.file_size_in_bytes) for e in theirs]
         deleted_entries += len(manifest.fetch_manifest_entry(tbl.io, discard_deleted=False)) - len(theirs)
     assert deleted_entries > 0  # the rewrite and the delete left entries that must be skipped
     assert {int(m.content) for _, m in manifests} == {0, 1}  # data and delete manifests

@@ -25,10 +25,16 @@ from icemaint.domain.retention import (
 from icemaint.engine.manifests import rewrite_manifests
 from icemaint.engine.orphans import delete_batches, quarantine_batches, remove_orphan_files
 from icemaint.engine.retention import expire_snapshots, read_snapshots
+from icemaint.observe.catalog import CatalogReader
 
 NOW = datetime(2026, 1, 10, tzinfo=timezone.utc)
 DAY_MS = 86_400_000
 POLICY = TablePolicy(snapshot_older_than_seconds=7 * 86400, snapshot_retain_last=1, snapshot_min_age_seconds=0)
+
+
+def expire(spark, config, table_name: str, plan, **kwargs):
+    """The engine's expiry, with the table's pyiceberg FileIO as the housekeeper passes it."""
+    return expire_snapshots(spark, "lake", table_name, plan, io=CatalogReader(config).load(table_name).io, **kwargs)
 
 
 def history(days_ago: list[float]) -> list[SnapshotInfo]:
@@ -240,12 +246,12 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
     rows_before = {sid: rows_at(spark, table_name, sid) for sid in retained}
     files_before, pointer_before = listing(root), metadata_pointer(root)
 
-    preview = expire_snapshots(spark, "lake", table_name, plan, dry_run=True)
+    preview = expire(spark, config, table_name, plan, dry_run=True)
     assert listing(root) == files_before and metadata_pointer(root) == pointer_before
     assert read_snapshots(spark, "lake", table_name)[0] == snaps
 
     tables_files_before = listing(root, checksums=False)
-    result = expire_snapshots(spark, "lake", table_name, plan)
+    result = expire(spark, config, table_name, plan)
     vanished = set(tables_files_before) - set(listing(root, checksums=False))
     assert result.expired_snapshot_ids == plan.expiring_snapshot_ids
     assert (result.snapshots_before, result.snapshots_after) == (12, 2)
@@ -270,10 +276,9 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
 
 def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snapshots(spark, config, table_name):
     """Append, append, rewrite, append, rewrite, append, rewrite; the first five expire. The files released are
-    read from the newest expiring snapshot that references each released manifest: here three of them (the
-    appends' manifests from the second append, the first rewrite's output and the third append from that
-    append, the second rewrite's output from that rewrite), each holding files the others do not, minus what the
-    two retained snapshots hold: a union that lost a side would predict other files than Iceberg deletes."""
+    the live files of the manifests only they reference (the appends', the first rewrite's output and the third
+    append's, the second rewrite's output), each holding files the others do not, minus what the two retained
+    snapshots hold: a reading that lost a manifest would predict other files than Iceberg deletes."""
     spark.sql(f"CREATE TABLE lake.{table_name} (id BIGINT, v STRING) USING iceberg "
               "TBLPROPERTIES ('format-version'='2')")
     rewrite = f"CALL lake.system.rewrite_data_files(table => '{table_name}', options => map('min-input-files', '2'))"
@@ -293,9 +298,9 @@ def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snap
     rows_before = {sid: rows_at_id(spark, table_name, sid) for sid in ids[5:]}
     root = table_dir(config, table_name)
 
-    preview = expire_snapshots(spark, "lake", table_name, plan, dry_run=True)
+    preview = expire(spark, config, table_name, plan, dry_run=True)
     before = listing(root, checksums=False)
-    result = expire_snapshots(spark, "lake", table_name, plan)
+    result = expire(spark, config, table_name, plan)
     vanished = set(before) - set(listing(root, checksums=False))
     assert {p for p in vanished if "/data/" in p} == released
     assert result.data_files_deleted == len(released) == result.procedure_counts["deleted_data_files_count"]
@@ -308,6 +313,33 @@ def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snap
     for sid, rows in rows_before.items():
         assert rows_at_id(spark, table_name, sid) == rows
     assert [r[0] for r in rows_before[ids[6]]] == [1, 2, 3, 4, 5]
+
+
+def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, config, table_name):
+    """Three appends, their manifests rewritten into one, an append; the first three expire. Their manifests
+    are released, but every file in them is live in the rewritten manifest: no data file goes, the preview
+    says so (it did not when the released manifests' files were not checked against the retained ones)."""
+    spark.sql(f"CREATE TABLE lake.{table_name} (id BIGINT, v STRING) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    for i in range(3):
+        spark.sql(f"INSERT INTO lake.{table_name} VALUES ({i}, 'v{i}')")
+    spark.sql(f"CALL lake.system.rewrite_manifests(table => '{table_name}')")
+    spark.sql(f"INSERT INTO lake.{table_name} VALUES (3, 'v3')")
+    snaps, refs = read_snapshots(spark, "lake", table_name)
+    plan = plan_expiry(snaps, refs, now_utc(), TablePolicy(snapshot_min_age_seconds=0), older_than_seconds=0,
+                       retain_last=2)
+    assert len(plan.expiring_snapshot_ids) == 3
+    root = table_dir(config, table_name)
+    preview = expire(spark, config, table_name, plan, dry_run=True)
+    before = listing(root, checksums=False)
+    result = expire(spark, config, table_name, plan)
+    vanished = set(before) - set(listing(root, checksums=False))
+    assert not {p for p in vanished if "/data/" in p}
+    assert preview.data_files_deleted == result.data_files_deleted == 0 == result.procedure_counts[
+        "deleted_data_files_count"]
+    assert preview.manifests_deleted == result.manifests_deleted == 3, (preview, result)
+    assert preview.bytes_reclaimed == result.bytes_reclaimed == sum(before[p][0] for p in vanished)
+    assert [r[0] for r in rows_at_id(spark, table_name, snaps[-1].snapshot_id)] == [0, 1, 2, 3]
 
 
 def rows_at_id(spark, name: str, snapshot_id: int) -> list[tuple]:
@@ -333,7 +365,7 @@ def test_tag_branch_in_flight_and_owner_window_survive_expiry(spark, config, tab
     plan = plan_expiry(snaps, refs, now, policy, in_flight_snapshot_ids={ids[4]})
     rows_before = {sid: rows_at(spark, table_name, sid) for sid in ids}
 
-    result = expire_snapshots(spark, "lake", table_name, plan)
+    result = expire(spark, config, table_name, plan)
     left = {s.snapshot_id for s in read_snapshots(spark, "lake", table_name)[0]}
     # tag, branch head, in-flight base and everything newer on main survive; only 0 and 3 go
     assert set(result.expired_snapshot_ids) == set(plan.expiring_snapshot_ids) == {ids[0], ids[3]}
@@ -357,7 +389,7 @@ def test_keep_files_expires_snapshots_but_leaves_files(spark, config, table_name
     data_before = {p: v for p, v in listing(root).items() if "/data/" in p}
     rows = rows_at(spark, table_name, snaps[-1].snapshot_id)
 
-    result = expire_snapshots(spark, "lake", table_name, plan)
+    result = expire(spark, config, table_name, plan)
     assert result.expired_snapshot_ids == plan.expiring_snapshot_ids
     assert len(read_snapshots(spark, "lake", table_name)[0]) == 1
     after = listing(root)
@@ -374,7 +406,7 @@ def test_bad_or_stale_plans_are_refused_and_change_nothing(spark, config, table_
     root = table_dir(config, table_name)
     before = listing(root)
     with pytest.raises(RetentionError, match="plan.retain_last=0"):
-        expire_snapshots(spark, "lake", table_name, replace(plan, retain_last=0))
+        expire(spark, config, table_name, replace(plan, retain_last=0))
     with pytest.raises(RetentionError, match="older_than=-60"):
         plan_expiry(snaps, refs, now_utc(), TablePolicy(), older_than_seconds=-60)
     assert listing(root) == before
@@ -382,7 +414,7 @@ def test_bad_or_stale_plans_are_refused_and_change_nothing(spark, config, table_
     # A writer's commit on top since planning: Iceberg's rule would now expire one more (retain_last counts
     # from the new head), the call expires exactly the planned one.
     spark.sql(f"INSERT INTO lake.{table_name} VALUES (1000, TIMESTAMP '2024-01-01 00:00:00', 'new')")
-    result = expire_snapshots(spark, "lake", table_name, plan)
+    result = expire(spark, config, table_name, plan)
     assert result.expired_snapshot_ids == plan.expiring_snapshot_ids == (snaps[0].snapshot_id,)
     left = read_snapshots(spark, "lake", table_name)[0]
     assert [s.snapshot_id for s in left][:2] == [s.snapshot_id for s in snaps[1:]] and len(left) == 3
@@ -394,7 +426,7 @@ def test_bad_or_stale_plans_are_refused_and_change_nothing(spark, config, table_
     spark.sql(f"ALTER TABLE lake.{table_name} CREATE TAG kept AS OF VERSION {plan.expiring_snapshot_ids[0]}")
     before = listing(root)
     with pytest.raises(RetentionError, match=f"stale: planned snapshots \\[{plan.expiring_snapshot_ids[0]}\\]"):
-        expire_snapshots(spark, "lake", table_name, plan)
+        expire(spark, config, table_name, plan)
     assert listing(root) == before
     assert len(read_snapshots(spark, "lake", table_name)[0]) == 3
 

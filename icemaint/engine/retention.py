@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Callable, Mapping
 
 from icemaint.domain.names import TableName
-from icemaint.engine.files import Files
+from icemaint.engine.files import LOOKUP_WORKERS, Files
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.engine.staging import COMMIT_STATE_UNKNOWN, CONFLICT_CLASSES, java_exception_class
 from icemaint.domain.policy import DEFAULT_CHECKPOINT_MARKERS
@@ -232,74 +232,71 @@ class _ReleasedFile:
     size: int
 
 
-def _union(frames: list):
-    """The union of separately analysed DataFrames (each resolved its own `VERSION AS OF`)."""
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
-
-
 def _files_released(spark, catalog: str, table: TableName, snapshots: list[SnapshotInfo],
-                    expiring: set[int]) -> list[_ReleasedFile]:
+                    expiring: set[int], io) -> list[_ReleasedFile]:
     """Files that only the expiring snapshots reference: what Iceberg deletes when they expire.
 
     Iceberg deletes the live entries of every manifest no retained snapshot references (a released
-    manifest) that are not live in a retained snapshot, the released manifests, and the expiring snapshots'
-    manifest lists. All of it is worked out by Spark, and no query makes Iceberg plan over every snapshot's
-    manifest list in the driver (the `all_files` table does: about n²/2 manifest entries held at once for a
-    table of n single-file commits, out of memory at 2g on 3,000 of them):
+    manifest) that are not live in a retained manifest, the released manifests, and the expiring snapshots'
+    manifest lists. No query makes Iceberg plan over every snapshot's manifest list in the driver (the
+    `all_files` table does: about n²/2 manifest entries held at once for a table of n single-file commits,
+    out of memory at 2g on 3,000 of them):
 
-    - one aggregated query of `all_manifests` (read distributed, a row per snapshot and manifest) gives each
-      manifest and the newest expiring and the newest retained snapshot (by commit time) that reference it;
-    - the live files of a released manifest are live in the newest expiring snapshot referencing it, so the
-      `files` of those few snapshots (a history's later snapshots list most of its manifests: one on a
-      streaming table) cover every released manifest's; the files they hold that are not in a released
-      manifest are live in a retained one, and subtracted with the rest of what is retained;
-    - what is retained is the `files` of the newest retained snapshot referencing each retained manifest;
-    - the subtraction is a Spark anti-join, so only the released files reach the driver.
+    - one aggregated query of `all_manifests` (read distributed, a row per snapshot and manifest) says which
+      manifests only expiring snapshots reference, and which a retained one does;
+    - each released manifest is read once, and each retained manifest that holds EXISTING entries (where a
+      manifest rewrite or merge carries live files) once, with pyiceberg's reader on `io`, several at a
+      time; only the released files are kept.
+
+    Reading the `files` table of the newest expiring snapshot that referenced each released manifest did the
+    same work with every manifest of each such snapshot read again: on a table with a writer's deletes every
+    few commits (a snapshot to read per delete) that was 33 of an expiry's 60 s on the Spark cluster.
     """
     if not expiring:
         return []
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-    # Each snapshot's place in commit order, and whether it expires; a snapshot not read (a writer's commit
-    # since) is retained, and newer than all.
-    order = sorted(snapshots, key=lambda s: (s.timestamp_ms, s.snapshot_id))
-    ranks = spark.createDataFrame(
-        [(s.snapshot_id, i, s.snapshot_id in expiring) for i, s in enumerate(order)],
-        StructType([StructField("sid", LongType()), StructField("rank", LongType()),
-                    StructField("expiring", BooleanType())]))
-    listed = spark.table(_metadata_table(catalog, table, "all_manifests")).select("path", "length",
-                                                                              "reference_snapshot_id")
+    # A snapshot not read (a writer's commit since) is retained.
+    ranks = spark.createDataFrame([(s.snapshot_id, s.snapshot_id in expiring) for s in snapshots],
+                                  StructType([StructField("sid", LongType()), StructField("expiring", BooleanType())]))
+    listed = spark.table(_metadata_table(catalog, table, "all_manifests"))
     manifests = (listed.join(ranks, listed["reference_snapshot_id"] == ranks["sid"], "left").groupBy("path").agg(
         F.max("length").alias("length"),
-        F.expr("max(CASE WHEN expiring THEN named_struct('rank', rank, 'sid', reference_snapshot_id) END).sid")
-        .alias("expiring_by"),
-        F.expr(f"max(CASE WHEN expiring IS NULL OR NOT expiring THEN named_struct('rank', coalesce(rank, "
-               f"{len(order)}L), 'sid', reference_snapshot_id) END).sid").alias("kept_by"))
+        F.expr("bool_or(expiring IS NULL OR NOT expiring)").alias("kept"),
+        # Unknown counts (a manifest written without them) are read.
+        F.expr("max(coalesce(existing_data_files_count, 1) + coalesce(existing_delete_files_count, 0) > 0)")
+        .alias("carries_existing"))
         .orderBy("path").collect())
-    released_manifests = [r for r in manifests if r["kept_by"] is None]
-    released = [_ReleasedFile(r["path"], "manifest", int(r["length"])) for r in released_manifests]
-    covering = sorted({int(r["expiring_by"]) for r in released_manifests})
-    if covering:
-        files_sql = _metadata_table(catalog, table, "files")
-        # One `spark.sql` per snapshot: Spark resolves several `VERSION AS OF` reads of the same metadata table
-        # inside one query to a single version (a UNION of them in SQL silently lost files).
-        candidates = _union([spark.sql(f"SELECT content, file_path, file_size_in_bytes FROM {files_sql} "
-                                       f"VERSION AS OF {sid}") for sid in covering])
-        kept_ids = sorted({int(r["kept_by"]) for r in manifests if r["kept_by"] is not None})
-        if kept_ids:
-            kept = _union([spark.sql(f"SELECT file_path FROM {files_sql} VERSION AS OF {sid}") for sid in kept_ids])
-            candidates = candidates.join(kept, "file_path", "left_anti")
-        released += [
-            _ReleasedFile(r["file_path"], "data" if r["content"] == 0 else "delete", int(r["file_size_in_bytes"]))
-            for r in candidates.distinct().orderBy("file_path").collect()]
+    released = [_ReleasedFile(r["path"], "manifest", int(r["length"])) for r in manifests if not r["kept"]]
+    candidates: dict[str, _ReleasedFile] = {}
+    for files in _read_manifests([f.path for f in released], io):
+        for path, content, size in files:
+            candidates[path] = _ReleasedFile(path, "data" if content == 0 else "delete", size)
+    if candidates:
+        # A file a released manifest added and that is still live was carried into a retained manifest as an
+        # EXISTING entry (a manifest rewrite or merge): only retained manifests holding such entries are read.
+        carriers = [r["path"] for r in manifests if r["kept"] and r["carries_existing"]]
+        for files in _read_manifests(carriers, io):
+            for path, _, _ in files:
+                candidates.pop(path, None)
+    released += sorted(candidates.values(), key=lambda f: f.path)
     lists = [s.manifest_list for s in snapshots if s.snapshot_id in expiring and s.manifest_list]
     sizes = Files(spark, catalog).sizes(lists)
     released += [_ReleasedFile(path, "manifest_list", sizes[path] or 0) for path in lists]
     return released
+
+
+def _read_manifests(paths: list[str], io, workers: int = LOOKUP_WORKERS):
+    """Each manifest's live files (`live_files`), up to `workers` read at once, in the order of `paths`."""
+    from icemaint.observe.manifest_reader import live_files
+
+    if len(paths) < 2:
+        return [live_files(path, io) for path in paths]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(paths)), thread_name_prefix="icemaint-manifests") as pool:
+        return list(pool.map(lambda path: live_files(path, io), paths))
 
 
 def _check_plan_current(plan: ExpiryPlan, snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef],
@@ -323,7 +320,7 @@ def _check_plan_current(plan: ExpiryPlan, snapshots: list[SnapshotInfo], refs: M
     return planned
 
 
-def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPlan, *,
+def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPlan, *, io,
                      dry_run: bool = False, before_commit: BeforeCommit | None = None) -> ExpiryResult:
     """Expires exactly the planned snapshots with Iceberg's `expire_snapshots`.
 
@@ -342,6 +339,8 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
         catalog: Spark catalog name.
         table: The table.
         plan: From `plan_expiry`.
+        io: The table's pyiceberg FileIO (`CatalogReader.load(table).io`): reads the manifests the expiry
+            releases, to say which files go.
         dry_run: Compute the same numbers and change nothing.
         before_commit: Called right before the commit (a test seam).
 
@@ -364,7 +363,7 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     _check_gc_enabled(spark, catalog, table)
     snapshots, refs = read_snapshots(spark, catalog, table)
     expiring = _check_plan_current(plan, snapshots, refs, table)
-    released = _files_released(spark, catalog, table, snapshots, expiring)
+    released = _files_released(spark, catalog, table, snapshots, expiring, io)
     base = dict(table=table.key, dry_run=dry_run, keep_files=plan.keep_files, older_than=plan.older_than,
                 retain_last=plan.retain_last, snapshots_before=len(snapshots))
 

@@ -80,3 +80,19 @@ def live_entries(manifest, io) -> list:
                             read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
         return [_inherit_from_manifest(entry, manifest) for entry in reader
                 if entry.status != ManifestEntryStatus.DELETED]
+
+
+def live_files(manifest_path: str, io) -> list[tuple[str, int, int]]:
+    """(file path, content, size in bytes) of each live entry (ADDED and EXISTING) of the manifest at
+    `manifest_path`: what a cleanup needs of it, read without the manifest's list entry (no inheritance).
+    Content is Iceberg's: 0 data, 1 position deletes, 2 equality deletes."""
+    from pyiceberg.manifest import (
+        DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, DataFile, DataFileContent, FileFormat, ManifestEntry,
+        ManifestEntryStatus,
+    )
+
+    with _avro_file_class()(io.new_input(manifest_path), MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
+                            read_types={-1: ManifestEntry, 2: DataFile},
+                            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
+        return [(entry.data_file.file_path, int(entry.data_file.content), int(entry.data_file.file_size_in_bytes))
+                for entry in reader if entry.status != ManifestEntryStatus.DELETED]

@@ -318,8 +318,8 @@ class Housekeeper(ContractOperation):
             t1 = time.perf_counter()
             note = ""
             try:
-                result = expire_snapshots(self.spark, self.catalog, name, plan, dry_run=request.dry_run,
-                                          before_commit=self._seam(EXPIRE, attempt))
+                result = expire_snapshots(self.spark, self.catalog, name, plan, io=self.reader.load(name.key).io,
+                                          dry_run=request.dry_run, before_commit=self._seam(EXPIRE, attempt))
             except (StaleExpiryPlan, RetentionConflict) as exc:
                 if self._try_again("snapshot expiry", name, policy, outcome, attempt, outcome.before_snapshot_id, exc):
                     continue
