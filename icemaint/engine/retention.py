@@ -258,10 +258,10 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
     from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
     # A snapshot not read (a writer's commit since) is retained.
-    ranks = spark.createDataFrame([(s.snapshot_id, s.snapshot_id in expiring) for s in snapshots],
-                                  StructType([StructField("sid", LongType()), StructField("expiring", BooleanType())]))
+    states = spark.createDataFrame([(s.snapshot_id, s.snapshot_id in expiring) for s in snapshots],
+                                   StructType([StructField("sid", LongType()), StructField("expiring", BooleanType())]))
     listed = spark.table(_metadata_table(catalog, table, "all_manifests"))
-    manifests = (listed.join(ranks, listed["reference_snapshot_id"] == ranks["sid"], "left").groupBy("path").agg(
+    manifests = (listed.join(states, listed["reference_snapshot_id"] == states["sid"], "left").groupBy("path").agg(
         F.max("length").alias("length"),
         F.expr("bool_or(expiring IS NULL OR NOT expiring)").alias("kept"),
         # Unknown counts (a manifest written without them) are read.

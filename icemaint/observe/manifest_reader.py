@@ -66,26 +66,10 @@ def _avro_file_class():
     return CachedAvroFile
 
 
-def live_entries(manifest, io) -> list:
-    """The manifest's live entries (ADDED and EXISTING), as `manifest.fetch_manifest_entry(io)` returns them.
-
-    Only for reads with pyiceberg's manifest-entry read schema: the cache is keyed by the file's schema text."""
-    from pyiceberg.manifest import (
-        DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, DataFile, DataFileContent, FileFormat, ManifestEntry,
-        ManifestEntryStatus, _inherit_from_manifest,
-    )
-
-    with _avro_file_class()(io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
-                            read_types={-1: ManifestEntry, 2: DataFile},
-                            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
-        return [_inherit_from_manifest(entry, manifest) for entry in reader
-                if entry.status != ManifestEntryStatus.DELETED]
-
-
-def live_files(manifest_path: str, io) -> list[tuple[str, int, int]]:
-    """(file path, content, size in bytes) of each live entry (ADDED and EXISTING) of the manifest at
-    `manifest_path`: what a cleanup needs of it, read without the manifest's list entry (no inheritance).
-    Content is Iceberg's: 0 data, 1 position deletes, 2 equality deletes."""
+def _live(manifest_path: str, io) -> list:
+    """The live entries (ADDED and EXISTING) of the manifest at `manifest_path`, as read: nothing inherited
+    from the manifest's list entry yet. Only for pyiceberg's manifest-entry read schema: the cache is keyed by
+    the file's schema text."""
     from pyiceberg.manifest import (
         DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, DataFile, DataFileContent, FileFormat, ManifestEntry,
         ManifestEntryStatus,
@@ -94,5 +78,19 @@ def live_files(manifest_path: str, io) -> list[tuple[str, int, int]]:
     with _avro_file_class()(io.new_input(manifest_path), MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
                             read_types={-1: ManifestEntry, 2: DataFile},
                             read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
-        return [(entry.data_file.file_path, int(entry.data_file.content), int(entry.data_file.file_size_in_bytes))
-                for entry in reader if entry.status != ManifestEntryStatus.DELETED]
+        return [entry for entry in reader if entry.status != ManifestEntryStatus.DELETED]
+
+
+def live_entries(manifest, io) -> list:
+    """The manifest's live entries (ADDED and EXISTING), as `manifest.fetch_manifest_entry(io)` returns them."""
+    from pyiceberg.manifest import _inherit_from_manifest
+
+    return [_inherit_from_manifest(entry, manifest) for entry in _live(manifest.manifest_path, io)]
+
+
+def live_files(manifest_path: str, io) -> list[tuple[str, int, int]]:
+    """(file path, content, size in bytes) of each live entry of the manifest at `manifest_path`: what a
+    cleanup needs of it, read without the manifest's list entry (nothing it holds is inherited).
+    Content is Iceberg's: 0 data, 1 position deletes, 2 equality deletes."""
+    return [(e.data_file.file_path, int(e.data_file.content), int(e.data_file.file_size_in_bytes))
+            for e in _live(manifest_path, io)]

@@ -282,7 +282,7 @@ class Housekeeper(ContractOperation):
         # A writer that does not take the claim may commit between planning and the call. Commits on top do
         # not disturb the plan (the call names its snapshots); a planned snapshot tagged or gone since, or a
         # commit Iceberg refuses: plan again on the table as it is then, up to max_commit_retries, then defer.
-        attempt = 0
+        attempt, io = 0, None
         while True:
             attempt += 1
             outcome.attempts = attempt
@@ -318,8 +318,10 @@ class Housekeeper(ContractOperation):
             t1 = time.perf_counter()
             note = ""
             try:
-                result = expire_snapshots(self.spark, self.catalog, name, plan, io=self.reader.load(name.key).io,
-                                          dry_run=request.dry_run, before_commit=self._seam(EXPIRE, attempt))
+                if io is None:  # the table's file IO, loaded once for every attempt
+                    io = self.reader.load(name.key).io
+                result = expire_snapshots(self.spark, self.catalog, name, plan, io=io, dry_run=request.dry_run,
+                                          before_commit=self._seam(EXPIRE, attempt))
             except (StaleExpiryPlan, RetentionConflict) as exc:
                 if self._try_again("snapshot expiry", name, policy, outcome, attempt, outcome.before_snapshot_id, exc):
                     continue
