@@ -13,9 +13,12 @@ import pytest
 
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.retention import (
+    DRIVER_CLEANUP_MAX_FILES,
+    DRIVER_CLEANUP_MAX_MANIFESTS,
     RetentionError,
     SnapshotInfo,
     SnapshotRef,
+    expiry_cleanup,
     expiry_due,
     manifests_due,
     orphan_cutoff,
@@ -175,6 +178,31 @@ def test_manifests_due(count, small, policy, due, reason):
     assert decided is due and reason in why
 
 
+def test_expiry_cleans_up_in_the_driver_up_to_its_limits_and_on_the_executors_above():
+    assert expiry_cleanup(3_001, 9_003) == "driver"
+    assert expiry_cleanup(DRIVER_CLEANUP_MAX_MANIFESTS, DRIVER_CLEANUP_MAX_FILES) == "driver"
+    assert expiry_cleanup(DRIVER_CLEANUP_MAX_MANIFESTS + 1, 10) == "distributed"
+    assert expiry_cleanup(10, DRIVER_CLEANUP_MAX_FILES + 1) == "distributed"
+    assert expiry_cleanup(10, 10, "distributed") == "distributed"
+    assert expiry_cleanup(10**6, 10**8, "driver") == "driver"
+    with pytest.raises(RetentionError, match="cleanup='executors' must be one of auto, driver, distributed"):
+        expiry_cleanup(1, 1, "executors")
+
+
+# Both places an expiry's cleanup can run delete exactly what was predicted, checked against the disk.
+CLEANUPS = pytest.mark.parametrize("cleanup", ["driver", "distributed"])
+
+
+def procedure_counted(result, vanished_data: int) -> None:
+    """The procedure's own counts (a distributed cleanup's) agree with what the result measured."""
+    if result.cleanup == "distributed":
+        assert result.procedure_counts["deleted_data_files_count"] == result.data_files_deleted == vanished_data
+        assert result.procedure_counts["deleted_manifest_files_count"] == result.manifests_deleted
+        assert result.procedure_counts["deleted_manifest_lists_count"] == result.manifest_lists_deleted
+    else:
+        assert result.cleanup == "driver" and not result.procedure_counts
+
+
 def test_due_checks_refuse_bad_numbers():
     with pytest.raises(RetentionError, match="oldest_snapshot_age_seconds=-1"):
         expiry_due(3, -1, TablePolicy())
@@ -229,7 +257,8 @@ def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(spark, config, table_name):
+@CLEANUPS
+def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(spark, config, table_name, cleanup):
     create_table(spark, table_name, commits=10)
     res = spark.sql(f"CALL lake.system.rewrite_data_files(table => '{table_name}', "
                     "options => map('min-input-files', '2'))").collect()[0]
@@ -246,12 +275,13 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
     rows_before = {sid: rows_at(spark, table_name, sid) for sid in retained}
     files_before, pointer_before = listing(root), metadata_pointer(root)
 
-    preview = expire(spark, config, table_name, plan, dry_run=True)
+    preview = expire(spark, config, table_name, plan, dry_run=True, cleanup=cleanup)
     assert listing(root) == files_before and metadata_pointer(root) == pointer_before
     assert read_snapshots(spark, "lake", table_name)[0] == snaps
 
     tables_files_before = listing(root, checksums=False)
-    result = expire(spark, config, table_name, plan)
+    result = expire(spark, config, table_name, plan, cleanup=cleanup)
+    assert preview.cleanup == result.cleanup == cleanup
     vanished = set(tables_files_before) - set(listing(root, checksums=False))
     assert result.expired_snapshot_ids == plan.expiring_snapshot_ids
     assert (result.snapshots_before, result.snapshots_after) == (12, 2)
@@ -261,9 +291,8 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
     assert len(vanished_data) == result.data_files_deleted == res["rewritten_data_files_count"]
     assert result.bytes_reclaimed == sum(tables_files_before[p][0] for p in vanished) > 0
     assert result.data_files_deleted + result.manifests_deleted + result.manifest_lists_deleted == len(vanished)
-    assert result.procedure_counts["deleted_data_files_count"] == result.data_files_deleted
-    assert result.procedure_counts["deleted_manifest_files_count"] == result.manifests_deleted
-    assert result.procedure_counts["deleted_manifest_lists_count"] == result.manifest_lists_deleted == 10
+    assert result.manifest_lists_deleted == 10
+    procedure_counted(result, len(vanished_data))
     # the dry run predicted exactly this
     assert (preview.data_files_deleted, preview.manifests_deleted, preview.manifest_lists_deleted,
             preview.bytes_reclaimed, preview.snapshots_after) == (
@@ -274,7 +303,9 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
     assert len(rows_before[retained[-1]]) == 51
 
 
-def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snapshots(spark, config, table_name):
+@CLEANUPS
+def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snapshots(spark, config, table_name,
+                                                                                     cleanup):
     """Append, append, rewrite, append, rewrite, append, rewrite; the first five expire. The files released are
     the live files of the manifests only they reference (the appends', the first rewrite's output and the third
     append's, the second rewrite's output), each holding files the others do not, minus what the two retained
@@ -298,13 +329,13 @@ def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snap
     rows_before = {sid: rows_at_id(spark, table_name, sid) for sid in ids[5:]}
     root = table_dir(config, table_name)
 
-    preview = expire(spark, config, table_name, plan, dry_run=True)
+    preview = expire(spark, config, table_name, plan, dry_run=True, cleanup=cleanup)
     before = listing(root, checksums=False)
-    result = expire(spark, config, table_name, plan)
+    result = expire(spark, config, table_name, plan, cleanup=cleanup)
     vanished = set(before) - set(listing(root, checksums=False))
     assert {p for p in vanished if "/data/" in p} == released
-    assert result.data_files_deleted == len(released) == result.procedure_counts["deleted_data_files_count"]
-    assert result.manifests_deleted == result.procedure_counts["deleted_manifest_files_count"] > 0
+    assert result.data_files_deleted == len(released) and result.manifests_deleted > 0
+    procedure_counted(result, len(released))
     assert result.data_files_deleted + result.manifests_deleted + result.manifest_lists_deleted == len(vanished)
     assert (preview.data_files_deleted, preview.manifests_deleted, preview.manifest_lists_deleted,
             preview.bytes_reclaimed) == (result.data_files_deleted, result.manifests_deleted,
@@ -315,7 +346,8 @@ def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snap
     assert [r[0] for r in rows_before[ids[6]]] == [1, 2, 3, 4, 5]
 
 
-def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, config, table_name):
+@CLEANUPS
+def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, config, table_name, cleanup):
     """Three appends, their manifests rewritten into one, an append; the first three expire. Their manifests
     are released, but every file in them is live in the rewritten manifest: no data file goes, the preview
     says so (it did not when the released manifests' files were not checked against the retained ones)."""
@@ -330,13 +362,13 @@ def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, confi
                        retain_last=2)
     assert len(plan.expiring_snapshot_ids) == 3
     root = table_dir(config, table_name)
-    preview = expire(spark, config, table_name, plan, dry_run=True)
+    preview = expire(spark, config, table_name, plan, dry_run=True, cleanup=cleanup)
     before = listing(root, checksums=False)
-    result = expire(spark, config, table_name, plan)
+    result = expire(spark, config, table_name, plan, cleanup=cleanup)
     vanished = set(before) - set(listing(root, checksums=False))
     assert not {p for p in vanished if "/data/" in p}
-    assert preview.data_files_deleted == result.data_files_deleted == 0 == result.procedure_counts[
-        "deleted_data_files_count"]
+    assert preview.data_files_deleted == result.data_files_deleted == 0
+    procedure_counted(result, 0)
     assert preview.manifests_deleted == result.manifests_deleted == 3, (preview, result)
     assert preview.bytes_reclaimed == result.bytes_reclaimed == sum(before[p][0] for p in vanished)
     assert [r[0] for r in rows_at_id(spark, table_name, snaps[-1].snapshot_id)] == [0, 1, 2, 3]

@@ -438,6 +438,29 @@ def expiry_due(snapshot_count: int, oldest_snapshot_age_seconds: float, policy: 
                    f"(expiry after {human_duration(cutoff)})")
 
 
+# Where an expiry's file cleanup runs. `driver`: Iceberg's core `ExpireSnapshots` with `cleanExpiredFiles`, which
+# reads the snapshots' manifest lists and the manifests in the driver JVM's worker pool and holds the released
+# files' paths there. `distributed`: Iceberg's `expire_snapshots` procedure, whose Spark action reads every
+# reachable file before and after on the executors. Both delete exactly the same files (tests/test_retention.py
+# runs each); on 3,002 snapshots of one streaming date (3,001 manifests, local[2]) the driver took 4.6-8.8 s and
+# the procedure 41.8-49.4 s. Above these sizes the driver's reads and memory grow with the table, and the
+# executors share them.
+CLEANUP_MODES = ("auto", "driver", "distributed")
+DRIVER_CLEANUP_MAX_MANIFESTS = 20_000
+DRIVER_CLEANUP_MAX_FILES = 1_000_000
+
+
+def expiry_cleanup(manifests: int, released_files: int, requested: str = "auto") -> str:
+    """`driver` or `distributed`: where an expiry over a table of `manifests` distinct manifests (in all its
+    snapshots) that releases `released_files` files cleans them up; `requested` other than `auto` decides."""
+    if requested not in CLEANUP_MODES:
+        raise RetentionError(f"cleanup={requested!r} must be one of {', '.join(CLEANUP_MODES)}")
+    if requested != "auto":
+        return requested
+    small = manifests <= DRIVER_CLEANUP_MAX_MANIFESTS and released_files <= DRIVER_CLEANUP_MAX_FILES
+    return "driver" if small else "distributed"
+
+
 def manifests_due(manifest_count: int, small_manifest_count: int, policy: TablePolicy) -> tuple[bool, str]:
     """Whether rewriting manifests is worth a run: enough manifests and at least two small ones to merge."""
     for name, value in (("manifest_count", manifest_count), ("small_manifest_count", small_manifest_count)):

@@ -29,7 +29,7 @@ from icemaint.engine.staging import COMMIT_STATE_UNKNOWN, CONFLICT_CLASSES, java
 from icemaint.domain.policy import DEFAULT_CHECKPOINT_MARKERS
 from icemaint.domain.retention import (
     ConcurrentExpiry, ExpiryPlan, GcDisabled, RetentionError, SnapshotInfo, SnapshotRef, StaleExpiryPlan, _aware, _ms,
-    check_retain_last, marker_keys, procedure_retains,
+    check_retain_last, expiry_cleanup, marker_keys, procedure_retains,
 )
 
 _CATALOG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -223,6 +223,9 @@ class ExpiryResult:
     # The catalog could not confirm the commit; a re-read found the planned snapshots gone. The files
     # they released were not deleted (counted as left unreferenced, for orphan removal).
     state_was_unknown: bool = False
+    # Where the released files were (or, in a dry run, would be) deleted: `driver` or `distributed`
+    # (`domain.retention.expiry_cleanup`); `none` when the files are kept.
+    cleanup: str = "none"
 
 
 @dataclass(frozen=True)
@@ -233,8 +236,9 @@ class _ReleasedFile:
 
 
 def _files_released(spark, catalog: str, table: TableName, snapshots: list[SnapshotInfo],
-                    expiring: set[int], io) -> list[_ReleasedFile]:
-    """Files that only the expiring snapshots reference: what Iceberg deletes when they expire.
+                    expiring: set[int], io) -> tuple[list[_ReleasedFile], int]:
+    """Files that only the expiring snapshots reference (what Iceberg deletes when they expire), and how many
+    distinct manifests the table's snapshots reference in all (what a cleanup in the driver would read).
 
     Iceberg deletes the live entries of every manifest no retained snapshot references (a released
     manifest) that are not live in a retained manifest, the released manifests, and the expiring snapshots'
@@ -253,7 +257,7 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
     few commits (a snapshot to read per delete) that was 33 of an expiry's 60 s on the Spark cluster.
     """
     if not expiring:
-        return []
+        return [], 0
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
@@ -284,7 +288,7 @@ def _files_released(spark, catalog: str, table: TableName, snapshots: list[Snaps
     lists = [s.manifest_list for s in snapshots if s.snapshot_id in expiring and s.manifest_list]
     sizes = Files(spark, catalog).sizes(lists)
     released += [_ReleasedFile(path, "manifest_list", sizes[path] or 0) for path in lists]
-    return released
+    return released, len(manifests)
 
 
 def _read_manifests(paths: list[str], io, workers: int = LOOKUP_WORKERS):
@@ -321,8 +325,10 @@ def _check_plan_current(plan: ExpiryPlan, snapshots: list[SnapshotInfo], refs: M
 
 
 def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPlan, *, io,
-                     dry_run: bool = False, before_commit: BeforeCommit | None = None) -> ExpiryResult:
-    """Expires exactly the planned snapshots with Iceberg's `expire_snapshots`.
+                     dry_run: bool = False, before_commit: BeforeCommit | None = None,
+                     cleanup: str = "auto") -> ExpiryResult:
+    """Expires exactly the planned snapshots with Iceberg's `ExpireSnapshots`, which deletes the files only they
+    reference.
 
     The table is read again first; if Iceberg's rule with the plan's arguments no longer expires every
     planned snapshot (one was tagged or branched since, or is gone), nothing runs and `StaleExpiryPlan`
@@ -330,9 +336,12 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     planned snapshot ids (with a cutoff that expires nothing else), so a writer's commit before or during
     the call cannot make Iceberg expire a snapshot the plan kept (the current snapshot of the planning
     moment, an in-flight run's base).
-    With `plan.keep_files` the snapshots are expired through the Java API with
-    `cleanExpiredFiles(false)` (the procedure has no such argument): files stay on disk and are
-    left to orphan-file removal.
+    Iceberg decides which files go; the prediction made before the call (`_files_released`) is then checked
+    against what is gone. The cleanup runs in the driver (Iceberg's core `ExpireSnapshots` with
+    `cleanExpiredFiles(true)`) on tables up to `domain.retention.DRIVER_CLEANUP_MAX_MANIFESTS` manifests, else
+    as Iceberg's `expire_snapshots` procedure, whose Spark action finds the reachable files on the executors;
+    `cleanup` forces one. With `plan.keep_files` the snapshots are expired with `cleanExpiredFiles(false)` (the
+    procedure has no such argument): files stay on disk and are left to orphan-file removal.
 
     Args:
         spark: The SparkSession with the Iceberg catalog.
@@ -343,6 +352,7 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
             releases, to say which files go.
         dry_run: Compute the same numbers and change nothing.
         before_commit: Called right before the commit (a test seam).
+        cleanup: `auto`, `driver` or `distributed` (`domain.retention.expiry_cleanup`).
 
     Returns:
         ExpiryResult with snapshot counts, files deleted per kind and bytes reclaimed.
@@ -363,9 +373,10 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     _check_gc_enabled(spark, catalog, table)
     snapshots, refs = read_snapshots(spark, catalog, table)
     expiring = _check_plan_current(plan, snapshots, refs, table)
-    released = _files_released(spark, catalog, table, snapshots, expiring, io)
+    released, manifests = _files_released(spark, catalog, table, snapshots, expiring, io)
+    where = "none" if plan.keep_files else expiry_cleanup(manifests, len(released), cleanup)
     base = dict(table=table.key, dry_run=dry_run, keep_files=plan.keep_files, older_than=plan.older_than,
-                retain_last=plan.retain_last, snapshots_before=len(snapshots))
+                retain_last=plan.retain_last, snapshots_before=len(snapshots), cleanup=where)
 
     if dry_run or (not expiring and not plan.dropped_refs):
         # Nothing to expire: no call, so no new metadata version either.
@@ -377,12 +388,14 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     ids = sorted(expiring)
 
     def call() -> dict[str, int]:
-        if plan.keep_files:
-            # expireOlderThan(0): no snapshot is older, so only the named ones (and refs Iceberg drops) go.
+        if where != "distributed":
+            # expireOlderThan(0): no snapshot is older, so only the named ones (and refs Iceberg drops) go. Named
+            # ids make Iceberg clean up by reachability (every retained snapshot's manifests read), not by
+            # main's ancestry alone.
             update = iceberg_table(spark, catalog, table).expireSnapshots().expireOlderThan(0)
             for sid in ids:
                 update = update.expireSnapshotId(int(sid))
-            update.cleanExpiredFiles(False).commit()
+            update.cleanExpiredFiles(where == "driver").commit()
             return {}
         named = f"snapshot_ids => array({', '.join(f'{int(sid)}L' for sid in ids)}), " if ids else ""
         row = spark.sql(

@@ -347,6 +347,7 @@ class Housekeeper(ContractOperation):
                 "bytes_left_unreferenced": result.bytes_left_unreferenced}
             outcome.evidence["expired_snapshot_ids"] = list(result.expired_snapshot_ids)
             outcome.evidence["procedure_counts"] = dict(result.procedure_counts)
+            outcome.evidence["cleanup"] = result.cleanup
             if result.state_was_unknown:
                 note += ("; the catalog could not confirm the commit, a re-read shows the planned snapshots gone "
                          "(their files were not deleted: orphan removal reclaims them)")
