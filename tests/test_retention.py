@@ -191,6 +191,14 @@ def test_expiry_cleans_up_in_the_driver_up_to_its_limits_and_on_the_executors_ab
 
 # Both places an expiry's cleanup can run delete exactly what was predicted, checked against the disk.
 CLEANUPS = pytest.mark.parametrize("cleanup", ["driver", "distributed"])
+# Both ways the prediction reads the manifest lists (the driver's JVM, or Spark's aggregate of all_manifests
+# for tables with more entries than DRIVER_PREDICTION_MAX_ENTRIES) predict the same files.
+PREDICTIONS = pytest.mark.parametrize("prediction", ["driver", "spark"])
+
+
+def predict_on(monkeypatch, prediction: str) -> None:
+    if prediction == "spark":
+        monkeypatch.setattr("icemaint.engine.retention.DRIVER_PREDICTION_MAX_ENTRIES", 0)
 
 
 def procedure_counted(result, vanished_data: int) -> None:
@@ -304,8 +312,10 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
 
 
 @CLEANUPS
+@PREDICTIONS
 def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snapshots(spark, config, table_name,
-                                                                                     cleanup):
+                                                                                     cleanup, prediction,
+                                                                                     monkeypatch):
     """Append, append, rewrite, append, rewrite, append, rewrite; the first five expire. The files released are
     the live files of the manifests only they reference (the appends', the first rewrite's output and the third
     append's, the second rewrite's output), each holding files the others do not, minus what the two retained
@@ -329,6 +339,7 @@ def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snap
     rows_before = {sid: rows_at_id(spark, table_name, sid) for sid in ids[5:]}
     root = table_dir(config, table_name)
 
+    predict_on(monkeypatch, prediction)
     preview = expire(spark, config, table_name, plan, dry_run=True, cleanup=cleanup)
     before = listing(root, checksums=False)
     result = expire(spark, config, table_name, plan, cleanup=cleanup)
@@ -347,7 +358,9 @@ def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snap
 
 
 @CLEANUPS
-def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, config, table_name, cleanup):
+@PREDICTIONS
+def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, config, table_name, cleanup, prediction,
+                                                                    monkeypatch):
     """Three appends, their manifests rewritten into one, an append; the first three expire. Their manifests
     are released, but every file in them is live in the rewritten manifest: no data file goes, the preview
     says so (it did not when the released manifests' files were not checked against the retained ones)."""
@@ -362,6 +375,7 @@ def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, confi
                        retain_last=2)
     assert len(plan.expiring_snapshot_ids) == 3
     root = table_dir(config, table_name)
+    predict_on(monkeypatch, prediction)
     preview = expire(spark, config, table_name, plan, dry_run=True, cleanup=cleanup)
     before = listing(root, checksums=False)
     result = expire(spark, config, table_name, plan, cleanup=cleanup)
