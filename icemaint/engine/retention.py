@@ -239,7 +239,10 @@ class _ReleasedFile:
 # The manifest-list entries the expiry's prediction reads in the driver at most, estimated as snapshots x the
 # current snapshot's manifests; above it the Spark aggregate of `all_manifests` shares them among the executors.
 # On 3,003 snapshots of one streaming date (4.5 million entries) the driver took 5.6-8.1 s, the aggregate
-# 13.7-17.3 s on local[2]; on a small table the driver's few Py4J calls replace two Spark jobs.
+# 13.7-17.3 s on local[2]; on a small table the driver's few Py4J calls replace two Spark jobs. The estimate is
+# low for a table compacted after a long history (that date's current snapshot lists 3 manifests, its older ones
+# up to 3,000): the driver then reads more entries than estimated, which costs time, not memory (it holds one
+# entry per distinct manifest).
 DRIVER_PREDICTION_MAX_ENTRIES = 10_000_000
 MANIFEST_LIST_READERS = 4  # Py4J threads reading manifest lists in the driver JVM (more did not help on 2 cores)
 
