@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from icemaint.domain.policy import TablePolicy
+from icemaint.domain.policy import DEFAULT_CHECKPOINT_MARKERS, TablePolicy
 from icemaint.domain.retention import (
     DRIVER_CLEANUP_MAX_FILES,
     DRIVER_CLEANUP_MAX_MANIFESTS,
@@ -21,6 +21,7 @@ from icemaint.domain.retention import (
     expiry_cleanup,
     expiry_due,
     manifests_due,
+    marker_keys,
     orphan_cutoff,
     plan_expiry,
     procedure_retains,
@@ -390,6 +391,50 @@ def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, confi
 
 def rows_at_id(spark, name: str, snapshot_id: int) -> list[tuple]:
     return sorted(tuple(r) for r in spark.sql(f"SELECT id, v FROM lake.{name} VERSION AS OF {snapshot_id}").collect())
+
+
+def snapshots_by_spark(spark, table_name: str) -> tuple[list[SnapshotInfo], dict[str, SnapshotRef]]:
+    """An independent reader: Spark's `snapshots` and `refs` metadata tables and SHOW TBLPROPERTIES."""
+    keys = marker_keys(DEFAULT_CHECKPOINT_MARKERS)
+    snaps = sorted((SnapshotInfo(r["snapshot_id"], r["parent_id"], r["ts_ms"], r["operation"], r["manifest_list"],
+                                 {k: v for k, v in (r["summary"] or {}).items() if k in keys})
+                    for r in spark.sql("SELECT snapshot_id, parent_id, unix_millis(committed_at) AS ts_ms, operation, "
+                                       f"manifest_list, summary FROM lake.{table_name}.snapshots").collect()),
+                   key=lambda s: (s.timestamp_ms, s.snapshot_id))
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES lake.{table_name}").collect()}
+    table_age = props.get("history.expire.max-ref-age-ms")
+    refs = {r["name"]: SnapshotRef(r["snapshot_id"], r["type"].upper(), r["min_snapshots_to_keep"],
+                                   r["max_snapshot_age_in_ms"],
+                                   r["max_reference_age_in_ms"] if r["max_reference_age_in_ms"] is not None
+                                   else None if table_age is None else int(table_age))
+            for r in spark.sql(f"SELECT * FROM lake.{table_name}.refs").collect()}
+    return snaps, refs
+
+
+def test_snapshots_read_from_the_metadata_equal_sparks_metadata_tables(spark, table_name):
+    """Snapshots with a writer's checkpoint markers, a tag and a branch with retention settings of their own, a
+    tag without, and the table-wide ref age: the one-call reading of the metadata says what Spark's metadata tables
+    say."""
+    create_table(spark, table_name, commits=3)
+    (spark.sql("SELECT 100L AS id, TIMESTAMP '2024-01-03 00:00:00' AS ts, 'w' AS v").writeTo(f"lake.{table_name}")
+     .option("snapshot-property.flink.job-id", "job-7").option("snapshot-property.flink.max-committed-checkpoint-id",
+                                                                 "42")
+     .option("snapshot-property.unrelated", "x").append())
+    ids = [s.snapshot_id for s in snapshots_by_spark(spark, table_name)[0]]
+    spark.sql(f"ALTER TABLE lake.{table_name} CREATE TAG kept AS OF VERSION {ids[0]} RETAIN 3 DAYS")
+    spark.sql(f"ALTER TABLE lake.{table_name} CREATE TAG plain AS OF VERSION {ids[1]}")
+    spark.sql(f"ALTER TABLE lake.{table_name} CREATE BRANCH dev AS OF VERSION {ids[2]} RETAIN 5 DAYS "
+              "WITH SNAPSHOT RETENTION 4 SNAPSHOTS 2 DAYS")
+    spark.sql(f"ALTER TABLE lake.{table_name} SET TBLPROPERTIES ('history.expire.max-ref-age-ms'='86400000')")
+
+    snaps, refs = read_snapshots(spark, "lake", table_name)
+    assert (snaps, refs) == snapshots_by_spark(spark, table_name)
+    assert snaps[-1].markers == {"flink.job-id": "job-7", "flink.max-committed-checkpoint-id": "42"}
+    assert refs["kept"] == SnapshotRef.tag(ids[0], max_ref_age_ms=3 * DAY_MS)
+    assert refs["plain"] == SnapshotRef.tag(ids[1], max_ref_age_ms=DAY_MS)  # the table's
+    assert refs["dev"] == SnapshotRef.branch(ids[2], min_snapshots_to_keep=4, max_snapshot_age_ms=2 * DAY_MS,
+                                             max_ref_age_ms=5 * DAY_MS)
+    assert refs["main"].snapshot_id == ids[-1] and [s.operation for s in snaps] == ["append"] * 4
 
 
 def test_tag_branch_in_flight_and_owner_window_survive_expiry(spark, config, table_name):

@@ -17,6 +17,7 @@ now named in the call.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -165,36 +166,46 @@ def _check_gc_enabled(spark, catalog: str, table: TableName) -> None:
 
 def read_snapshots(spark, catalog: str, table: TableName | str,
                    markers: tuple[str, ...] = DEFAULT_CHECKPOINT_MARKERS) -> tuple[list[SnapshotInfo], dict[str, SnapshotRef]]:
-    """The table's snapshots and refs from its `snapshots` and `refs` metadata tables.
+    """The table's snapshots and refs, from its current metadata as the catalog loads it now.
 
-    The table-wide `history.expire.max-ref-age-ms` is folded into refs that have no own setting,
-    so planning sees the same ref ages Iceberg applies. Each snapshot carries the summary entries the
-    checkpoint `markers` read (and no others).
+    One Py4J call brings the metadata as Iceberg writes it (`TableMetadataParser.toJson`), read by
+    `snapshots_in_metadata`: no Spark job (the `snapshots` and `refs` metadata tables were two per reading, and an
+    expiry reads the table three times).
     """
     table = _table(table)
     _catalog(catalog)
-    keys = marker_keys(markers)
-    snaps = [
-        SnapshotInfo(int(r["snapshot_id"]), None if r["parent_id"] is None else int(r["parent_id"]),
-                     int(r["ts_ms"]), r["operation"], r["manifest_list"],
-                     {k: v for k, v in (r["summary"] or {}).items() if k in keys})
-        for r in spark.sql(
-            "SELECT snapshot_id, parent_id, unix_millis(committed_at) AS ts_ms, operation, manifest_list, summary "
-            f"FROM {_metadata_table(catalog, table, 'snapshots')}").collect()
-    ]
-    table_max_ref_age = _table_properties(spark, catalog, table).get("history.expire.max-ref-age-ms")
-    refs = {}
-    for r in spark.sql(f"SELECT * FROM {_metadata_table(catalog, table, 'refs')}").collect():
-        max_ref_age = r["max_reference_age_in_ms"]
-        if max_ref_age is None and table_max_ref_age is not None:
-            max_ref_age = int(table_max_ref_age)
-        refs[r["name"]] = SnapshotRef(
-            int(r["snapshot_id"]), r["type"].upper(),
-            None if r["min_snapshots_to_keep"] is None else int(r["min_snapshots_to_keep"]),
-            None if r["max_snapshot_age_in_ms"] is None else int(r["max_snapshot_age_in_ms"]),
-            None if max_ref_age is None else int(max_ref_age))
-    return sorted(snaps, key=lambda s: (s.timestamp_ms, s.snapshot_id)), refs
+    jtable = iceberg_table(spark, catalog, table)
+    parser = java_class(spark._jvm, "org.apache.iceberg.TableMetadataParser")
+    return snapshots_in_metadata(json.loads(str(parser.toJson(jtable.operations().current()))), markers)
 
+
+def snapshots_in_metadata(doc: Mapping, markers: tuple[str, ...] = DEFAULT_CHECKPOINT_MARKERS
+                          ) -> tuple[list[SnapshotInfo], dict[str, SnapshotRef]]:
+    """Snapshots (oldest first) and refs of a table metadata document (the JSON of a `metadata.json`).
+
+    The table-wide `history.expire.max-ref-age-ms` is folded into refs that have no own setting, so planning sees
+    the same ref ages Iceberg applies. Each snapshot carries the summary entries the checkpoint `markers` read
+    (and no others).
+    """
+    keys = marker_keys(markers)
+
+    def number(value) -> int | None:
+        return None if value is None else int(value)
+
+    snaps = []
+    for snap in doc.get("snapshots") or []:
+        summary = dict(snap.get("summary") or {})
+        snaps.append(SnapshotInfo(int(snap["snapshot-id"]), number(snap.get("parent-snapshot-id")),
+                                  int(snap["timestamp-ms"]), summary.get("operation"), snap.get("manifest-list"),
+                                  {k: v for k, v in summary.items() if k in keys}))
+    table_max_ref_age = number((doc.get("properties") or {}).get("history.expire.max-ref-age-ms"))
+    refs = {}
+    for name, ref in (doc.get("refs") or {}).items():
+        max_ref_age = number(ref.get("max-ref-age-ms"))
+        refs[name] = SnapshotRef(int(ref["snapshot-id"]), str(ref["type"]).upper(),
+                                 number(ref.get("min-snapshots-to-keep")), number(ref.get("max-snapshot-age-ms")),
+                                 table_max_ref_age if max_ref_age is None else max_ref_age)
+    return sorted(snaps, key=lambda s: (s.timestamp_ms, s.snapshot_id)), refs
 
 
 # ---- expiry ---------------------------------------------------------------------------------
