@@ -629,7 +629,7 @@ def _summary(operation: str, out) -> str:
 def _java_failure(state_dir: Path, run_id: str | None) -> str | None:
     """The Java error behind a failed run and where it struck, from the run's Dagster event log (the CLI's JSON
     names only the Py4J call): e.g. `java.lang.OutOfMemoryError: Java heap space in retention.py:251
-    _files_released; Iceberg: ManifestLists.read < BaseSnapshot.allManifests < AllFilesTable...`."""
+    files_released; Iceberg: ManifestLists.read < BaseSnapshot.allManifests < AllFilesTable...`."""
     import re
     import sqlite3
 

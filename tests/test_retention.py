@@ -199,7 +199,7 @@ PREDICTIONS = pytest.mark.parametrize("prediction", ["driver", "spark"])
 
 def predict_on(monkeypatch, prediction: str) -> None:
     if prediction == "spark":
-        monkeypatch.setattr("icemaint.engine.retention.DRIVER_PREDICTION_MAX_ENTRIES", 0)
+        monkeypatch.setattr("icemaint.engine.expiry_release.DRIVER_PREDICTION_MAX_ENTRIES", 0)
 
 
 def procedure_counted(result, vanished_data: int) -> None:

@@ -24,8 +24,9 @@ from datetime import datetime, timezone
 from typing import Callable, Mapping
 
 from icemaint.domain.names import TableName
-from icemaint.engine.files import LOOKUP_WORKERS, Files
-from icemaint.engine.java import iterate_java, java_class
+from icemaint.engine.expiry_release import ReleasedFile, files_released
+from icemaint.engine.files import Files
+from icemaint.engine.java import java_class
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.engine.staging import COMMIT_STATE_UNKNOWN, CONFLICT_CLASSES, java_exception_class
 from icemaint.domain.policy import DEFAULT_CHECKPOINT_MARKERS
@@ -174,7 +175,12 @@ def read_snapshots(spark, catalog: str, table: TableName | str,
     """
     table = _table(table)
     _catalog(catalog)
-    jtable = iceberg_table(spark, catalog, table)
+    return _snapshots_of(spark, iceberg_table(spark, catalog, table), markers)
+
+
+def _snapshots_of(spark, jtable, markers: tuple[str, ...] = DEFAULT_CHECKPOINT_MARKERS
+                  ) -> tuple[list[SnapshotInfo], dict[str, SnapshotRef]]:
+    """`read_snapshots` of a table already loaded (`iceberg_table`)."""
     parser = java_class(spark._jvm, "org.apache.iceberg.TableMetadataParser")
     return snapshots_in_metadata(json.loads(str(parser.toJson(jtable.operations().current()))), markers)
 
@@ -240,150 +246,6 @@ class ExpiryResult:
     cleanup: str = "none"
 
 
-@dataclass(frozen=True)
-class _ReleasedFile:
-    path: str
-    kind: str  # data | delete | manifest | manifest_list
-    size: int
-
-
-# The manifest-list entries the expiry's prediction reads in the driver at most, estimated as snapshots x the
-# current snapshot's manifests; above it the Spark aggregate of `all_manifests` shares them among the executors.
-# On 3,003 snapshots of one streaming date (4.5 million entries) the driver took 5.6-8.1 s, the aggregate
-# 13.7-17.3 s on local[2]; on a small table the driver's few Py4J calls replace two Spark jobs. The estimate is
-# low for a table compacted after a long history (that date's current snapshot lists 3 manifests, its older ones
-# up to 3,000): the driver then reads more entries than estimated, which costs time, not memory (it holds one
-# entry per distinct manifest).
-DRIVER_PREDICTION_MAX_ENTRIES = 10_000_000
-MANIFEST_LIST_READERS = 4  # Py4J threads reading manifest lists in the driver JVM (more did not help on 2 cores)
-
-
-@dataclass
-class _ManifestSets:
-    """The manifests of a table's snapshots, split by the expiry: `released` (only expiring snapshots reference
-    them), `carriers()` (the paths of the retained ones that hold EXISTING entries, read only when asked) and
-    `total` (distinct manifests in all)."""
-
-    released: list[_ReleasedFile]
-    carriers: Callable[[], list[str]]
-    total: int
-
-
-def _manifests_in_driver(jtable, expiring: set[int], jvm, workers: int = MANIFEST_LIST_READERS) -> _ManifestSets:
-    """Each snapshot's manifest list read in the driver JVM (Iceberg's reader, several at once), the manifests
-    kept in two Java sets (a manifest is equal to another by its path): a few Py4J calls a snapshot, and only the
-    released manifests (and, when asked, the retained ones) cross to Python. Each snapshot is read from a copy of
-    itself (`SnapshotParser`): a table's snapshot keeps the manifests it read, which for n single-file commits
-    would hold about n²/2 of them at once."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    io = jtable.io()
-    parser = java_class(jvm, "org.apache.iceberg.SnapshotParser")
-    sets = java_class(jvm, "java.util.concurrent.ConcurrentHashMap")
-    kept, candidates = sets.newKeySet(), sets.newKeySet()
-
-    def read(snapshot) -> None:
-        listed = parser.fromJson(parser.toJson(snapshot)).allManifests(io)
-        (candidates if int(snapshot.snapshotId()) in expiring else kept).addAll(listed)
-
-    snapshots = list(iterate_java(jtable.snapshots()))
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(snapshots))),
-                            thread_name_prefix="icemaint-manifest-lists") as pool:
-        list(pool.map(read, snapshots))
-    candidates.removeAll(kept)
-    released = sorted((_ReleasedFile(str(m.path()), "manifest", int(m.length())) for m in iterate_java(candidates)),
-                      key=lambda f: f.path)
-
-    def carriers() -> list[str]:
-        return sorted(str(m.path()) for m in iterate_java(kept) if m.hasExistingFiles())
-
-    return _ManifestSets(released, carriers, kept.size() + candidates.size())
-
-
-def _manifests_on_spark(spark, catalog: str, table: TableName, snapshots: list[SnapshotInfo],
-                        expiring: set[int]) -> _ManifestSets:
-    """The same sets from one distributed, aggregated query of `all_manifests` (a row per snapshot and
-    manifest), for tables whose manifest lists are too many for the driver."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import BooleanType, LongType, StructField, StructType
-
-    # A snapshot not read (a writer's commit since) is retained.
-    states = spark.createDataFrame([(s.snapshot_id, s.snapshot_id in expiring) for s in snapshots],
-                                   StructType([StructField("sid", LongType()), StructField("expiring", BooleanType())]))
-    listed = spark.table(_metadata_table(catalog, table, "all_manifests"))
-    manifests = (listed.join(states, listed["reference_snapshot_id"] == states["sid"], "left").groupBy("path").agg(
-        F.max("length").alias("length"),
-        F.expr("bool_or(expiring IS NULL OR NOT expiring)").alias("kept"),
-        # Unknown counts (a manifest written without them) are read.
-        F.expr("max(coalesce(existing_data_files_count, 1) + coalesce(existing_delete_files_count, 0) > 0)")
-        .alias("carries_existing"))
-        .orderBy("path").collect())
-    return _ManifestSets([_ReleasedFile(r["path"], "manifest", int(r["length"])) for r in manifests if not r["kept"]],
-                         lambda: [r["path"] for r in manifests if r["kept"] and r["carries_existing"]],
-                         len(manifests))
-
-
-def _files_released(spark, catalog: str, table: TableName, snapshots: list[SnapshotInfo],
-                    expiring: set[int], io) -> tuple[list[_ReleasedFile], int]:
-    """Files that only the expiring snapshots reference (what Iceberg deletes when they expire), and how many
-    distinct manifests the table's snapshots reference in all (what a cleanup in the driver would read).
-
-    Iceberg deletes the live entries of every manifest no retained snapshot references (a released
-    manifest) that are not live in a retained manifest, the released manifests, and the expiring snapshots'
-    manifest lists. No query makes Iceberg plan over every snapshot's manifest list in the driver (the
-    `all_files` table does: about n²/2 manifest entries held at once for a table of n single-file commits,
-    out of memory at 2g on 3,000 of them):
-
-    - the manifest lists say which manifests only expiring snapshots reference, and which a retained one does:
-      read in the driver JVM (`_manifests_in_driver`), or for a table with more than
-      DRIVER_PREDICTION_MAX_ENTRIES of them by one aggregated query of `all_manifests` (`_manifests_on_spark`);
-    - each released manifest is read once, and each retained manifest that holds EXISTING entries (where a
-      manifest rewrite or merge carries live files) once, with pyiceberg's reader on `io`, several at a
-      time; only the released files are kept.
-
-    Reading the `files` table of the newest expiring snapshot that referenced each released manifest did the
-    same work with every manifest of each such snapshot read again: on a table with a writer's deletes every
-    few commits (a snapshot to read per delete) that was 33 of an expiry's 60 s on the Spark cluster.
-    """
-    if not expiring:
-        return [], 0
-    jtable = iceberg_table(spark, catalog, table)
-    current = jtable.currentSnapshot()
-    current_manifests = 0 if current is None else int(current.allManifests(jtable.io()).size())
-    if len(snapshots) * current_manifests <= DRIVER_PREDICTION_MAX_ENTRIES:
-        sets = _manifests_in_driver(jtable, expiring, spark._jvm)
-    else:
-        sets = _manifests_on_spark(spark, catalog, table, snapshots, expiring)
-    released = list(sets.released)
-    candidates: dict[str, _ReleasedFile] = {}
-    for files in _read_manifests([f.path for f in released], io):
-        for path, content, size in files:
-            candidates[path] = _ReleasedFile(path, "data" if content == 0 else "delete", size)
-    if candidates:
-        # A file a released manifest added and that is still live was carried into a retained manifest as an
-        # EXISTING entry (a manifest rewrite or merge): only retained manifests holding such entries are read.
-        for files in _read_manifests(sets.carriers(), io):
-            for path, _, _ in files:
-                candidates.pop(path, None)
-    released += sorted(candidates.values(), key=lambda f: f.path)
-    lists = [s.manifest_list for s in snapshots if s.snapshot_id in expiring and s.manifest_list]
-    sizes = Files(spark, catalog).sizes(lists)
-    released += [_ReleasedFile(path, "manifest_list", sizes[path] or 0) for path in lists]
-    return released, sets.total
-
-
-def _read_manifests(paths: list[str], io, workers: int = LOOKUP_WORKERS):
-    """Each manifest's live files (`live_files`), up to `workers` read at once, in the order of `paths`."""
-    from icemaint.observe.manifest_reader import live_files
-
-    if len(paths) < 2:
-        return [live_files(path, io) for path in paths]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(workers, len(paths)), thread_name_prefix="icemaint-manifests") as pool:
-        return list(pool.map(lambda path: live_files(path, io), paths))
-
-
 def _check_plan_current(plan: ExpiryPlan, snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef],
                         table: TableName) -> set[int]:
     """The planned snapshots, when Iceberg's rule with the plan's arguments still expires every one of them.
@@ -417,7 +279,7 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     planned snapshot ids (with a cutoff that expires nothing else), so a writer's commit before or during
     the call cannot make Iceberg expire a snapshot the plan kept (the current snapshot of the planning
     moment, an in-flight run's base).
-    Iceberg decides which files go; the prediction made before the call (`_files_released`) is then checked
+    Iceberg decides which files go; the prediction made before the call (`expiry_release.files_released`) is then checked
     against what is gone. The cleanup runs in the driver (Iceberg's core `ExpireSnapshots` with
     `cleanExpiredFiles(true)`) on tables up to `domain.retention.DRIVER_CLEANUP_MAX_MANIFESTS` manifests, else
     as Iceberg's `expire_snapshots` procedure, whose Spark action finds the reachable files on the executors;
@@ -452,9 +314,11 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     check_retain_last(plan.retain_last, "plan.retain_last")
     _aware(plan.older_than, "plan.older_than")
     _check_gc_enabled(spark, catalog, table)
-    snapshots, refs = read_snapshots(spark, catalog, table)
+    jtable = iceberg_table(spark, catalog, table)  # one load: the check and the prediction read the same state
+    snapshots, refs = _snapshots_of(spark, jtable)
     expiring = _check_plan_current(plan, snapshots, refs, table)
-    released, manifests = _files_released(spark, catalog, table, snapshots, expiring, io)
+    released, manifests = files_released(spark, catalog, jtable, _metadata_table(catalog, table, "all_manifests"),
+                                         snapshots, expiring, io)
     where = "none" if plan.keep_files else expiry_cleanup(manifests, len(released), cleanup)
     base = dict(table=table.key, dry_run=dry_run, keep_files=plan.keep_files, older_than=plan.older_than,
                 retain_last=plan.retain_last, snapshots_before=len(snapshots), cleanup=where)
@@ -503,7 +367,7 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     return result
 
 
-def _tally(gone: list[_ReleasedFile], left: list[_ReleasedFile]) -> dict[str, int]:
+def _tally(gone: list[ReleasedFile], left: list[ReleasedFile]) -> dict[str, int]:
     def count(kind: str) -> int:
         return sum(1 for f in gone if f.kind == kind)
     return dict(data_files_deleted=count("data"), delete_files_deleted=count("delete"),
