@@ -42,7 +42,7 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         sensors=[build_discovery_sensor(jobs["health"]),
                  build_compaction_sensor(jobs["compaction"], jobs["table_compaction"],
                                          date_partitions(config.dates_start)),
-                 build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"]),
+                 build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"], jobs["statistics"]),
                  *build_alert_sensors(jobs.values()), build_reaper_sensor()],
         schedules=[build_window_schedule(jobs["compaction"], date_partitions(config.dates_start)),
                    build_window_schedule(jobs["table_compaction"], date_partitions(config.dates_start),

@@ -21,4 +21,6 @@ def build_jobs(table_partitions_def=None, table_date_partitions_def=None) -> dic
         "orphans": dg.define_asset_job("orphans_job", selection=["orphan_files"], executor_def=dg.in_process_executor),
         "manifests": dg.define_asset_job("manifests_job", selection=["rewritten_manifests"],
                                          executor_def=dg.in_process_executor),
+        "statistics": dg.define_asset_job("statistics_job", selection=["column_statistics"],
+                                          executor_def=dg.in_process_executor),
     }

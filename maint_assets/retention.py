@@ -1,4 +1,5 @@
-"""`expired_snapshots`, `orphan_files` and `rewritten_manifests` (per table), run by `icemaint.operations.housekeeping`.
+"""`expired_snapshots`, `orphan_files`, `rewritten_manifests` and `column_statistics` (per table), run by
+`icemaint.operations.housekeeping`.
 
 Each materializes only when it changed the table or its files; dry runs, defers and noops are
 observations, and a refusal is an observation followed by a Failure naming the policy.
@@ -16,8 +17,9 @@ from icemaint.operations.housekeeping import (
     ManifestRequest,
     OrphanRequest,
     RetentionOutcome,
+    StatisticsRequest,
 )
-from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS
+from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS, STATISTICS
 from icemaint.domain.units import parse_duration
 from maint_assets.compaction import table_dimension_mapping
 from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TRIGGER_TAG
@@ -32,7 +34,8 @@ COMPACTION_JOB = "compaction_job"
 # The retention sensor's runs (and backfills) cover up to this many neighbouring tables due for one operation.
 RETENTION_TABLES_PER_RUN = 31
 # Each retention operation's asset (its job: `icemaint.domain.retention_tick.RETENTION_JOBS`).
-RETENTION_ASSET_OF = {EXPIRE: "expired_snapshots", ORPHANS: "orphan_files", MANIFESTS: "rewritten_manifests"}
+RETENTION_ASSET_OF = {EXPIRE: "expired_snapshots", ORPHANS: "orphan_files", MANIFESTS: "rewritten_manifests",
+                      STATISTICS: "column_statistics"}
 IN_FLIGHT_STATUSES = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                       dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 
@@ -54,6 +57,12 @@ class OrphanConfig(dg.Config):
 class ManifestConfig(dg.Config):
     dry_run: bool = False
     force: bool = False
+
+
+class StatisticsConfig(dg.Config):
+    dry_run: bool = False
+    force: bool = False
+    columns: Optional[list[str]] = None  # None: the policy's statistics_columns, else every primitive column
 
 
 def run_table(run) -> Optional[str]:
@@ -237,4 +246,29 @@ def rewritten_manifests(context: dg.AssetExecutionContext, config: ManifestConfi
     yield from _each_table(context, "rewritten_manifests", rewrite)
 
 
-RETENTION_ASSETS = (expired_snapshots, orphan_files, rewritten_manifests)
+@_retention_asset(
+    deps=[table_health],
+    description="Computes the column statistics of the snapshot main points at (a Puffin file of theta sketches "
+                "with each column's distinct-value estimate, what cost-based optimisers read) when the rows changed "
+                "since the newest statistics exceed the policy's statistics_stale_fraction, or when forced. Adds a "
+                "statistics file to the table's metadata; no snapshot, no ref moves. Materializes only when "
+                "statistics were committed.",
+)
+def column_statistics(context: dg.AssetExecutionContext, config: StatisticsConfig, spark: SparkResource,
+                      catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
+    columns = tuple(config.columns) if config.columns is not None else None
+    try:  # the settings, checked once before any table
+        StatisticsRequest(**_request_fields(context, context.partition_keys[0]), columns=columns)
+    except ValueError as exc:
+        raise _bad_config(exc) from None
+    housekeeper = _housekeeper(context, spark, catalog, claims, audit)
+
+    def compute(table: str) -> tuple[RetentionOutcome, bool]:
+        outcome = housekeeper.compute_statistics(StatisticsRequest(
+            **_request_fields(context, table), dry_run=config.dry_run, force=config.force, columns=columns))
+        return outcome, outcome.changed_table
+
+    yield from _each_table(context, "column_statistics", compute)
+
+
+RETENTION_ASSETS = (expired_snapshots, orphan_files, rewritten_manifests, column_statistics)

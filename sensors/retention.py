@@ -103,12 +103,14 @@ def retention_run_requests(runs: list[RetentionDecision], order: Sequence[str], 
     return requests
 
 
-def build_retention_sensor(expiry_job, orphans_job, manifests_job) -> dg.SensorDefinition:
-    @dg.sensor(name="retention_sensor", jobs=[expiry_job, orphans_job, manifests_job], minimum_interval_seconds=60,
-               default_status=dg.DefaultSensorStatus.RUNNING,
+def build_retention_sensor(expiry_job, orphans_job, manifests_job, statistics_job) -> dg.SensorDefinition:
+    @dg.sensor(name="retention_sensor", jobs=[expiry_job, orphans_job, manifests_job, statistics_job],
+               minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
                description="Polls each table's metadata; requests snapshot expiry when due, orphan-file removal "
-                           "once an expiry finished and nothing else runs on the table, and a manifest rewrite "
-                           "when the manifest thresholds pass. Refusals and busy claims go to the audit trail.")
+                           "once an expiry finished and nothing else runs on the table, a manifest rewrite "
+                           "when the manifest thresholds pass, and column statistics of the current snapshot when "
+                           "the policy keeps them and enough rows changed. Refusals and busy claims go to the audit "
+                           "trail.")
     def retention_sensor(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource,
                          claims: TableClaimResource, audit: AuditResource):
         plan = evaluate_retention(context.instance, catalog, claims, audit, context.cursor,

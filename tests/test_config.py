@@ -82,7 +82,7 @@ BAD_CONFIGS = [
     ("sort_order with a quote", {"defaults": {"strategy": "sort", "sort_order": "id'); DROP TABLE x; --"}},
      ["defaults.sort_order", "quotes or ';'"]),
     ("operation not known", {"defaults": {"allowed_operations": ["compact", "vacuum"]}},
-     ["defaults.allowed_operations", "'vacuum'", "compact, expire, orphans, manifests, revert, rollback"]),
+     ["defaults.allowed_operations", "'vacuum'", "compact, expire, orphans, manifests, statistics, revert, rollback"]),
     ("time_column not an identifier", {"defaults": {"time_column": "ts; drop"}},
      ["defaults.time_column", "'ts; drop'", "plain identifier"]),
     ("tables key not a table name", {"tables": {"a.b;drop": {"min_input_files": 3}}},

@@ -63,7 +63,7 @@ def test_explain_names_each_gate_with_its_numbers_and_the_audit(capsys, estate):
     assert gates["cost"]["status"] == "blocks" and "max_rewrite_bytes 1 KiB" in gates["cost"]["detail"]
     assert gates["thresholds"]["status"] == "pass" and "small files >= 3" in gates["thresholds"]["detail"]
     assert gates["claim"]["detail"] == "free" and gates["writer idle"]["status"] == "pass"
-    assert {r["operation"] for r in result["retention"]} == {"expire", "orphans", "manifests"}
+    assert {r["operation"] for r in result["retention"]} == {"expire", "orphans", "manifests", "statistics"}
 
     text_code, text, _ = run_cli(capsys, "--config", estate["path"], "explain", estate["done"])
     assert text_code == 0 and "audit (latest first):" in text and " compact " in text

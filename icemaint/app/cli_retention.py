@@ -1,6 +1,6 @@
-"""`icemaint expire | orphans | manifests | purge-quarantine`: retention from the command line.
+"""`icemaint expire | orphans | manifests | statistics | purge-quarantine`: retention from the command line.
 
-expire, orphans and manifests run through the Dagster jobs; purge-quarantine only deletes files in
+expire, orphans, manifests and statistics run through the Dagster jobs; purge-quarantine only deletes files in
 <state_dir>/quarantine (no table is touched) and runs directly.
 
 Settings are validated before anything runs (a bad one exits 2 naming it); a refusal or a failed
@@ -87,6 +87,22 @@ def cmd_manifests(config: MaintenanceConfig, args) -> int:
     return _report(args, "manifests", report)
 
 
+def _columns(value: str | None) -> list[str] | None:
+    """`--columns a,b`: the names, checked for form now (their existence by the run, against the table's schema)."""
+    if value is None:
+        return None
+    names = [c.strip() for c in value.split(",")]
+    if not all(names) or any(len(c) > 200 for c in names):
+        raise ValueError(f"--columns {value!r}: give column names separated by commas, e.g. --columns id,ts")
+    return list(dict.fromkeys(names))
+
+
+def cmd_statistics(config: MaintenanceConfig, args) -> int:
+    columns = _columns(args.columns)
+    report = _runner(config, args).statistics(args.table, force=args.force, dry_run=args.dry_run, columns=columns)
+    return _report(args, "statistics", report)
+
+
 def cmd_purge_quarantine(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.audit import open_audit
     from icemaint.operations.quarantine import purge
@@ -106,7 +122,7 @@ def cmd_purge_quarantine(config: MaintenanceConfig, args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add the `expire`, `orphans`, `manifests` and `purge-quarantine` subcommands to `icemaint`'s parser."""
+    """Add the `expire`, `orphans`, `manifests`, `statistics` and `purge-quarantine` subcommands to `icemaint`'s parser."""
     s = subparsers.add_parser("expire", help="expire old snapshots by policy (never inside the owner's window, "
                                              "never a branch, tag or in-flight run's snapshot)")
     s.add_argument("table")
@@ -136,6 +152,16 @@ def register(subparsers) -> None:
     s.add_argument("--dry-run", action="store_true", help="report the estimate, change nothing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_manifests)
+
+    s = subparsers.add_parser("statistics", help="compute the column statistics (Puffin NDV sketches) of the current "
+                                                 "snapshot when stale by policy")
+    s.add_argument("table")
+    s.add_argument("--columns", metavar="A,B",
+                   help="only these columns (default: the policy's statistics_columns, else every primitive column)")
+    s.add_argument("--force", action="store_true", help="compute even when not stale")
+    s.add_argument("--dry-run", action="store_true", help="report what would be computed, change nothing")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_statistics)
 
     s = subparsers.add_parser("purge-quarantine",
                               help="delete files that `orphans --quarantine` moved aside longer ago than a cutoff")

@@ -230,6 +230,12 @@ class MaintenanceRunner:
         return self._retention("manifests_job", "rewritten_manifests", table,
                                {"dry_run": dry_run, "force": force}, trigger)
 
+    def statistics(self, table: str, *, force: bool = False, dry_run: bool = False,
+                   columns: list[str] | None = None, trigger: str = "cli") -> RunReport:
+        """Materialize `column_statistics` for the table."""
+        return self._retention("statistics_job", "column_statistics", table,
+                               {"dry_run": dry_run, "force": force, "columns": columns}, trigger)
+
     def retention_tables(self, operation: str, tables: list[str], *, trigger: str = "cli") -> RunReport:
         """One run of a retention operation ("expire", "orphans", "manifests") by each table's policy over several
         tables, neighbours in the `table` partitions' order (the tick's batches, as the retention sensor's): each

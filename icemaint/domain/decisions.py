@@ -63,6 +63,7 @@ class Operation(Word):
     EXPIRE = "expire"
     ORPHANS = "orphans"
     MANIFESTS = "manifests"
+    STATISTICS = "statistics"  # column statistics (Puffin NDV sketches) of the current snapshot
     PURGE_QUARANTINE = "purge_quarantine"
     CLEANUP = "cleanup"  # removing a staging branch a dead run left
     REVERT = "revert"    # an operator's forward undo of a published rewrite

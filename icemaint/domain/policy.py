@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from icemaint.domain.units import parse_duration, parse_size, shown
 
-OPERATIONS = ("compact", "expire", "orphans", "manifests", "revert", "rollback")  # rollback: older configs
+OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "revert", "rollback")  # rollback: older configs
 SORT_STRATEGIES = ("binpack", "sort", "zorder")
 
 MiB = 2**20
@@ -81,6 +81,10 @@ class TablePolicy:
     # metadata bloat: table properties the expiry step sets on the tables this policy owns (None: left alone)
     metadata_versions_max: int | None = None
     metadata_delete_after_commit: bool | None = None
+    # column statistics (Puffin NDV sketches): kept fresh by the retention sensor when on
+    statistics: bool = False
+    statistics_stale_fraction: float = 0.10  # rows changed since the statistics' snapshot, of the rows it had
+    statistics_columns: tuple[str, ...] | None = None  # None: every top-level primitive column
 
     def allows_operation(self, operation: str) -> bool:
         return self.allowed_operations is None or operation in self.allowed_operations
@@ -123,6 +127,13 @@ def _text(v: Any) -> str:
     if not isinstance(v, str) or not v.strip():
         raise ValueError(f"{shown(v)} is not a non-empty string")
     return v
+
+
+def _columns(v: Any) -> tuple[str, ...]:
+    if (not isinstance(v, (list, tuple)) or not v
+            or not all(isinstance(c, str) and c.strip() and len(c) <= 200 for c in v)):
+        raise ValueError(f"{shown(v)} is not a non-empty list of column names")
+    return tuple(dict.fromkeys(v))
 
 
 def _choice(allowed: tuple[str, ...]):
@@ -205,6 +216,9 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "checkpoint_markers": ("checkpoint_markers", _markers),
     "metadata_versions_max": ("metadata_versions_max", _int(1)),
     "metadata_delete_after_commit": ("metadata_delete_after_commit", _bool),
+    "statistics": ("statistics", _bool),
+    "statistics_stale_fraction": ("statistics_stale_fraction", _fraction),
+    "statistics_columns": ("statistics_columns", _columns),
 }
 
 # Iceberg's table properties behind the metadata policy keys.

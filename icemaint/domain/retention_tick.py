@@ -1,5 +1,5 @@
-"""The retention tick, pure: per table, expiry when due, orphan removal once an expiry finished, and
-manifest rewrites; the cursor that makes an unchanged table cost one metadata-location read.
+"""The retention tick, pure: per table, expiry when due, orphan removal once an expiry finished, manifest
+rewrites, and column statistics when the policy keeps them; the cursor that makes an unchanged table cost one metadata-location read.
 
 Every read is a callable the caller passes (the sensor and `icemaint tick` pass Dagster- and
 pyiceberg-backed ones; tests pass an in-memory estate), as `icemaint.domain.tick.plan_compaction_tick` does.
@@ -16,10 +16,12 @@ from typing import Callable, Iterable, Mapping, Optional
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation, ReasonKind, Verdict, refusal_for
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.retention import expiry_due, manifests_due
+from icemaint.domain.statistics import StatisticsState, statistics_due
 
-EXPIRE, ORPHANS, MANIFESTS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS
+EXPIRE, ORPHANS, MANIFESTS, STATISTICS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS, Operation.STATISTICS
 # The run that carries each operation: a run of that name in flight on a table holds the operation.
-RETENTION_JOBS = {EXPIRE: "expiry_job", ORPHANS: "orphans_job", MANIFESTS: "manifests_job"}
+RETENTION_JOBS = {EXPIRE: "expiry_job", ORPHANS: "orphans_job", MANIFESTS: "manifests_job",
+                  STATISTICS: "statistics_job"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class RetentionSignals:
     oldest_snapshot_at: Optional[float]  # epoch seconds, of the oldest snapshot no branch or tag points at
     manifests: int
     small_manifests: int
+    statistics: Optional[StatisticsState] = None  # where its column statistics stand (None: not read)
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
                      claim_holder: Optional[str], in_flight_jobs: set, expiry_mark: Optional[int],
                      orphans_mark: Optional[int], requested: Optional[dict] = None,
                      jobs: Mapping[str, str] = RETENTION_JOBS) -> list[RetentionDecision]:
-    """Expiry, orphan and manifest decisions for one table.
+    """Expiry, orphan, manifest and column-statistics decisions for one table.
 
     Args:
         signals: The table's metadata, as the tick read it.
@@ -161,7 +164,23 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
     due, why = manifests_due(signals.manifests, signals.small_manifests, policy)
     manifests = (gated(MANIFESTS, why, f"manifests:{table}:{location_key}", set(in_flight_jobs) & {jobs[MANIFESTS]})
                  if due else RetentionDecision(table, MANIFESTS, NOOP, why, kind=ReasonKind.BELOW_THRESHOLDS))
-    return [expire, orphans, manifests]
+    return [expire, orphans, manifests, _statistics_decision(signals, policy, gated, in_flight_jobs, jobs)]
+
+
+def _statistics_decision(signals: RetentionSignals, policy: TablePolicy, gated, in_flight_jobs: set,
+                         jobs: Mapping[str, str]) -> RetentionDecision:
+    table, state = signals.table, signals.statistics
+    if not policy.statistics:
+        return RetentionDecision(table, STATISTICS, NOOP, "column statistics are not kept (policy statistics: false)",
+                                 kind=ReasonKind.POLICY)
+    if state is None:
+        return RetentionDecision(table, STATISTICS, NOOP, "the statistics state was not read",
+                                 kind=ReasonKind.NO_DATA)
+    due, why = statistics_due(state, policy.statistics_stale_fraction)
+    if not due:
+        return RetentionDecision(table, STATISTICS, NOOP, why, kind=ReasonKind.BELOW_THRESHOLDS)
+    return gated(STATISTICS, why, f"statistics:{table}:{state.current_snapshot_id}",
+                 set(in_flight_jobs) & {jobs[STATISTICS]})
 
 
 def plan_retention_tick(

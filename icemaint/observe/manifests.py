@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from icemaint.domain.health import FileEntry, SnapshotEntry
 from icemaint.domain.screen import ManifestSummary
@@ -109,9 +109,22 @@ def read_snapshots(tbl) -> list[SnapshotEntry]:
     return out
 
 
+def main_lineage(table) -> Iterable[tuple[int, int | None, str | None, Mapping[str, str]]]:
+    """(snapshot id, parent id, operation, summary properties) of a pyiceberg table's `main`, newest first."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}  # one pass, however long the history
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        summary = snapshot.summary
+        operation = summary.operation.value if summary is not None else None
+        yield (snapshot.snapshot_id, snapshot.parent_snapshot_id, operation,
+               dict(summary.additional_properties) if summary is not None else {})
+        snapshot = by_id.get(snapshot.parent_snapshot_id)
+
+
 def read_retention_signals(tbl, table: str, policy):
     """Snapshot count and age and manifest sizes from a pyiceberg table (reads the manifest list only)."""
     from icemaint.domain.retention_tick import RetentionSignals
+    from icemaint.observe.statistics import read_statistics_state
 
     snapshots = tbl.metadata.snapshots
     # Branch heads and tagged snapshots never expire: an old tag must not make expiry due forever.
@@ -121,7 +134,8 @@ def read_retention_signals(tbl, table: str, policy):
     return RetentionSignals(
         table=table, metadata_location=tbl.metadata_location, snapshots=len(snapshots),
         oldest_snapshot_at=min(expirable) / 1000 if expirable else None,
-        manifests=len(lengths), small_manifests=sum(1 for n in lengths if n < policy.manifest_small_bytes))
+        manifests=len(lengths), small_manifests=sum(1 for n in lengths if n < policy.manifest_small_bytes),
+        statistics=read_statistics_state(tbl) if policy.statistics else None)
 
 
 def _spec_time_fields(tbl, column: str | None) -> dict[int, tuple[str, str]]:

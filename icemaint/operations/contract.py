@@ -38,6 +38,7 @@ from icemaint.safety.process import ProcessRef
 from icemaint.domain.decisions import DEFER, FAILED, REFUSE, refusal_for
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
+from icemaint.observe.manifests import main_lineage
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.units import format_duration
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, STAGE_KEY, STAGED_SNAPSHOT_KEY
@@ -223,18 +224,6 @@ class ContractOperation:
         own_log = logging.getLogger(type(self).__module__)
         self.progress = progress or (lambda msg: own_log.info(msg))
         self.sleep = sleep
-
-
-def main_lineage(table) -> Iterable[tuple[int, int | None, str | None, Mapping[str, str]]]:
-    """(snapshot id, parent id, operation, summary properties) of a pyiceberg table's `main`, newest first."""
-    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}  # one pass, however long the history
-    snapshot = table.current_snapshot()
-    while snapshot is not None:
-        summary = snapshot.summary
-        operation = summary.operation.value if summary is not None else None
-        yield (snapshot.snapshot_id, snapshot.parent_snapshot_id, operation,
-               dict(summary.additional_properties) if summary is not None else {})
-        snapshot = by_id.get(snapshot.parent_snapshot_id)
 
 
 def unproven_rewrites(lineage: Iterable[tuple[int, int | None, str | None, Mapping[str, str]]]) -> list[dict]:

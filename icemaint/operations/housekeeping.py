@@ -1,4 +1,4 @@
-"""Snapshot expiry, orphan-file removal and manifest rewrites under the operating contract.
+"""Snapshot expiry, orphan-file removal, manifest rewrites and column statistics under the operating contract.
 
 Each run is policy-gated (read_only, allowed_operations, allowed_identities), claimed (a busy claim
 defers, naming the holder), decided (run / noop / refuse), carried out on Spark by `icemaint.engine`
@@ -36,11 +36,12 @@ from icemaint.engine.retention import (
     RetentionCommitUnknown, RetentionConflict, expire_snapshots, read_snapshots, set_table_properties, table_properties,
 )
 from icemaint.engine.staging import RUN_ID_KEY
+from icemaint.operations.statistics import StatisticsRequest, act_statistics
 from icemaint.domain.units import format_duration
 
 log = logging.getLogger(__name__)
 
-EXPIRE, ORPHANS, MANIFESTS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS
+EXPIRE, ORPHANS, MANIFESTS, STATISTICS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS, Operation.STATISTICS
 # Audit records keep at most this many paths; the counts are always complete.
 MAX_LISTED_PATHS = 100
 # Test seam: called with (operation, attempt) right before each expiry or manifest commit.
@@ -197,6 +198,15 @@ class Housekeeper(ContractOperation):
             InvalidTableName, TableNotFound: bad input, before anything is touched.
         """
         return self._run(MANIFESTS, request, {"force": request.force}, self._rewrite_manifests)
+
+    def compute_statistics(self, request: StatisticsRequest) -> RetentionOutcome:
+        """Compute the current snapshot's column statistics when stale (`icemaint.operations.statistics`).
+
+        Raises:
+            InvalidTableName, TableNotFound: bad input, before anything is touched.
+        """
+        return self._run(STATISTICS, request, {"force": request.force},
+                         lambda name, policy, req, outcome: act_statistics(self, name, policy, req, outcome))
 
     # -- the contract -----------------------------------------------------------------------
     def _run(self, operation: str, request, settings: dict, act) -> RetentionOutcome:
