@@ -45,7 +45,7 @@ def test_one_pass_compacts_every_due_date_then_manifests_expiry_and_orphans_unde
     watcher.start()
     try:
         code, out, err = run_cli(capsys, "--config", str(path), "maintain", table_name, "--expire-snapshots",
-                                 "--orphans", "--json")
+                                 "--orphans", "--statistics", "--json")
     finally:
         done.set()
         watcher.join()
@@ -54,7 +54,10 @@ def test_one_pass_compacts_every_due_date_then_manifests_expiry_and_orphans_unde
     steps = [(s["operation"], s["scope"], s["decision"]) for s in report["steps"]]
     dates = [s["scope"] for s in report["steps"] if s["operation"] == "compact"]
     assert len(dates) == 3 and all(d == "run" for op, _, d in steps if op == "compact"), steps
-    assert [op for op, _, _ in steps][3:] == ["manifests", "expire", "orphans"], steps
+    assert [op for op, _, _ in steps][3:] == ["manifests", "statistics", "expire", "orphans"], steps
+    # the statistics are of the snapshot the pass left, so expiry and orphan removal keep their file
+    tbl = CatalogReader(config).load(table_name)
+    assert [s.snapshot_id for s in tbl.metadata.statistics] == [tbl.current_snapshot().snapshot_id]
     assert seen and all(h == report["holder"] for h in seen), f"another holder got in between the steps: {seen}"
     assert claims.holder_of(table_name) is None, "the pass released its claim"
     # rows are the writer's, read by a fresh Spark query
@@ -63,7 +66,8 @@ def test_one_pass_compacts_every_due_date_then_manifests_expiry_and_orphans_unde
     assert [p.data_files for p in health.partitions] == [1, 1, 1]
     # each step is audited and is a run in the Dagster instance
     records = open_audit(config).records(table=table_name)
-    assert {r.operation for r in records if r.trigger == "maintain"} >= {"compact", "manifests", "expire", "orphans"}
+    assert {r.operation for r in records if r.trigger == "maintain"} >= {"compact", "manifests", "statistics", "expire",
+                                                                         "orphans"}
     runs = get_instance(config).get_runs()
     assert {s["run_id"] for s in report["steps"]} <= {r.run_id for r in runs}
 

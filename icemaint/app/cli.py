@@ -129,7 +129,8 @@ def cmd_maintain(config: MaintenanceConfig, args) -> int:
     dates = [runner.check_date(d) for d in args.date or []]
     try:
         report = MaintenancePass(runner).run(args.table, dates=dates, expire=args.expire_snapshots,
-                                             orphans=args.orphans, dry_run=args.dry_run)
+                                             orphans=args.orphans, statistics=args.statistics or None,
+                                             dry_run=args.dry_run)
     except ClaimBusy as exc:
         print(f"error: {args.table}: nothing done: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -351,12 +352,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_compact)
 
     s = sub.add_parser("maintain", help="one pass over one table under one claim: compaction of what is due, "
-                                        "then manifests, then (if asked) expiry and orphan removal")
+                                        "then manifests, then (if kept or asked) column statistics, then (if "
+                                        "asked) expiry and orphan removal")
     s.add_argument("table")
     s.add_argument("--date", action="append", help="compact these dates (repeatable) instead of every due one")
     s.add_argument("--all-due", action="store_true", help="compact every due date (the default)")
     s.add_argument("--expire-snapshots", action="store_true", help="expire snapshots by the table's policy")
     s.add_argument("--orphans", action="store_true", help="remove orphan files by the table's policy")
+    s.add_argument("--statistics", action="store_true",
+                   help="compute column statistics when stale (the default when the policy says statistics: true)")
     s.add_argument("--dry-run", action="store_true", help="report what each step would do, change nothing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_maintain)

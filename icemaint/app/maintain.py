@@ -1,7 +1,8 @@
 """`icemaint maintain TABLE`: one pass over one table, what is due in the right order, under one claim.
 
 Order: compaction (the dates asked for, or every due date; the due partitions of a table without a
-time column), then manifests, then snapshot expiry, then orphan removal, one after the other (expiry
+time column), then manifests, then column statistics (of the compacted snapshot, when the policy keeps them or
+they are asked for, and stale), then snapshot expiry, then orphan removal, one after the other (expiry
 and orphan removal never overlap). When the manifests are due too, they go first: a date a streaming
 writer built from one manifest per commit is planned, proven and published from a few manifests instead
 of thousands (2.2x faster at 3,000 commits: benchmarks/RESULTS.md, "Streaming shape"). Position deletes are applied by compaction's rewrite (files with
@@ -81,8 +82,10 @@ class MaintenancePass:
         return manifests_due(signals.manifests, signals.small_manifests, policy)[0]
 
     def run(self, table: str, *, dates: list[str] | None = None, expire: bool = False, orphans: bool = False,
-            dry_run: bool = False) -> PassReport:
-        """Runs the pass. Raises ClaimBusy when the claim stays busy past the policy's claim_wait."""
+            statistics: bool | None = None, dry_run: bool = False) -> PassReport:
+        """Runs the pass. Raises ClaimBusy when the claim stays busy past the policy's claim_wait.
+
+        `statistics`: compute column statistics when stale (None: when the table's policy keeps them)."""
         from icemaint.operations.contract import under_pass
         from icemaint.safety.claims import table_claim
 
@@ -104,6 +107,8 @@ class MaintenancePass:
                     return report
             # After compaction the manifests run (again) when due: each published date added some.
             steps = [manifests] if not first or (wanted and not dry_run and self.manifests_due(key)) else []
+            if statistics or (statistics is None and self.config.policy(key).statistics):
+                steps.append(("statistics", lambda: self.runner.statistics(key, dry_run=dry_run, trigger="maintain")))
             if expire:
                 steps.append(("expire", lambda: self.runner.expire(key, dry_run=dry_run, trigger="maintain")))
             if orphans:
