@@ -310,6 +310,45 @@ def test_sort_and_zorder_strategies_rewrite_with_proof(spark, lake_root, tmp_pat
         assert devices == sorted(devices), "the rewritten file is sorted by the policy's sort order"
 
 
+def test_zorder_over_a_column_with_nan_infinities_and_the_widest_range_keeps_every_row(spark, lake_root, tmp_path,
+                                                                                        table_name):
+    """The z-order scales each column by its finite range (min and max as wide as the doubles, max - min overflows);
+    NaN and the infinities in the data neither break the order's SQL nor the proof."""
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"),
+                         tables={table_name: {"strategy": "zorder", "sort_order": "zorder(id, d)"}})
+    sql = TableName.parse(table_name).sql(config.catalog.name)
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP, d DOUBLE) USING iceberg PARTITIONED BY (days(ts))")
+    values = ["1.0D", "-1.7976931348623157E308D", "1.7976931348623157E308D", "CAST('NaN' AS DOUBLE)",
+              "CAST('Infinity' AS DOUBLE)", "CAST('-Infinity' AS DOUBLE)", "NULL", "-0.0D", "0.0D"]
+    for i, value in enumerate(values):  # one small file each
+        spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '{DATE} 0{i}:00:00', {value})")
+    before = full_row_hash(spark, sql, current(spark, config, table_name))
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.decision == "run" and outcome.validation["passed"] is True, outcome.reason
+    assert outcome.files_after == 1
+    assert full_row_hash(spark, sql, current(spark, config, table_name)) == before
+    assert len(CatalogReader(config).load(table_name).scan().to_arrow()) == len(values)
+
+
+def test_a_sort_order_the_rows_cannot_take_fails_before_the_staging_branch(spark, lake_root, tmp_path, table_name):
+    """Planning the rows to write (read, digest, order) comes before the branch: a failure there leaves the table's
+    metadata as it was, no branch behind."""
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"),
+                         tables={table_name: {"strategy": "sort", "sort_order": "no_such_column"}})
+    writer = simulate(spark, config, table_name, batches=4)
+    location = CatalogReader(config).metadata_location(table_name)
+    with pytest.raises(Exception, match="no_such_column"):
+        compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert open_audit(config).records(table=table_name)[-1].decision == "failed"
+    tbl = CatalogReader(config).load(table_name)
+    assert tbl.metadata_location == location and set(tbl.metadata.refs) == {"main"}
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+
+
 def test_a_proof_that_cannot_run_publishes_nothing(spark, config, table_name, monkeypatch):
     """Fault injection into our own validation step (e.g. GX crashing): an unproven rewrite never reaches main."""
     import icemaint.engine.validation

@@ -70,6 +70,9 @@ CASES = [
      dict(files=data(2, 4 * MiB, records=10000) + deletes(5, content=2, n=12)), {}, {}, DAY, NOOP,
      ["0 position-delete files < min_position_delete_files 10"]),
     ("no partition on that date", dict(files=SMALL3), {}, {}, "2024-06-02", NOOP, ["no data files on 2024-06-02"]),
+    ("undated files are named, not silently skipped", dict(files=data(3, 100 * KiB, day=None)), {}, {}, DAY, NOOP,
+     [f"no data files on {DAY}; 3 data files of the table have no date (their ts is NULL, or the manifests hold "
+      "no bounds for it)"]),
     ("only delete files on that date", dict(files=SMALL3 + deletes(5, day="2024-06-02")), {}, {}, "2024-06-02",
      NOOP, ["no data files on 2024-06-02"]),
     ("no time column", dict(files=data(5, 100 * KiB, day=None), time_column=None), {}, {}, DAY, REFUSE,

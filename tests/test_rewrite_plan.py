@@ -113,3 +113,14 @@ def test_read_splits_hold_their_bound_on_uneven_sizes_and_give_the_writer_room_p
 def test_a_file_above_a_share_keeps_the_plain_share_for_iceberg_to_cut_at_row_groups():
     splits = read_splits([1_000, 10, 10], 1_020, 400)
     assert (splits.files, splits.split_bytes, splits.writer_target, splits.lookback) == (3, 341, 560, None)
+
+
+def test_zorder_scales_a_range_as_wide_as_the_doubles_without_overflow_and_ignores_non_finite_bounds():
+    import math
+    import re
+
+    widest = zorder_sql((SortKey("d"),), {"d": "number"}, {"d": (-1.7976931348623157e308, 1.7976931348623157e308)})
+    literals = [float(x) for x in re.findall(r"\((-?[0-9.]+e[+-]?[0-9]+|-?[0-9.]+)\)", widest)]
+    assert literals and all(math.isfinite(x) for x in literals) and "inf" not in widest and "nan" not in widest
+    for bounds in [(float("-inf"), 1.0), (0.0, float("nan")), (None, 2.0)]:
+        assert zorder_sql((SortKey("d"),), {"d": "number"}, {"d": bounds}).count("CAST(0 AS BIGINT)") > 0

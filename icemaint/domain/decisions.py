@@ -135,6 +135,12 @@ def _refusal(policy: TablePolicy, operation: str, identity: str) -> str | None:
     return None
 
 
+def _undated(health: TableHealth) -> str:
+    # e.g. files written with column metrics off ('write.metadata.metrics.default'='none'): no bounds to date them by
+    return (f"; {health.undated_files} data files of the table have no date (their {health.time_column} is NULL, or "
+            "the manifests hold no bounds for it), so no date scope reaches them")
+
+
 def refusal_for(policy: TablePolicy, operation: str, identity: str) -> str | None:
     """Why `identity` may not run `operation` on a table under `policy`, or None when it may."""
     return _refusal(policy, operation, identity)
@@ -188,7 +194,8 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
             "date scope is built on it: set time_column in its policy to a plainly named date or timestamp column"))
     part = health.partition(date)
     if part is None or part.data_files == 0:
-        return replace(base, reason=f"no data files on {date}", kind=ReasonKind.NO_DATA)
+        reason = f"no data files on {date}" + (_undated(health) if health.undated_files else "")
+        return replace(base, reason=reason, kind=ReasonKind.NO_DATA)
     due = partition_due(part, policy, position_deletes=position_deletes_maintained(health))
     if not due.due:
         return replace(base, rationale=due.rationale, kind=ReasonKind.BELOW_THRESHOLDS,
@@ -378,6 +385,8 @@ def decide_table_compactions(health: TableHealth, policy: TablePolicy, gates: Ga
     out = [decide_compaction(health, d, policy, gates) for d in wanted]
     if not out:
         reason = "no data files on any date" if not health.partitions else "no date in the maintained range"
+        if not health.partitions and health.undated_files:
+            reason += _undated(health)
         out = [Decision(table=health.table, operation="compact", verdict=NOOP, reason=reason, kind=ReasonKind.NO_DATA,
                         writer_check=writer_check(health, policy))]
     return out

@@ -9,6 +9,8 @@ large date is split into groups, each staged, proven and published on its own.
 
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass
 
@@ -254,12 +256,22 @@ def zorder_input(column: str, kind: str) -> str:
     raise ValueError(f"z-order kind {kind!r} is not one of {ZORDER_KINDS}")
 
 
+def zorder_finite(value: str) -> str:
+    """`value` (a `zorder_input`) where it is a finite number, else NULL: the range a z-order scales by is taken over
+    finite values, so a NaN or an infinity in the data does not make the range itself NaN or infinite."""
+    return f"(CASE WHEN isnan({value}) OR abs({value}) = CAST('Infinity' AS DOUBLE) THEN NULL ELSE {value} END)"
+
+
 def zorder_sql(keys: tuple[SortKey, ...], kinds: dict[str, str], ranges: dict[str, tuple]) -> str:
     """A Morton (z-order) value over the keys, each scaled by its min/max to the same bit width.
 
     Iceberg's own z-order interleaves raw byte prefixes; scaling each column to its range first
     spreads narrow ranges over all bits, which clusters at least as well. Only the file layout
     depends on it: the rows written are the rows read.
+
+    `ranges` are each column's finite min and max (`zorder_finite`); a value outside them (an infinity) is clamped to
+    the nearest end, a NaN goes to the top, NULL to the bottom. The scaling works on halves, so a range as wide as
+    the doubles (max - min overflows) stays finite.
     """
     n = len(keys)
     bits = max(1, min(20, 62 // max(1, n)))
@@ -267,11 +279,12 @@ def zorder_sql(keys: tuple[SortKey, ...], kinds: dict[str, str], ranges: dict[st
     for k in keys:
         lo, hi = ranges.get(k.column, (None, None))
         value = zorder_input(k.column, kinds[k.column])
-        if lo is None or hi is None or hi <= lo:
+        if lo is None or hi is None or not math.isfinite(float(lo)) or not math.isfinite(float(hi)) or hi <= lo:
             scaled.append("CAST(0 AS BIGINT)")
             continue
         top = 2 ** bits - 1
-        scaled.append(f"CAST(coalesce(least(greatest(({value} - ({float(lo)!r})) / ({float(hi - lo)!r}), 0.0), 1.0), "
+        half_lo, half_span = float(lo) / 2, float(hi) / 2 - float(lo) / 2
+        scaled.append(f"CAST(coalesce(least(greatest(({value} / 2 - ({half_lo!r})) / ({half_span!r}), 0.0), 1.0), "
                       f"0.0) * {top} AS BIGINT)")
     terms = []
     for bit in range(bits):

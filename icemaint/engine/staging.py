@@ -281,8 +281,11 @@ class StagingArea:
 
         `feed(rows, planned rows) -> (rows, FeedDigest)` digests the old rows on their way to the writer; used for a
         bin-pack of files without deletes (the read counts each file's rows, which only then are its
-        manifest's record counts), whose writer reads its input exactly once."""
-        branch = self.open_branch(index, base_snapshot_id)
+        manifest's record counts), whose writer reads its input exactly once.
+
+        The branch is opened only once the rows to write are planned (read, digested, ordered): a table or a policy
+        the read or the order cannot take fails before it, with the table's metadata untouched; a failure from the
+        branch on removes the branch again."""
         tasks = [tasks_by_path[f.path] for f in group.files]
         # A task's size counts its delete files too: split by what the reader will weigh.
         splits = read_splits([self._weights[f.path] if f.path in self._weights else int(t.sizeBytes())
@@ -313,6 +316,7 @@ class StagingArea:
             view = f"icemaint_stage_rows_{uuid.uuid4().hex[:12]}"
             rows.createOrReplaceTempView(view)
             rows = self.spark.sql(f"SELECT * FROM {view} ORDER BY {order}")
+        branch = self.open_branch(index, base_snapshot_id)
         try:
             new_files = self._write_replacements(rows, set_id, options)
             staged = self.commit_to_branch(branch, lambda t: _with_files(t.newFastAppend().toBranch(branch),
@@ -335,11 +339,11 @@ class StagingArea:
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
         """min/max of each z-order column over the group's rows (one small aggregate pass)."""
-        from icemaint.domain.rewrite_plan import zorder_input
+        from icemaint.domain.rewrite_plan import zorder_finite, zorder_input
 
         exprs = []
         for key in keys:
-            value = zorder_input(key.column, kinds[key.column])
+            value = zorder_finite(zorder_input(key.column, kinds[key.column]))
             exprs += [f"min({value})", f"max({value})"]
         row = rows.selectExpr(*exprs).first()
         return {key.column: (row[2 * i], row[2 * i + 1]) for i, key in enumerate(keys)}
