@@ -277,6 +277,23 @@ def test_cost_ceiling_waits_for_approval_then_runs_and_audits_the_approval(spark
     assert records[1].identity == config.identity() and records[1].operation == "approve"
 
 
+def test_the_approval_its_own_reason_names_is_honoured_by_the_next_run(spark, lake_root, tmp_path, table_name):
+    """`icemaint approve TABLE --date D`, as the awaiting-approval reason says, lets the next plain run go (once)."""
+    from conftest import make_config
+    from icemaint.safety.approvals import approve
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"max_rewrite_bytes": 100}})
+    writer = simulate(spark, config, table_name, batches=4)
+    assert compactor(config, spark).run(CompactionRequest(table_name, DATE)).decision == "defer"
+    approve(config, open_audit(config), table_name, DATE, "one-off backfill")
+    approved = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert approved.decision == "run" and approved.validation["passed"] is True, approved.reason
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    writer.run(4)  # the approval was used up by that run: new files over the ceiling wait again
+    again = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert again.decision == "defer" and "awaiting approval" in again.reason
+
+
 def test_read_only_table_refuses_and_changes_nothing(spark, lake_root, tmp_path, table_name):
     from conftest import make_config
 

@@ -122,3 +122,30 @@ def test_due_manifests_go_before_compaction(capsys, spark, lake_root, tmp_path, 
     assert manifests_before >= 6
     assert ids(spark, sql, "event_id") == sorted(writer.ledger.expected_ids())
     assert [p.data_files for p in CatalogReader(load_config(path)).health(table_name).partitions] == [1, 1, 1]
+
+
+def test_dates_a_gate_holds_back_are_named_and_the_pass_does_not_succeed(capsys, spark, lake_root, tmp_path,
+                                                                          table_name):
+    """A due date waiting for approval is not "nothing due": the pass lists it with its reason and exits 1; once
+    approved, the next pass compacts it."""
+    from icemaint.safety.approvals import approve
+
+    writer = streaming_table(spark, "lake", table_name, batches=6, days=2, rows_per_day=10)
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        tables={table_name: {"max_rewrite_bytes": "1KiB"}})
+    config = load_config(path)
+    location = CatalogReader(config).metadata_location(table_name)
+    code, out, err = run_cli(capsys, "--config", str(path), "maintain", table_name, "--json")
+    report = json.loads(out)
+    held = [(s["scope"], s["decision"]) for s in report["steps"] if s["operation"] == "compact"]
+    assert code == 1 and not report["success"] and len(held) == 2 and {d for _, d in held} == {"defer"}, report
+    assert all("awaiting approval" in s["reason"] for s in report["steps"] if s["operation"] == "compact")
+    assert CatalogReader(config).metadata_location(table_name) == location
+
+    first = held[0][0]
+    approve(config, open_audit(config), table_name, first)
+    code, out, err = run_cli(capsys, "--config", str(path), "maintain", table_name, "--json")
+    report = json.loads(out)
+    steps = {(s["scope"], s["decision"]) for s in report["steps"] if s["operation"] == "compact"}
+    assert code == 1 and (first, "run") in steps and (held[1][0], "defer") in steps, report
+    assert ids(spark, writer.name.sql("lake"), "event_id") == sorted(writer.ledger.expected_ids())

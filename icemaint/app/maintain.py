@@ -19,7 +19,7 @@ import datetime as dt
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from icemaint.domain.decisions import RUN, Gates, decide_table_compactions
+from icemaint.domain.decisions import DEFER, REFUSE, RUN, Gates, ReasonKind, decide_table_compactions
 
 # Outcomes after which the pass goes on; anything else stops it (a failed proof, a refusal, an error).
 _GOOD = ("run", "noop", "defer", "dry_run")
@@ -60,14 +60,28 @@ class MaintenancePass:
         self.runner = runner
         self.config = runner.config
 
-    def due_dates(self, table: str) -> list[str | None]:
-        """The dates compaction would run on now (None: the partitions of a table without a time column)."""
+    def plan_dates(self, table: str) -> tuple[list[str | None], list]:
+        """(the dates compaction would run on now, None for the partitions of a table without a time column; the
+        decisions that hold a date back: a gate blocks it).
+
+        An operator's approval counts as `icemaint compact` counts it. Below-threshold and empty dates are neither."""
+        from icemaint.safety.approvals import is_approved
+        from icemaint.safety.audit import open_audit
+
         health = self.runner.reader.health(table)
-        gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=self.config.identity())
-        decisions = decide_table_compactions(health, self.config.policy(table), gates)
         if not health.dated:
-            return [None]
-        return [d.date for d in decisions if d.verdict == RUN and d.date]
+            return [None], []
+        policy = self.config.policy(table)
+        now, identity = dt.datetime.now(dt.timezone.utc), self.config.identity()
+        records = open_audit(self.config).records(table=table)
+        decisions = []
+        for d in decide_table_compactions(health, policy, Gates(now=now, identity=identity)):
+            if d.needs_approval and d.date and is_approved(records, d.date):
+                d = decide_table_compactions(health, policy, Gates(now=now, identity=identity, approved=True),
+                                             [d.date])[0]
+            decisions.append(d)
+        return ([d.date for d in decisions if d.verdict == RUN and d.date],
+                [d for d in decisions if d.verdict in (DEFER, REFUSE)])
 
     def manifests_due(self, table: str) -> bool:
         """Whether the manifest rewrite is due and allowed now (read from the manifest list, no Spark)."""
@@ -94,17 +108,21 @@ class MaintenancePass:
         report = PassReport(table=key, holder=holder)
         wait = self.config.policy(key).claim_wait_seconds
         with table_claim(self.config, key, holder, wait_seconds=wait, poll_seconds=1.0) as claim, under_pass(claim):
-            wanted = dates if dates else self.due_dates(key)
+            wanted, held = (dates, []) if dates else self.plan_dates(key)
             manifests = ("manifests", lambda: self.runner.manifests(key, dry_run=dry_run, trigger="maintain"))
             first = bool(wanted) and self.manifests_due(key)
             if first and not self._step(report, manifests[0], "-", manifests[1]()):
                 return report
-            if not wanted:
+            if not wanted and not held:
                 report.steps.append(Step("compact", "-", "noop", "no date is due for compaction", True))
             for date in wanted:
                 if not self._step(report, "compact", date or "(table)",
                                   self.runner.compact(key, date, dry_run=dry_run, trigger="maintain")):
                     return report
+            for d in held:  # due work a gate holds back is not done: the pass says so and does not succeed
+                # (the date still being written is not due yet: listed, not a failure)
+                report.steps.append(Step("compact", d.date or "(table)", str(d.verdict), d.reason,
+                                         d.kind == ReasonKind.HOT_PARTITION))
             # After compaction the manifests run (again) when due: each published date added some.
             steps = [manifests] if not first or (wanted and not dry_run and self.manifests_due(key)) else []
             if statistics or (statistics is None and self.config.policy(key).statistics):

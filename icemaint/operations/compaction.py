@@ -19,6 +19,7 @@ from typing import Callable
 
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractOperation, ContractRun
+from icemaint.safety.approvals import is_approved
 from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, Operation, ReasonKind, \
     choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, measured_throughput
 from icemaint.domain.layout import describe_all, partition_key, partitions_of
@@ -143,8 +144,13 @@ class Compactor(ContractOperation):
         """Health now, and the decision for the period holding `date` (`decision.date` is its key), or
         with no date for the partitions of a table without a time column."""
         health = self.reader.health(name.key)
-        past = [r.details for r in self.audit.records(table=name.key, operation="compact")
-                if r.decision == RUN and r.details.get("rewrite_seconds")]
+        records = self.audit.records(table=name.key)
+        past = [r.details for r in records if r.operation == "compact" and r.decision == RUN
+                and r.details.get("rewrite_seconds")]
+        if date is not None and health.dated:
+            date = period_start(dt.date.fromisoformat(date), span_of(health.time_transform)).isoformat()
+        # An operator's `icemaint approve` (newer than the scope's last run) counts as the launch's approval.
+        approved = approved or is_approved(records, date)
         gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=identity, approved=approved,
                       bytes_per_second=measured_throughput(past))
         if date is None:
@@ -153,7 +159,6 @@ class Compactor(ContractOperation):
                                         reason=(f"{name.key} is maintained per date ({health.time_column} by "
                                                 f"{health.time_transform}): give a date (--date YYYY-MM-DD)"))
             return health, decide_layout_compaction(health, policy, gates)
-        date = period_start(dt.date.fromisoformat(date), span_of(health.time_transform)).isoformat()
         return health, decide_compaction(health, date, policy, gates)
 
     def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome) -> None:
