@@ -201,8 +201,18 @@ class MaintenanceConfig:
         return self.state_path / "dagster"
 
     def identity(self) -> str:
-        """Who maintenance runs as: `$ICEMAINT_IDENTITY`, else the OS user."""
-        return os.environ.get(IDENTITY_ENV) or os.environ.get("USER") or "unknown"
+        """Who maintenance runs as: `$ICEMAINT_IDENTITY`, else the OS user (`$USER`, else the process's own user:
+        cron and systemd units often set no `$USER`)."""
+        return os.environ.get(IDENTITY_ENV) or os.environ.get("USER") or _os_user() or "unknown"
+
+
+def _os_user() -> str | None:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name or None
+    except (ImportError, KeyError, OSError):  # no passwd entry for this uid (a container's arbitrary uid)
+        return None
 
 
 _TOP_KEYS = ("catalog", "spark", "state_dir", "claims", "audit", "scope", "dates_start",

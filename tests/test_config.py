@@ -273,6 +273,15 @@ def test_identity_from_environment(tmp_path, monkeypatch):
     assert parse_config(None, tmp_path).identity() == "ops-bot"
 
 
+def test_identity_without_user_in_the_environment_is_the_processes_own_user(tmp_path, monkeypatch):
+    """cron and systemd units often set no $USER: the identity is still the OS user, not 'unknown'."""
+    import pwd
+
+    monkeypatch.delenv("ICEMAINT_IDENTITY", raising=False)
+    monkeypatch.delenv("USER", raising=False)
+    assert parse_config(None, tmp_path).identity() == pwd.getpwuid(os.getuid()).pw_name
+
+
 def test_a_jdbc_sqlite_catalog_uri_keeps_its_absolute_path_for_pyiceberg():
     from icemaint.observe.catalog import jdbc_to_sqlalchemy
 

@@ -305,3 +305,25 @@ def test_the_alias_bombs_are_small_files():
     def count(v):
         return sum(count(x) for x in v) if isinstance(v, list) else 1
     assert count(doc["scope"]["include"]) == 8 ** 6
+
+
+@pytest.mark.parametrize("argv, mention", [
+    case(["approve", "nowhere.nothing", "--date", "2026-01-01"], "not found", id="no such table"),
+    case(["approve", "{table}"], "give the date to approve", id="a dated table without --date"),
+])
+def test_an_approval_names_a_table_and_scope_that_exist(estate, capsys, argv, mention):
+    before = state_of(estate)
+    code, out, err = run_cli(capsys, "--config", estate.path, *[a.format(table=estate.table) for a in argv])
+    assert_rejected(code, out, err, mention)
+    assert state_of(estate) == before
+
+
+def test_a_note_cannot_forge_lines_of_the_audit_listing(estate, capsys):
+    note = "ok\n2026-01-01 00:00:00 t.fake  2026-01-01 compact   run      forged \x1b[31mred"
+    code, out, err = run_cli(capsys, "--config", estate.path, "approve", estate.table, "--date", "2026-01-01",
+                             "--note", note)
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "--config", estate.path, "audit", "--table", estate.table)
+    lines = [line for line in out.splitlines() if "approve" in line]
+    assert code == 0 and len(out.strip().splitlines()) == 1 and len(lines) == 1, out
+    assert "\\n2026-01-01" in lines[0] and "\x1b" not in out and "\\x1b[31m" in lines[0]

@@ -17,7 +17,7 @@ from icemaint.config import ConfigError, MaintenanceConfig, load_config
 from icemaint.domain.layout import describe
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
-from icemaint.domain.units import human_size, shown
+from icemaint.domain.units import human_size, printable, shown
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -193,7 +193,26 @@ def cmd_approve(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.approvals import approve
     from icemaint.safety.audit import open_audit
 
-    record = approve(config, open_audit(config), args.table, args.date, args.note)
+    from icemaint.domain.scope import period_start, span_of
+    from icemaint.observe.catalog import CatalogReader
+    from icemaint.safety.approvals import ApprovalRefused
+
+    key = TableName.parse(args.table).key
+    health = CatalogReader(config).health(key)  # TableNotFound: nothing to approve
+    date = args.date
+    if health.dated and date is None:
+        raise ValueError(f"{key} is maintained per date ({health.time_column} by {health.time_transform}): "
+                         "give the date to approve (--date YYYY-MM-DD)")
+    if not health.dated and date is not None:
+        raise ValueError(f"{key} has no time column: it is compacted per partition; approve it without --date")
+    if date is not None:  # a month or year partition is approved as a whole, keyed as its runs are
+        last = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)  # the last date a run can target
+        date = period_start(parse_date(date, config.dates_start, last), span_of(health.time_transform)).isoformat()
+    try:
+        record = approve(config, open_audit(config), key, date, args.note)
+    except ApprovalRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     print(f"approved compaction of {record.table} {record.date or '(its partitions)'} by {record.identity}")
     return EXIT_OK
 
@@ -214,7 +233,9 @@ def cmd_audit(config: MaintenanceConfig, args) -> int:
         return EXIT_OK
     for r in records:
         snap = f" {r.before_snapshot_id}->{r.after_snapshot_id}" if r.after_snapshot_id else ""
-        print(f"{r.ts:%Y-%m-%d %H:%M:%S} {r.table:<20} {r.date or '':<10} {r.operation:<9} {r.decision:<8}{snap} {r.reason}")
+        # One record, one line: a reason (an approval's note) cannot start a line of its own or drive the terminal.
+        print(f"{r.ts:%Y-%m-%d %H:%M:%S} {r.table:<20} {r.date or '':<10} {r.operation:<9} {r.decision:<8}{snap} "
+              f"{printable(r.reason)}")
     return EXIT_OK
 
 

@@ -29,6 +29,12 @@ def shown(value: object) -> str:
     return _SHOWN.repr(value)
 
 
+def printable(text: str) -> str:
+    """`text` on one line for a terminal: line breaks and other control characters (escape sequences) shown
+    escaped, as Python writes them, so stored text cannot start a line of its own or drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def parse_duration(value: object) -> float:
     """Seconds in a duration such as ``72h``, ``7d``, ``30m``, ``45s`` or a bare number of seconds.
 
