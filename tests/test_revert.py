@@ -119,3 +119,26 @@ def test_a_rewrite_that_applied_deletes_is_refused(capsys, spark, small_files, c
     code, out, err = run_cli(capsys, "--config", str(config_file), "revert", table_name, "--snapshot", str(published))
     assert code == 1 and "deletes" in err and len(err.strip().splitlines()) == 1, err
     assert CatalogReader(config).metadata_location(table_name) == location
+
+
+def test_a_snapshot_id_beyond_64_bits_is_bad_input(capsys, spark, compacted):
+    table = compacted["table"]
+    location = CatalogReader(compacted["config"]).metadata_location(table)
+    code, out, err = run_cli(capsys, "--config", compacted["path"], "revert", table, "--snapshot", str(2**63))
+    assert code == 2 and "64-bit" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert CatalogReader(compacted["config"]).metadata_location(table) == location
+
+
+def test_a_rewrite_whose_base_snapshot_was_expired_is_refused_in_one_line(capsys, spark, compacted):
+    from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper
+
+    config, table = compacted["config"], compacted["table"]
+    expired = Housekeeper(config, spark, CatalogReader(config), open_claims(config), open_audit(config)).expire(
+        ExpiryRequest(table, older_than_seconds=0, retain_last=1))
+    assert expired.decision == "run", expired.reason
+    location = CatalogReader(config).metadata_location(table)
+    code, out, err = run_cli(capsys, "--config", compacted["path"], "revert", table, "--snapshot",
+                             str(compacted["published"]), "--dry-run")
+    assert code == 1 and "has been expired" in err and len(err.strip().splitlines()) == 1, err
+    assert CatalogReader(config).metadata_location(table) == location
+    assert independent_rows(config, table) == sorted((r[0], r[2]) for r in compacted["before"])

@@ -170,6 +170,8 @@ def cmd_revert(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.audit import open_audit
     from icemaint.safety.claims import open_claims
 
+    if not -2**63 <= args.snapshot < 2**63:
+        raise ValueError(f"--snapshot {args.snapshot} is not a snapshot id: Iceberg's are 64-bit signed integers")
     reader = CatalogReader(config)
     table = TableName.parse(args.table).key
     reader.metadata_location(table)  # TableNotFound before Spark starts

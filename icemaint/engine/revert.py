@@ -95,6 +95,11 @@ class Reverter:
         if not old or not new:
             raise RevertRefused(f"snapshot {published_snapshot_id} of {key} replaced no data files")
         parent = int(snap.parentId())
+        if tbl.snapshot(parent) is None:
+            raise RevertRefused(
+                f"snapshot {parent}, the one the rewrite in {published_snapshot_id} was published on, has been expired: "
+                "the replaced files cannot be read as they were (and may be deleted); compact again with the layout "
+                "you want instead")
         old_tasks = self._tasks_of(parent, set(old))
         if len(old_tasks) != len(old):
             raise RevertRefused(f"{len(old) - len(old_tasks)} of the replaced files cannot be read as of snapshot "
