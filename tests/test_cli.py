@@ -289,3 +289,16 @@ def test_a_run_that_fails_inside_spark_reaches_the_terminal_as_one_line_naming_t
                 and e.dagster_event.is_step_failure]
     assert failures and "Traceback" not in failures[0].dagster_event.step_failure_data.error.message
     assert failures[0].dagster_event.step_failure_data.error.stack, "the stack trace is in the run's log"
+
+
+def test_an_interrupted_run_reads_as_interrupted_not_as_an_empty_error():
+    from dagster._utils.error import SerializableErrorInfo
+
+    from icemaint.app.runner import error_line
+
+    interrupted = SerializableErrorInfo("dagster._core.errors.DagsterExecutionInterruptedError\n", [],
+                                        "DagsterExecutionInterruptedError", None)
+    assert error_line(interrupted).startswith("interrupted (Ctrl-C")
+    wrapped = SerializableErrorInfo("Error in step", [], "DagsterExecutionStepExecutionError",
+                                    SerializableErrorInfo("ValueError: bad\nmore", [], "ValueError", None))
+    assert error_line(wrapped) == "ValueError: bad"

@@ -437,3 +437,41 @@ def test_a_claim_busy_beyond_the_wait_defers_naming_the_holder(spark, lake_root,
     # a sensor's run does not wait at all; a person's waits out the whole claim_wait
     assert sum(slept) == (0 if trigger == "sensor" else 2.0) and bool(slept) == (trigger != "sensor")
     assert CatalogReader(config).metadata_location(table_name) == location
+
+
+def test_a_run_interrupted_in_the_middle_of_a_java_call_still_removes_the_staging_branch(spark, config, table_name,
+                                                                                       monkeypatch):
+    """A run's termination (Dagster's interrupt, raised where the run is: here inside a Py4J call waiting for the JVM,
+    in the proof) ends the run; the staging branch is removed over a fresh connection (Py4J drops its connection
+    only for a KeyboardInterrupt: the interrupted call's answer was left unread on it and read by the clean-up,
+    "KeyError: 'm'", the branch left), main is as the writer left it, and the session works on."""
+    import os
+    import signal
+
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
+    import icemaint.engine.validation
+
+    writer = simulate(spark, config, table_name, batches=4)
+    before = current(spark, config, table_name)
+
+    def interrupted_proof(*args, **kwargs):
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        spark._jvm.java.lang.Thread.sleep(3000)  # the interrupt arrives while Python waits for this answer
+        raise AssertionError("the interrupt did not arrive")
+
+    def dagster_like(signum, frame):  # what Dagster's handler does inside a run
+        raise DagsterExecutionInterruptedError()
+
+    monkeypatch.setattr(icemaint.engine.validation, "prove_rows", interrupted_proof)
+    previous = signal.signal(signal.SIGINT, dagster_like)
+    try:
+        with pytest.raises(DagsterExecutionInterruptedError):
+            compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    tbl = CatalogReader(config).load(table_name)
+    assert set(tbl.metadata.refs) == {"main"}, tbl.metadata.refs
+    assert current(spark, config, table_name) == before
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    assert spark.sql("SELECT 41 + 1").first()[0] == 42

@@ -52,6 +52,8 @@ def error_line(error) -> str:
     chain that is not Dagster's own wrapper (its causes, e.g. the Java exception, are in the log)."""
     while (error.cls_name or "").startswith("Dagster") and getattr(error, "cause", None) is not None:
         error = error.cause
+    if error.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
+        return "interrupted (Ctrl-C, or the run was terminated) before it finished"
     message = (error.message or "").strip().splitlines()
     if not message:
         return error.cls_name or "step failed"

@@ -160,3 +160,25 @@ def _java_list(jvm, items):
     for item in items:
         out.add(item)
     return out
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C (KeyboardInterrupt) or a run's termination (Dagster raises its own BaseException): not an error of the
+    work, and possibly raised in the middle of a Py4J call."""
+    return not isinstance(exc, Exception)
+
+
+def drop_interrupted_call(spark) -> None:
+    """Closes this thread's Py4J connection after an interrupt, so the next call opens a fresh one.
+
+    An interrupt raised while a call waited for the JVM's answer leaves that answer unread on the thread's
+    connection, and PySpark pins one connection per thread: the next call (the clean-up that removes a staging
+    branch) would read the stale answer instead of its own and fail with nonsense (`KeyError: 'm'`). The JVM side
+    of the call runs on to its end; nothing waits for it."""
+    try:
+        client = spark.sparkContext._gateway._gateway_client
+        connection = client.get_thread_connection() if hasattr(client, "get_thread_connection") else None
+        if connection is not None:
+            connection.close(False)
+    except Exception:  # no gateway (a stopped session): nothing to drop
+        pass

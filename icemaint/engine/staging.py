@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
+from icemaint.engine.java import drop_interrupted_call, is_interrupt
 from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list, java_class  # noqa: F401 (re-exported)
 from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
 from icemaint.engine.digest import can_feed
@@ -321,7 +322,11 @@ class StagingArea:
             new_files = self._write_replacements(rows, set_id, options)
             staged = self.commit_to_branch(branch, lambda t: _with_files(t.newFastAppend().toBranch(branch),
                                                                         "appendFile", new_files))
-        except Exception as exc:
+        except BaseException as exc:
+            if is_interrupt(exc):
+                drop_interrupted_call(self.spark)  # the interrupted call's answer is still on this thread's connection
+                self.discard(branch)
+                raise
             self.discard(branch)
             raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
         dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],

@@ -29,6 +29,7 @@ from icemaint.domain.names import TableName
 from icemaint.domain.rewrite_plan import parse_sort_order, plan_groups
 from icemaint.domain.scope import DateScope, parse_date, period_start, span_of
 from icemaint.engine.delete_staging import plan_position_deletes, stage_position_deletes
+from icemaint.engine.java import drop_interrupted_call, is_interrupt
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
 
 log = logging.getLogger(__name__)
@@ -388,6 +389,10 @@ class Compactor(ContractOperation):
             outcome.rewritten_bytes += staged.replaced_bytes
             outcome.removed_delete_files += len(staged.dangling_deletes)
             return True
+        except BaseException as exc:
+            if is_interrupt(exc):
+                drop_interrupted_call(self.spark)  # so the branch's removal below gets its own answer
+            raise
         finally:
             staging.discard(staged.branch)
 
