@@ -446,6 +446,7 @@ def test_purge_quarantine_cli_deletes_old_batches_of_allowed_tables_only(spark, 
 
     old, young = batch("q.ok", dt.timedelta(days=10)), batch("q.ok", dt.timedelta(hours=1))
     protected = batch("q.ro", dt.timedelta(days=10))
+    strangers = [batch(name, dt.timedelta(days=10)) for name in ("x;DROP TABLE", "not_a_table")]  # not tables
     (state / "quarantine" / "q.ok" / "not-a-batch").mkdir()
     base = ["--config", str(path), "purge-quarantine"]
 
@@ -462,6 +463,7 @@ def test_purge_quarantine_cli_deletes_old_batches_of_allowed_tables_only(spark, 
     assert "q.ok purge_quarantine: run: purged 1 batch(es)" in out.out and "q.ro purge_quarantine: refuse" in out.err
     assert not old.parent.parent.exists() and young.exists() and protected.exists()
     assert (state / "quarantine" / "q.ok" / "not-a-batch").is_dir()
+    assert all(p.exists() for p in strangers), "a directory that is not a table's quarantine was purged"
     records = [(r.table, r.decision, r.details["dry_run"])
                for r in open_audit(load_config(path)).records(operation="purge_quarantine")]
     assert sorted(records) == [("q.ok", "run", False), ("q.ok", "run", True),

@@ -313,6 +313,8 @@ def cmd_ui(config: MaintenanceConfig, args) -> int:
 def cmd_demo(config: MaintenanceConfig, args) -> int:
     from icemaint.app.demo import run_demo
 
+    if args.batches < 1:
+        raise ValueError(f"--batches {args.batches}: the demo writer needs at least 1 batch")
     return run_demo(config, args.config, batches=args.batches)
 
 

@@ -86,7 +86,8 @@ class Ticker:
         # First: a run left STARTED by a dead process would hold its table's slot in the run queue.
         reaped = [d for d in reap_dead_runs(instance, dry_run=dry_run) if d.reap]
         now = dt.datetime.now(dt.timezone.utc)
-        lines, failed = [d.line() for d in reaped], False
+        lines, failed = [d.line().replace(" marked failed:", " would be marked failed:") if dry_run else d.line()
+                         for d in reaped], False
         added, removed = discover_tables(instance, self.catalog)
         if added and not dry_run:
             instance.add_dynamic_partitions(table_partitions.name, added)

@@ -131,13 +131,21 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
 def quarantine_batches(spark, catalog: str, quarantine_dir: str, older_than: datetime) -> dict[str, list[str]]:
     """Quarantine batches (`<dir>/<table>/<stamp>`) quarantined before `older_than`, by table directory name.
 
-    Only directories named with the quarantine stamp count; anything else is left alone.
+    Only directories named as a table (`namespace.table`) holding directories named with the quarantine stamp count;
+    anything else is left alone.
     """
+    from icemaint.domain.names import InvalidTableName, TableName
+
     older_than = _aware(older_than, "older_than")
     files = Files(spark, catalog)
     found: dict[str, list[str]] = {}
     for table_dir in files.children(quarantine_dir):
         table = table_dir.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            if TableName.parse(table).key != table:
+                continue
+        except InvalidTableName:
+            continue  # not a table's quarantine: someone else's directory
         for batch in files.children(table_dir):
             name = batch.rstrip("/").rsplit("/", 1)[-1]
             try:
