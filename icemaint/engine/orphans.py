@@ -15,6 +15,7 @@ from typing import Iterable
 
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import ORPHAN_MIN_AGE, QuarantineMoveFailed, RetentionError, _aware, _ms
+from icemaint.domain.units import format_duration
 from icemaint.engine.files import Files, normalized, relative_under
 from icemaint.engine.java import java_class
 from icemaint.engine.retention import _catalog, _check_gc_enabled, _table, _timestamp_literal
@@ -66,9 +67,9 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
                              "files still being written would look orphaned")
     if now - older_than < ORPHAN_MIN_AGE and not force:
         raise RetentionError(
-            f"older_than={older_than.isoformat()} is less than 24 h before now: files of commits still in "
-            "flight would look orphaned and be deleted; use a cutoff of 24 h or more, or force=True "
-            "when no writer can be active")
+            f"a cutoff of {format_duration((now - older_than).total_seconds())} ({older_than.isoformat()}) is less "
+            "than 24 h before now: files of commits still in flight would look orphaned and be deleted; use a "
+            "cutoff of 24 h or more, or force it (--force, `force: true`) when no writer can be active")
     _check_gc_enabled(spark, catalog, table)
     jtable = iceberg_table(spark, catalog, table)
     files = Files(spark, catalog, table_io=jtable.io())
