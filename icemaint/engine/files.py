@@ -211,6 +211,9 @@ class Files:
                 raise QuarantineMoveFailed(f"could not move {source} to {target}: the copy holds {copied} of "
                                            f"{length} bytes; the file is still in place")
             self.delete(source)
+            if self.size(source) is not None:  # a move that leaves the source is a copy: say so
+                raise QuarantineMoveFailed(f"copied {source} to {target} but could not delete it; it is in both "
+                                           "places (the copy is whole)")
         except Py4JJavaError as exc:
             cause = str(exc.java_exception.toString()).splitlines()[0][:300]
             raise QuarantineMoveFailed(f"could not move {source} to {target}: {cause}") from None

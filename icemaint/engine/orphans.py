@@ -97,7 +97,10 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
             f"older_than => {_timestamp_literal(older_than)}, dry_run => true, "
             f"prefix_listing => {str(prefix_listing).lower()})").collect()]
 
-    candidates = sorted(files.qualify(p) for p in listed)
+    # An object store's directory marker (a key ending in "/", e.g. SeaweedFS's entry for a directory) is listed by
+    # the prefix listing like a file, but no table ever wrote or referenced it and it is not a file to move: moving
+    # one copied it and could not delete it (the directory is not empty), leaving it in both places.
+    candidates = sorted(files.qualify(p) for p in listed if not p.endswith("/"))
     relative = {}
     for path in candidates:
         rel = relative_under(location, path)
