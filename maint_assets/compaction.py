@@ -106,6 +106,15 @@ def combined_check_result(name: str, outcomes: list[dict], asset_key: str) -> dg
                   "failed": dg.MetadataValue.int(len(failed))})
 
 
+def partition_evaluation(result: dg.AssetCheckResult, asset_key: str, partition: str) -> dg.AssetCheckEvaluation:
+    """A check result as the evaluation of one partition. A run over several partitions (a batched backfill, the
+    sensor's catch-up) reports one result per check for the run, which Dagster attaches to no partition; these
+    attach each partition's own proof to it, so the partition shows passed or failed, not skipped."""
+    return dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset_key), check_name=result.check_name,
+                                   passed=result.passed, metadata=result.metadata, severity=result.severity,
+                                   description=result.description, blocking=True, partition=partition)
+
+
 def validation_check_specs(asset: str, partitions_def: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
     """A blocking check per GX proof. The proofs run inside the compaction, under the table's claim and
     before anything is published, so a failed proof leaves `main` untouched; the asset reports each
@@ -183,7 +192,9 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
                                    done=outcome.decision in (RUN, NOT_PUBLISHED))
         metadata = outcome_metadata(outcome)
         if materialize:
-            proven.append(outcome.to_dict())
+            proven.append((key, outcome.to_dict()))
+        if batched and outcome.decision == NOT_PUBLISHED:  # the run's failure names the dates its proofs failed
+            failures.append(f"{label(table, date)}: proof failed, nothing published: {outcome.reason}")
         if not batched:
             yield from report_outcome(context, asset_key, metadata, materialize=materialize, refusal=failure)
             break
@@ -196,8 +207,12 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
         if failure:
             failures.append(f"{label(table, date)}: {failure}")
     if proven:  # the proofs of what was materialized, as this run's blocking check results
+        if batched or not context.has_partition_key:
+            for key, outcome_doc in proven:
+                for name in VALIDATION_CHECKS:
+                    yield partition_evaluation(check_result(name, outcome_doc, asset_key), asset_key, key)
         for name in VALIDATION_CHECKS:
-            yield combined_check_result(name, proven, asset_key)
+            yield combined_check_result(name, [doc for _, doc in proven], asset_key)
     if failures:
         raise dg.Failure(description=f"{len(failures)} of {len(targets)} {'partitions' if several_tables else 'dates'} "
                                      "not done: " + "; ".join(failures))

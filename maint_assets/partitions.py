@@ -95,14 +95,15 @@ def slot_tags(tables: Iterable[str], strict: bool = True) -> dict[str, str]:
 
 
 def range_tables(tags, order: Sequence[str]) -> tuple[str, ...]:
-    """The tables of a run over a `table` x `date` range (Dagster's range tags), every table from the range's
-    first to its last in `order` (the `table` partitions' order); () when the run has no such range."""
+    """The tables of a run over a range (Dagster's range tags) of `table` x `date` keys (`<date>|<table>`) or of
+    `table` keys (a backfill of a table-partitioned asset: retention, statistics, health), every table from the
+    range's first to its last in `order` (the `table` partitions' order); () when the run has no such range."""
     start, end = tags.get(RANGE_START_TAG, ""), tags.get(RANGE_END_TAG, "")
-    if "|" not in start or "|" not in end:
+    if not start or not end or ("|" in start) != ("|" in end):
         return ()
-    first, last = start.split("|", 1)[1], end.split("|", 1)[1]
+    first, last = (start.split("|", 1)[1], end.split("|", 1)[1]) if "|" in start else (start, end)
     if first == last:
-        return (first,)
+        return (first,) if "|" in start or first in order else ()
     position = {table: i for i, table in enumerate(order)}
     if first not in position or last not in position or position[first] > position[last]:
         return ()

@@ -252,6 +252,11 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     # 4. Manifests rewritten; expiry keeping its files, then orphan removal reclaims the superseded objects;
     # what is retained reads the same rows.
     location = table.metadata.location
+    # A directory marker object (a key ending in "/"), as object stores and their clients leave them, planted now
+    # so that it is older than the orphan cutoff below: the orphan listing may list it like a file; it is not one
+    # (moving SeaweedFS's 'metadata/' entry left it in both places: one object too many).
+    marker = f"{location.split('://', 1)[1]}/data/empty-dir"
+    fs.create_dir(marker, recursive=False)
     table.refresh()
     manifests_before = len(table.inspect.manifests())
     rewritten = cli(config_path, env, "manifests", table_key, "--force", "--json")
@@ -286,10 +291,6 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     with fs.open_output_stream(outside) as out:
         out.write(b"not a table file")
     fs.create_dir("icemaint-quarantine")  # a plain bucket: a table bucket holds only tables' objects
-    # A directory marker object (a key ending in "/"), as object stores and their clients leave them: the orphan
-    # listing lists it like a file; it is not one (moving one left it in both places: one object too many).
-    marker = f"{location.split('://', 1)[1]}/data/empty-dir"
-    fs.create_dir(marker, recursive=False)
     quarantine = f"s3://icemaint-quarantine/{namespace}"
     doc = yaml.safe_load(config_path.read_text())
     doc["quarantine_dir"] = quarantine

@@ -80,6 +80,11 @@ def test_the_tables_of_a_range_come_from_the_partitions_order():
     assert range_tables({RANGE_START_TAG: "2026-01-01|db.c", RANGE_END_TAG: "2026-01-01|db.a"}, order) == ()
     assert range_tables({RANGE_START_TAG: "2026-01-01|db.x", RANGE_END_TAG: "2026-01-01|db.a"}, order) == ()
     assert range_tables({RANGE_START_TAG: "2026-01-01", RANGE_END_TAG: "2026-01-03"}, order) == ()
+    # a backfill of a table-partitioned asset (expiry, statistics, health): a range of table keys
+    assert range_tables({RANGE_START_TAG: "db.a", RANGE_END_TAG: "db.c"}, order) == ("db.a", "db.b", "db.c")
+    assert range_tables({RANGE_START_TAG: "db.c", RANGE_END_TAG: "db.c"}, order) == ("db.c",)
+    assert range_tables({RANGE_START_TAG: "db.a", RANGE_END_TAG: "2026-01-01|db.c"}, order) == ()
+    assert range_tables({RANGE_START_TAG: "db.x", RANGE_END_TAG: "db.x"}, order) == ()
 
 
 def test_batches_are_cut_where_a_table_shares_a_slot_with_one_already_in():
@@ -154,6 +159,13 @@ def test_a_run_over_several_tables_and_a_run_of_one_of_them_never_run_together(i
     assert counter.is_blocked(batch) and not counter.is_blocked(ui_range)
     counter = TagConcurrencyLimitsCounter(limits, [single])
     assert counter.is_blocked(ui_range) and not counter.is_blocked(batch)
+
+    # a backfill of a table-partitioned asset (expiry over b..other): its range of table keys names every table
+    retention = submitted({RANGE_START_TAG: b, RANGE_END_TAG: other}, job_name="expiry_job")
+    assert tables_of(retention.tags) == (b, c, other)
+    counter = TagConcurrencyLimitsCounter(limits, [retention])
+    assert counter.is_blocked(ui_range) and counter.is_blocked(single) and not counter.is_blocked(
+        submitted({TABLE_TAG: a}))
 
 
 def test_a_cli_batch_of_tables_that_share_a_slot_is_refused_before_any_run(spark, tmp_path, lake_root,

@@ -5,7 +5,8 @@ The instance limits maintenance runs to one per table: on the `icemaint/table` r
 of one of them. Sensors, the CLI and the tick set both; runs Dagster creates itself (UI materializations,
 partition backfills) carry only Dagster's partition tags: `dagster/partition/table` for table x date runs,
 for runs of a table-partitioned asset only `dagster/partition`, and for a batched backfill run only its range
-(`dagster/asset_partition_range_start` / `_end`), which no per-table limit on the other tags covers.
+(`dagster/asset_partition_range_start` / `_end`, of `<date>|<table>` keys or of table keys), which no per-table
+limit on the other tags covers.
 This coordinator adds the tags from a run's partition or range when it is enqueued, so a retention run and a
 backfill of the same table wait for each other in the queue.
 """
@@ -28,8 +29,8 @@ def queue_tags(tags, order) -> dict[str, str]:
     tables = tables_of(tags)
     added: dict[str, str] = {}
     if not tags.get(TABLES_TAG):
-        spanned = range_tables(tags, order()) if "|" in tags.get(RANGE_START_TAG, "") else ()
-        if len(spanned) > 1:  # a range over several tables (Dagster's UI): name them all
+        spanned = range_tables(tags, order()) if tags.get(RANGE_START_TAG) else ()
+        if len(spanned) > 1:  # a range over several tables (Dagster's UI, a backfill): name them all
             tables = spanned
             added[TABLES_TAG] = ",".join(spanned)
         elif not tags.get(TABLE_TAG) and table_of(tags):
