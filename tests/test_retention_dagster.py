@@ -268,6 +268,19 @@ def test_the_retention_sensor_joins_neighbouring_tables_due_for_the_same_operati
 # The sensor on a real table and instance
 # ---------------------------------------------------------------------------------------------
 
+def retention_sensor_of(runner: MaintenanceRunner, path: Path):
+    """The code location's retention sensor, evaluated on the runner's instance: cursor -> its SensorResult."""
+    settings = MaintenanceSettings(config_path=str(path))
+    resources = {"catalog": IcebergCatalogResource(settings=settings), "claims": TableClaimResource(settings=settings),
+                 "audit": AuditResource(settings=settings)}
+    sensor = runner.defs.resolve_sensor_def("retention_sensor")
+
+    def evaluate(cursor):
+        with dg.build_sensor_context(instance=runner.instance, cursor=cursor, resources=resources) as context:
+            return sensor(context)
+    return evaluate
+
+
 @pytest.mark.slow
 def test_sensor_requests_expiry_then_orphans_and_nothing_for_an_unchanged_table(spark, tmp_path, lake_root,
                                                                                  table_name):
@@ -276,14 +289,10 @@ def test_sensor_requests_expiry_then_orphans_and_nothing_for_an_unchanged_table(
     runner = MaintenanceRunner(load_config(path), str(path))
     writer = simulate(spark, table_name, batches=3)
     key = runner.check_table(table_name)
-    settings = MaintenanceSettings(config_path=str(path))
-    resources = {"catalog": IcebergCatalogResource(settings=settings), "claims": TableClaimResource(settings=settings),
-                 "audit": AuditResource(settings=settings)}
-    sensor = runner.defs.resolve_sensor_def("retention_sensor")
+    evaluate = retention_sensor_of(runner, path)
 
     def tick(cursor):
-        with dg.build_sensor_context(instance=runner.instance, cursor=cursor, resources=resources) as context:
-            result = sensor(context)
+        result = evaluate(cursor)
         return result, {(r.job_name, r.partition_key): r for r in result.run_requests}
 
     first, requests = tick(None)

@@ -315,14 +315,10 @@ def test_the_cli_materializes_column_statistics_and_says_no_in_one_line(spark, t
 
 def test_the_retention_sensor_requests_statistics_of_a_stale_table_once(spark, tmp_path, lake_root, table_name,
                                                                        isolated_dagster_home):
-    import dagster as dg
-
     from conftest import write_config
     from icemaint.app.runner import MaintenanceRunner
     from icemaint.config import load_config
-    from resources.catalog import IcebergCatalogResource
-    from resources.claims import AuditResource, TableClaimResource
-    from resources.settings import MaintenanceSettings
+    from test_retention_dagster import retention_sensor_of
 
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         defaults={"statistics": True, "statistics_stale_fraction": 0.5})
@@ -330,14 +326,10 @@ def test_the_retention_sensor_requests_statistics_of_a_stale_table_once(spark, t
     runner = MaintenanceRunner(config, str(path))
     writer = simulate(spark, config, table_name, batches=2)
     key = runner.check_table(table_name)
-    settings = MaintenanceSettings(config_path=str(path))
-    resources = {"catalog": IcebergCatalogResource(settings=settings), "claims": TableClaimResource(settings=settings),
-                 "audit": AuditResource(settings=settings)}
-    sensor = runner.defs.resolve_sensor_def("retention_sensor")
+    evaluate = retention_sensor_of(runner, path)
 
     def tick(cursor):
-        with dg.build_sensor_context(instance=runner.instance, cursor=cursor, resources=resources) as context:
-            result = sensor(context)
+        result = evaluate(cursor)
         return result, {r.job_name: r for r in result.run_requests if r.partition_key == key}
 
     first, requests = tick(None)
