@@ -71,6 +71,7 @@ def _write_puffin(spark, jtable, snapshot, columns: tuple[str, ...], sketches: l
         f"icemaint (Iceberg {java_class(jvm, 'org.apache.iceberg.IcebergBuild').fullVersion()}, "
         f"Spark {spark.version})").build()
     ndv = {}
+    written = False
     try:
         for name, data in zip(columns, sketches):
             sketch = java_class(jvm, f"{_SHADED}.theta.CompactSketch").wrap(
@@ -85,8 +86,11 @@ def _write_puffin(spark, jtable, snapshot, columns: tuple[str, ...], sketches: l
                 java_class(jvm, "java.nio.ByteBuffer").wrap(sketch.toByteArray()),
                 java_class(jvm, "org.apache.iceberg.puffin.PuffinCompressionCodec").ZSTD, properties))
         writer.finish()
+        written = True
     finally:
         writer.close()
+        if not written:  # a partial file nobody references
+            jtable.io().deleteFile(location)
     blobs = getattr(java_class(jvm, "org.apache.iceberg.GenericBlobMetadata"), "from")(writer.writtenBlobsMetadata())
     statistics = java_class(jvm, "org.apache.iceberg.GenericStatisticsFile")(
         snapshot.snapshotId(), output.location(), writer.fileSize(), writer.footerSize(), blobs)
@@ -135,9 +139,10 @@ def compute_statistics(spark, catalog: str, table: TableName, snapshot_id: int, 
             if current.snapshot(int(snapshot_id)) is None:
                 raise StatisticsSnapshotGone(f"snapshot {snapshot_id} of {table.key} was expired while its "
                                              "statistics were computed")
+            seam = None if before_commit is None else (lambda: before_commit(attempt))
             try:
-                _, unknown = _commit(lambda: current.updateStatistics().setStatistics(statistics).commit(),
-                                     None if before_commit is None else (lambda: before_commit(attempt)), lambda: _has_file(iceberg_table(spark, catalog, table), location),
+                _, unknown = _commit(lambda: current.updateStatistics().setStatistics(statistics).commit(), seam,
+                                     lambda: _has_file(iceberg_table(spark, catalog, table), location),
                                      f"statistics commit of {table.key}")
             except RetentionConflict as exc:
                 if attempt >= max_attempts:
