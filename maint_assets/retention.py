@@ -177,7 +177,8 @@ def _bad_config(exc: ValueError) -> dg.Failure:
 
 
 @_retention_asset(
-    deps=[dg.AssetDep("compaction", partition_mapping=table_dimension_mapping())],
+    # after the compaction of either kind of table: per date (table x date), or per partition (table)
+    deps=[dg.AssetDep("compaction", partition_mapping=table_dimension_mapping()), dg.AssetDep("table_compaction")],
     description="Expires a table's old snapshots (expire_snapshots) by policy under the table's claim: never "
                 "inside the owner's retention window, never a branch head, tag or the snapshot a queued or "
                 "running compaction was planned on. Materializes only when snapshots were expired.",

@@ -19,7 +19,8 @@ from maint_assets.partitions import split_table_date, table_date_key
 
 REPO = Path(__file__).resolve().parent.parent
 OUR_PACKAGES = ("icemaint", "maint_assets", "resources", "sensors")
-CORE_ASSETS = {"table_health", "compaction", "validation_report"}
+CORE_ASSETS = {"table_health", "compaction", "validation_report", "table_compaction", "expired_snapshots",
+               "orphan_files", "rewritten_manifests", "column_statistics"}
 VALIDATION_CHECKS = {"row_count_parity", "sample_comparison", "column_aggregates"}
 
 
@@ -43,6 +44,8 @@ def test_location_has_the_maintenance_assets_each_partitioned(defs):
     # validation_report reads what compaction committed: it must depend on it, per partition
     deps = {d.asset_key.to_user_string() for d in specs["validation_report"].deps}
     assert "compaction" in deps
+    # expiry follows the compaction of either kind of table (per date, or per partition without a time column)
+    assert {d.asset_key.to_user_string() for d in specs["expired_snapshots"].deps} >= {"compaction", "table_compaction"}
 
 
 def all_check_specs(defs) -> list:
