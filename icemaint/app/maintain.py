@@ -19,7 +19,7 @@ import datetime as dt
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from icemaint.domain.decisions import DEFER, REFUSE, RUN, Gates, ReasonKind, decide_table_compactions
+from icemaint.domain.decisions import DEFER, REFUSE, RUN, Gates, ReasonKind, decide_with_approvals
 
 # Outcomes after which the pass goes on; anything else stops it (a failed proof, a refusal, an error).
 _GOOD = ("run", "noop", "defer", "dry_run")
@@ -71,15 +71,10 @@ class MaintenancePass:
         health = self.runner.reader.health(table)
         if not health.dated:
             return [None], []
-        policy = self.config.policy(table)
-        now, identity = dt.datetime.now(dt.timezone.utc), self.config.identity()
         records = open_audit(self.config).records(table=table)
-        decisions = []
-        for d in decide_table_compactions(health, policy, Gates(now=now, identity=identity)):
-            if d.needs_approval and d.date and is_approved(records, d.date):
-                d = decide_table_compactions(health, policy, Gates(now=now, identity=identity, approved=True),
-                                             [d.date])[0]
-            decisions.append(d)
+        gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=self.config.identity())
+        decisions = decide_with_approvals(health, self.config.policy(table), gates,
+                                          lambda date: is_approved(records, date))
         return ([d.date for d in decisions if d.verdict == RUN and d.date],
                 [d for d in decisions if d.verdict in (DEFER, REFUSE)])
 

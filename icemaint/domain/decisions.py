@@ -392,6 +392,19 @@ def decide_table_compactions(health: TableHealth, policy: TablePolicy, gates: Ga
     return out
 
 
+def decide_with_approvals(health: TableHealth, policy: TablePolicy, gates: Gates,
+                          approved: Callable[[str | None], bool], dates: Iterable[str] | None = None) -> list[Decision]:
+    """`decide_table_compactions`, where a decision that waits for approval is decided again as approved when
+    `approved(its date)` says an operator approved it (the tick, `maintain` and `explain` count approvals alike)."""
+    out = []
+    for d in decide_table_compactions(health, policy, gates, dates):
+        if d.needs_approval and approved(d.date):
+            d = decide_table_compactions(health, policy, replace(gates, approved=True),
+                                         [d.date] if d.date else None)[0]
+        out.append(d)
+    return out
+
+
 def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = None,
                        max_bytes: int | None = None, run_of: Callable[[Decision], object] | None = None
                        ) -> list[Decision]:

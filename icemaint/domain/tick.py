@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, decide_table_compactions, \
-    measured_throughput, rank_within_budget, refusal_for
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, \
+    decide_with_approvals, measured_throughput, rank_within_budget, refusal_for
 from icemaint.domain.health import TableHealth
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.screen import Screened
@@ -230,13 +230,8 @@ def plan_compaction_tick(
         healths[table] = h
         gates = Gates(now=now, identity=identity, claim_holder=claim_holder(table),
                       bytes_per_second=measured_throughput(past_runs(table)))
-        table_decisions = []
-        for d in decide_table_compactions(h, policy, gates, [p.date for p in h.partitions if valid_dates(p.date)]):
-            if d.needs_approval and approved(table, d.date):
-                d = decide_table_compactions(h, policy, Gates(now=now, identity=identity, approved=True,
-                                                                claim_holder=gates.claim_holder,
-                                                                bytes_per_second=gates.bytes_per_second), [d.date])[0]
-            table_decisions.append(d)
+        table_decisions = decide_with_approvals(h, policy, gates, lambda date: approved(table, date),
+                                                [p.date for p in h.partitions if valid_dates(p.date)])
         candidates.extend(table_decisions)
         rechecks = [recheck_after(d, h, now, policy) for d in table_decisions if d.verdict == DEFER]
         rechecks = [r for r in rechecks if r is not None]

@@ -325,9 +325,9 @@ class StagingArea:
         except BaseException as exc:
             if is_interrupt(exc):
                 drop_interrupted_call(self.spark)  # the interrupted call's answer is still on this thread's connection
-                self.discard(branch)
-                raise
             self.discard(branch)
+            if is_interrupt(exc):
+                raise
             raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
         dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],
                                           {f.path for f in group.files})
