@@ -680,7 +680,7 @@ def _sensor_section(results: dict, s: dict) -> list[str]:
                   "6.55 s for a full tick over 1,000 tables). A table deferred only by the tick's run budget is "
                   "decided again next tick from the health the sensor kept for it (`KeptHealths`: its metadata "
                   "location has not moved, so only the ages move), without reading its manifests again.", ""]
-    lines += _table(["tables", "full tick", "ms / table", "screened", "unchanged tick", "ms / table", "runs requested",
+    lines += _table(["tables", "full tick", "ms / table", "screened", "unchanged tick", "ms / table", "due to run",
                      "tables re-decided when unchanged (budget deferrals)", "full tick, one past run per table in the audit log"],
                     [[x["tables"], _s(x["full_seconds"]), f"{x['full_ms_per_table']:.1f}", x.get("screened_full", "-"),
                       _s(x["unchanged_seconds"], 3),

@@ -25,7 +25,7 @@ from maint_assets.compaction import table_dimension_mapping
 from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TRIGGER_TAG
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, materializes, numeric, partition_error, report_outcome, run_failure
-from maint_assets.partitions import table_of, table_partitions
+from maint_assets.partitions import table_of, table_partitions, tables_of
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.spark import SparkResource
@@ -73,6 +73,15 @@ def run_table(run) -> Optional[str]:
 def runs_in_flight(instance, job_name: Optional[str] = None) -> list:
     """Queued, starting and running runs (optionally of one job)."""
     return list(instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=list(IN_FLIGHT_STATUSES))))
+
+
+def in_flight_jobs_by_table(instance) -> dict:
+    """Table -> names of jobs with a queued or running run on it (every table a run over several names)."""
+    out: dict = {}
+    for run in runs_in_flight(instance):
+        for table in tables_of(run.tags):
+            out.setdefault(table, set()).add(run.job_name)
+    return out
 
 
 def in_flight_planned_snapshots(instance, table: str, exclude_run_id: Optional[str] = None) -> tuple[int, ...]:

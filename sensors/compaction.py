@@ -13,6 +13,7 @@ from icemaint.domain.decisions import DEFER, REFUSE
 from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick, \
     table_batches
 from maint_assets.compaction import BACKFILL_DATES_PER_RUN, PARTITIONS_PER_RUN
+from maint_assets.retention import in_flight_jobs_by_table
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG, \
     date_range_tags, slot_tags, table_date_key, table_partitions, table_range_tags, table_slot
 from resources.catalog import IcebergCatalogResource
@@ -124,7 +125,8 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
         read=catalog.read_many,
         claim_holder=holder, approved=history.approved, past_runs=history.past_runs,
         cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
-        valid_dates=lambda d: d in date_keys, run_of=(lambda d: d.table) if batch_dates else None, kept=kept)
+        valid_dates=lambda d: d in date_keys, run_of=(lambda d: d.table) if batch_dates else None, kept=kept,
+        in_flight=lambda: in_flight_jobs_by_table(instance))
     for d in plan.to_record:
         if d.verdict in (DEFER, REFUSE):
             audit.append(AuditRecord(table=d.table, operation="compact", decision=d.verdict, reason=d.reason,

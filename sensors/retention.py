@@ -20,7 +20,7 @@ from icemaint.domain.retention_tick import RETENTION_JOBS, RetentionDecision, \
 from icemaint.domain.tick import policy_fingerprint, table_batches
 from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, slot_tags, table_partitions, table_slot, tables_of, \
     tables_range_tags
-from maint_assets.retention import RETENTION_ASSET_OF, RETENTION_TABLES_PER_RUN, runs_in_flight
+from maint_assets.retention import RETENTION_ASSET_OF, RETENTION_TABLES_PER_RUN, in_flight_jobs_by_table
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 
@@ -30,15 +30,6 @@ def _latest_materialization(instance, asset: str, table: str) -> Optional[int]:
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[table]), limit=1).records
     return records[0].storage_id if records else None
-
-
-def in_flight_jobs_by_table(instance) -> dict:
-    """Table -> names of jobs with a queued or running run on it."""
-    out: dict = {}
-    for run in runs_in_flight(instance):
-        for table in tables_of(run.tags):
-            out.setdefault(table, set()).add(run.job_name)
-    return out
 
 
 def evaluate_retention(instance, catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource,

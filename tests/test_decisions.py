@@ -124,6 +124,11 @@ CASES = [
      dict(claim_holder="x"), DAY, DEFER, ["writer active"]),
     ("claim before cost", dict(files=SMALL3), dict(max_rewrite_bytes=1), dict(claim_holder="x"), DAY, DEFER,
      ["claim busy: held by x"]),
+    ("a run in flight on the table before its claim (the run's own)", dict(files=SMALL3), {},
+     dict(claim_holder="run 9f2c", runs_in_flight=frozenset({"compaction_job", "expiry_job"})), DAY, DEFER,
+     ["waiting for runs in flight on the table: compaction_job, expiry_job"]),
+    ("writer before runs in flight", dict(files=SMALL3, snapshots=(snap(1, None, 5),)), {},
+     dict(runs_in_flight=frozenset({"compaction_job"})), DAY, DEFER, ["writer active"]),
 ]
 
 

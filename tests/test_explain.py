@@ -79,6 +79,30 @@ def test_explain_says_who_holds_the_claim(capsys, estate):
     assert gates["claim"] == {"name": "claim", "status": "blocks", "detail": "held by nightly-ingest"}
 
 
+def test_explain_shows_a_run_in_flight_as_the_wait_before_the_claim(capsys, estate):
+    import dagster as dg
+
+    from icemaint.app.instance import get_instance
+    from maint_assets.definitions import build_definitions
+
+    instance = get_instance(estate["config"])
+    job = build_definitions(estate["path"]).resolve_job_def("table_compaction_job")
+    run = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, tags={"icemaint/table": estate["flat"]})
+    try:
+        code, out, err = run_cli(capsys, "--config", estate["path"], "explain", estate["flat"], "--json")
+        plan_code, plan_out, _ = run_cli(capsys, "--config", estate["path"], "plan", "--json")
+    finally:
+        instance.report_run_canceled(run)
+    assert code == 0 and plan_code == 0, err
+    [decision] = json.loads(out)["compaction"]
+    assert decision["verdict"] == "defer" and decision["kind"] == "runs_in_flight"
+    gates = {g["name"]: g for g in decision["gates"]}
+    assert gates["runs in flight"] == {"name": "runs in flight", "status": "blocks",
+                                       "detail": "queued or running: table_compaction_job"}
+    held = {(h["table"], h["scope"]): h["reason"] for h in json.loads(plan_out)["held"]}
+    assert held[(estate["flat"], "(table)")] == "waiting for runs in flight on the table: table_compaction_job"
+
+
 def test_plan_ranks_the_next_tick_and_writes_nothing(capsys, estate):
     reader = CatalogReader(estate["config"])
     locations = {t: reader.metadata_location(t) for t in (estate["busy"], estate["done"], estate["flat"])}

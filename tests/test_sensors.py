@@ -237,6 +237,29 @@ def test_claim_held_by_a_writer_defers_naming_the_holder(tmp_path, lake_root, na
     assert decode_cursor(result.cursor)[table].recheck_at is not None
 
 
+def test_a_run_in_flight_on_the_table_is_waited_for_not_recorded_as_a_busy_claim(tmp_path, lake_root, namespace,
+                                                                                  hot):
+    """The sensor's own compaction run holds the table's claim while it runs: the next tick waits for it (no
+    second request, even at a new snapshot) and does not write 'claim busy' into the audit trail."""
+    table = hot.name.key
+    loc = location(tmp_path, lake_root, namespace)
+    instance = instance_with(table)
+    job = loc.defs.resolve_job_def("compaction_job")
+    run = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, tags={"icemaint/table": table})
+    with open_claims(loc.config).acquire(table, holder=f"run {run.run_id}"):
+        result = loc.tick("compaction_sensor", instance)
+    assert not result.run_requests
+    assert "waiting for runs in flight on the table: compaction_job" in skip_text(result)
+    assert not [r for r in loc.audit.records(table=table, operation="compact") if r.decision == "defer"]
+    assert not result.asset_events
+    assert decode_cursor(result.cursor)[table].recheck_at is not None
+
+    instance.report_run_canceled(run)  # the run ended (here: cancelled) and the claim is free again
+    after = loc.tick("compaction_sensor", instance)  # (with the cursor: rechecked a minute later)
+    [request] = after.run_requests
+    assert request.tags["icemaint/table"] == table
+
+
 def test_read_only_table_is_refused_and_the_refusal_recorded(tmp_path, lake_root, namespace, hot):
     table = hot.name.key
     loc = location(tmp_path, lake_root, namespace, tables={table: {"read_only": True}})

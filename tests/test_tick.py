@@ -150,6 +150,30 @@ def test_recheck_time_per_reason(tick_config, setup, reason, recheck_at):
     assert plan.runs == []
 
 
+def test_runs_in_flight_are_waited_for_read_once_and_not_recorded(tick_config):
+    estate = Estate()
+    for table in ("t.a", "t.b", "t.c"):
+        estate.add(table, small_files(3))
+    estate.holders["t.a"] = "run 1f2e"  # the in-flight run's own claim
+    asks = []
+
+    def in_flight():
+        asks.append(1)
+        return {"t.a": {"compaction_job"}, "t.b": {"expiry_job", "compaction_job"}}
+
+    plan = estate.tick(tick_config, in_flight=in_flight)
+    assert asks == [1]  # the instance's runs are read once per tick
+    assert verdicts(plan) == {("t.a", DAY): DEFER, ("t.b", DAY): DEFER, ("t.c", DAY): RUN}
+    reasons = {d.table: d.reason for d in plan.decisions}
+    assert reasons["t.a"] == "waiting for runs in flight on the table: compaction_job"
+    assert reasons["t.b"] == "waiting for runs in flight on the table: compaction_job, expiry_job"
+    assert plan.to_record == []  # a wait for a run, the tick's own among them, is no one else's busy claim
+    assert plan.cursor["t.a"].recheck_at == NOW.timestamp() + RECHECK_CLAIM_BUSY_SECONDS
+
+    estate.holders.clear()
+    assert verdicts(estate.tick(tick_config, in_flight=dict)) == {(t, DAY): RUN for t in ("t.a", "t.b", "t.c")}
+
+
 def test_erroring_tables_are_reported_and_do_not_stop_the_others(tick_config):
     estate = Estate()
     estate.add("t.gone", small_files(3))
@@ -281,7 +305,7 @@ def test_summary_counts_each_verdict(tick_config):
     assert verdicts(plan) == {("t.a", DAY): RUN, ("t.locked", DAY): REFUSE, ("t.w", DAY): DEFER,
                               ("t.n", DAY): NOOP}
     summary = plan.summary()
-    assert summary.startswith("4 tables evaluated, 0 unchanged; 1 runs requested; 1 deferred, 1 refused, "
+    assert summary.startswith("4 tables evaluated, 0 unchanged; 1 due to run; 1 deferred, 1 refused, "
                               "1 nothing to do")
     assert f"t.w {DAY}: defer: writer active" in summary
     assert f"t.locked {DAY}: refuse: maintenance is disabled" in summary

@@ -9,7 +9,7 @@ numbers compared; `plan` ranks what the next tick would do across the estate.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
@@ -103,7 +103,7 @@ class ReadOnlyEstate:
         return records[0].storage_id if records else None
 
     def in_flight(self) -> dict:
-        from sensors.retention import in_flight_jobs_by_table
+        from maint_assets.retention import in_flight_jobs_by_table
 
         instance = self.instance()
         return in_flight_jobs_by_table(instance) if instance is not None else {}
@@ -140,6 +140,8 @@ def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approv
     out.append(Gate("writer idle", "pass" if wc["idle"] else "blocks",
                     (f"last writer commit {human_duration(max(since, 0.0))} ago" if since is not None
                      else "no writer commit on main") + f" (writer_idle {human_duration(policy.writer_idle_seconds)})"))
+    if gates.runs_in_flight:
+        out.append(Gate("runs in flight", "blocks", f"queued or running: {', '.join(sorted(gates.runs_in_flight))}"))
     out.append(Gate("claim", "blocks" if gates.claim_holder else "pass",
                     f"held by {gates.claim_holder}" if gates.claim_holder else "free"))
     cost = decision.cost_estimate or {}
@@ -165,8 +167,9 @@ def explain(config: MaintenanceConfig, table: str, date: str | None = None, esta
     policy = config.policy(key)
     now = dt.datetime.now(dt.timezone.utc)
     holder = estate.holder(key)
+    running = frozenset(estate.in_flight().get(key, set()))
     gates = Gates(now=now, identity=config.identity(), claim_holder=holder,
-                  bytes_per_second=measured_throughput(estate.past_runs(key)))
+                  bytes_per_second=measured_throughput(estate.past_runs(key)), runs_in_flight=running)
     overridden = key in config.policies.tables
     out = Explanation(key, health.maintained_as, "per-table policy (tables: in the config)" if overridden
                       else "the defaults (no per-table policy)")
@@ -174,16 +177,12 @@ def explain(config: MaintenanceConfig, table: str, date: str | None = None, esta
     for d in decide_table_compactions(health, policy, gates, dates):
         approved = estate.approved(key, d.date) if d.needs_approval else False
         if approved:
-            d = decide_table_compactions(health, policy, Gates(now=now, identity=gates.identity, approved=True,
-                                                               claim_holder=holder,
-                                                               bytes_per_second=gates.bytes_per_second),
-                                         [d.date] if d.date else None)[0]
+            d = decide_table_compactions(health, policy, replace(gates, approved=True), [d.date] if d.date else None)[0]
         out.compaction.append({"scope": d.scope, "verdict": str(d.verdict), "kind": str(d.kind), "reason": d.reason,
                                "gates": [asdict(g) for g in _gates(health, d, policy, gates, approved)],
                                "cost_estimate": d.cost_estimate, "benefit": d.benefit})
     signals = read_retention_signals(tbl, key, policy)
-    for r in decide_retention(signals, policy, config.identity(), now, claim_holder=holder,
-                              in_flight_jobs=set(estate.in_flight().get(key, set())),
+    for r in decide_retention(signals, policy, config.identity(), now, claim_holder=holder, in_flight_jobs=set(running),
                               expiry_mark=estate.latest_mark("expire", key),
                               orphans_mark=estate.latest_mark("orphans", key)):
         out.retention.append({"operation": str(r.operation), "verdict": str(r.verdict), "reason": r.reason})
@@ -209,7 +208,7 @@ def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dic
         read=estate.reader.read_many,
         claim_holder=estate.holder, approved=estate.approved, past_runs=estate.past_runs, cursor={}, now=now,
         max_runs=MAX_RUNS_PER_TICK, valid_dates=lambda d: config.dates_start.isoformat() <= d <= tomorrow,
-        run_of=lambda d: d.table)
+        run_of=lambda d: d.table, in_flight=estate.in_flight)
     retention = plan_retention_tick(
         tables, policy_of=config.policy, policy_fingerprint=policy_fingerprint, identity=config.identity(),
         metadata_location=estate.reader.metadata_location,

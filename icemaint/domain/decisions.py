@@ -119,6 +119,9 @@ class Gates:
     claim_holder: str | None = None
     approved: bool = False
     bytes_per_second: float | None = None  # measured throughput of this table's past rewrites
+    # Jobs with a run queued or running on the table (a sensor's own compaction among them): waited for, so the
+    # tick neither requests the table again nor reads the claim its own run holds as someone else's.
+    runs_in_flight: frozenset[str] = frozenset()
 
 
 def _refusal(policy: TablePolicy, operation: str, identity: str) -> str | None:
@@ -166,12 +169,16 @@ def estimate_cost(rewrite_bytes: int, files: int, bytes_per_second: float | None
 
 
 def _busy(base: Decision, policy: TablePolicy, gates: Gates) -> Decision | None:
-    """The deferral when a writer is still active or someone holds the claim, else None."""
+    """The deferral when a writer is still active, a run is in flight on the table or someone holds the claim,
+    else None."""
     wc = base.writer_check
     if not wc["idle"]:
         return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE, reason=(
             f"writer active: last writer commit {human_duration(max(wc['seconds_since_writer_commit'], 0.0))} ago, "
             f"within the {human_duration(policy.writer_idle_seconds)} idle window"))
+    if gates.runs_in_flight:
+        return replace(base, verdict=DEFER, kind=ReasonKind.RUNS_IN_FLIGHT,
+                       reason=f"waiting for runs in flight on the table: {', '.join(sorted(gates.runs_in_flight))}")
     if gates.claim_holder:
         return replace(base, verdict=DEFER, kind=ReasonKind.CLAIM_BUSY, reason=f"claim busy: held by {gates.claim_holder}")
     return None

@@ -71,7 +71,7 @@ class RetentionTickPlan:
 
     def summary(self) -> str:
         text = (f"retention: {len(self.evaluated)} tables evaluated, {len(self.unchanged)} unchanged; "
-                f"{len(self.runs)} runs requested")
+                f"{len(self.runs)} due to run")
         reasons = [f"{d.table} {d.operation}: {d.verdict}: {d.reason}" for d in self.decisions]
         reasons += [f"{t}: ERROR {e}" for t, e in self.errors.items()]
         return text + ("\n" + "\n".join(reasons[:50]) if reasons else "")

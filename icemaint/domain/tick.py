@@ -12,7 +12,7 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, Sequence, TypeVar
+from typing import Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, \
     decide_with_approvals, measured_throughput, rank_within_budget, refusal_for
@@ -76,7 +76,7 @@ class TickPlan:
         counts = {v: sum(1 for d in self.decisions if d.verdict == v) for v in (RUN, DEFER, REFUSE, NOOP)}
         screened = f" ({len(self.screened)} from their manifest list alone)" if self.screened else ""
         text = (f"{len(self.evaluated)} tables evaluated{screened}, {len(self.unchanged)} unchanged; "
-                f"{len(self.runs)} runs requested; {counts[DEFER]} deferred, {counts[REFUSE]} refused, "
+                f"{len(self.runs)} due to run; {counts[DEFER]} deferred, {counts[REFUSE]} refused, "
                 f"{counts[NOOP]} nothing to do")
         reasons = [f"{d.table} {d.scope}: {d.verdict}: {d.reason}" for d in self.decisions if d.verdict in (DEFER, REFUSE)]
         if self.errors:
@@ -117,7 +117,7 @@ def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, pol
         day_end = dt.datetime.combine(dt.date.fromisoformat(decision.date) + dt.timedelta(days=1), dt.time(),
                                       dt.timezone.utc)
         return day_end.timestamp() + policy.hot_partition_age_seconds
-    if kind == ReasonKind.CLAIM_BUSY:
+    if kind in (ReasonKind.CLAIM_BUSY, ReasonKind.RUNS_IN_FLIGHT):
         return now.timestamp() + RECHECK_CLAIM_BUSY_SECONDS
     if decision.needs_approval or kind == ReasonKind.TICK_BUDGET:
         return now.timestamp() + RECHECK_APPROVAL_SECONDS
@@ -176,6 +176,7 @@ def plan_compaction_tick(
     read: Mapper = in_order,
     run_of: Callable[[Decision], object] | None = None,
     kept: KeptHealths | None = None,
+    in_flight: Callable[[], Mapping[str, set]] | None = None,
 ) -> TickPlan:
     """Observe and decide compaction for every table; returns the runs to request and the new cursor.
 
@@ -184,11 +185,14 @@ def plan_compaction_tick(
     `rank_within_budget` (the runs `max_runs` counts). `health` may answer
     `Screened` for a table whose manifest list shows that nothing can be due. `kept`: healths of the
     previous tick's budget deferrals, used instead of a read while their table has not moved, then replaced.
+    `in_flight`: table -> jobs with a run queued or running on it (read once, when a table is decided): such a
+    table's dates wait for them, and that wait is not recorded (its own run is no one else's claim).
     Claim and audit outages still raise; a table whose metadata cannot be read is reported in
     `errors` and keeps no cursor entry, so the next tick reads it again.
     """
     plan = TickPlan()
     identity = config.identity()
+    running: Mapping[str, set] | None = None
     candidates: list[Decision] = []
     healths: dict[str, TableHealth] = {}
     tables = list(tables)
@@ -228,8 +232,11 @@ def plan_compaction_tick(
                                              table_summary(table_decisions))
             continue
         healths[table] = h
+        if running is None:
+            running = in_flight() if in_flight is not None else {}
         gates = Gates(now=now, identity=identity, claim_holder=claim_holder(table),
-                      bytes_per_second=measured_throughput(past_runs(table)))
+                      bytes_per_second=measured_throughput(past_runs(table)),
+                      runs_in_flight=frozenset(running.get(table, ())))
         table_decisions = decide_with_approvals(h, policy, gates, lambda date: approved(table, date),
                                                 [p.date for p in h.partitions if valid_dates(p.date)])
         candidates.extend(table_decisions)
@@ -237,7 +244,8 @@ def plan_compaction_tick(
         rechecks = [r for r in rechecks if r is not None]
         digest = _decision_digest(table_decisions)
         if digest is not None and (previous is None or previous.recorded != digest):
-            plan.to_record.extend(d for d in table_decisions if d.verdict in (DEFER, REFUSE))
+            plan.to_record.extend(d for d in table_decisions if d.verdict in (DEFER, REFUSE)
+                                  and d.kind != ReasonKind.RUNS_IN_FLIGHT)
         plan.cursor[table] = TableCursor(location, min(rechecks) if rechecks else None, fingerprint, digest,
                                          table_summary(table_decisions))
     ranked = rank_within_budget(candidates, max_runs=max_runs, run_of=run_of)
