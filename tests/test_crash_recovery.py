@@ -497,6 +497,37 @@ def test_compaction_killed_under_the_claim_and_while_staging_recovers_and_the_da
     assert [r.decision for r in open_audit(config).records(table=table, operation="compact")][-1] == "run"
 
 
+def test_a_terminal_ctrl_c_while_proving_answers_in_one_line_and_leaves_the_table_as_it_was(estate):
+    """A terminal's Ctrl-C reaches the whole foreground process group: icemaint, Spark's JVM (pyspark starts it
+    ignoring SIGINT) and Dagster's compute-log mirrors (`tail -F` and a Python watcher each, which printed a
+    KeyboardInterrupt traceback apiece before `icemaint.app.compute_logs`)."""
+    config, table = estate.config, estate.table
+    head = main_chain(config, table)[0]
+    log = estate.tmp / "ctrl-c.log"
+    proc = icemaint(estate.path, "compact", table, "--date", DATE, log=log)
+    try:
+        wait_for("staged files on a branch", lambda: set(staging_refs(config, table).values()) - {head}, proc, log,
+                 poll=0.02)
+        freeze(proc)
+        assert main_chain(config, table)[0] == head, "too late: the rewrite was published before the freeze"
+        group = subprocess.run(["ps", "-ww", "-o", "args=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+        assert "watch_orphans.py" in group, group  # the step's log mirrors are running
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends
+        os.killpg(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=120) == 1
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    text = log.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    [line] = [ln for ln in text.splitlines() if ln.startswith(f"{table} {DATE}:")]
+    assert "failed: interrupted" in line and "main is unchanged" in line, line
+    assert not staging_refs(config, table)
+    assert main_chain(config, table)[0] == head
+    assert_rows(config, table, estate.expected)
+    assert open_claims(config).holder_of(table) is None
+
+
 @pytest.mark.slow
 def test_expiry_killed_mid_act_recovers(estate):
     config, table, state = estate.config, estate.table, estate.state

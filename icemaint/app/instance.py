@@ -23,6 +23,9 @@ def storage_settings(config: MaintenanceConfig) -> dict:
 def instance_settings(config: MaintenanceConfig) -> dict:
     return {
         **storage_settings(config),
+        # Dagster's local compute logs (steps' stdout and stderr, in the UI), their terminal mirrors deaf to Ctrl-C.
+        "compute_logs": {"module": "icemaint.app.compute_logs", "class": "TerminalQuietComputeLogManager",
+                         "config": {"base_dir": str(config.dagster_home.resolve() / "storage")}},
         "telemetry": {"enabled": False},
         "nux": {"enabled": False},
         # Dagster's queued coordinator, adding `icemaint/table` to runs Dagster creates (backfills, UI).
