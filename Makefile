@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm clean
+.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,7 @@ bench: setup java
 	$(MAKE) --no-print-directory bench-concurrent
 	$(MAKE) --no-print-directory bench-daemon
 	$(MAKE) --no-print-directory bench-jvm
+	$(MAKE) --no-print-directory bench-statistics
 
 # 20 small tables caught up by `icemaint tick --until-idle` with max_runs_total 1, 2 and 4: tables' runs
 # at once on one Spark session against one at a time (a section of benchmarks/RESULTS.md).
@@ -65,6 +66,11 @@ bench-daemon: setup java
 # benchmarks/RESULTS.md).
 bench-jvm: setup java
 	$(BIN)/python -m benchmarks.jvm_start
+
+# Column statistics: icemaint's against Iceberg's compute_table_stats, quiet and under a claimless writer (a
+# section of benchmarks/RESULTS.md).
+bench-statistics: setup java
+	$(BIN)/python -m benchmarks.column_stats
 
 # One date built by ~3,000 single-file commits: planning before, after compaction, after the full
 # maintenance (a section of benchmarks/RESULTS.md).
