@@ -168,3 +168,22 @@ def test_dagster_dev_serves_the_location(tmp_path, lake_root, isolated_dagster_h
     text = log_path.read_text()
     assert "Serving dagster-webserver" in text
     assert not OUR_WARNING.findall(text), [line for line in text.splitlines() if OUR_WARNING.search(line)]
+
+
+def test_icemaint_ui_serves_the_code_location_from_any_directory(tmp_path, lake_root, isolated_dagster_home):
+    """`make ui` is `icemaint ui`: it finds the project's workspace.yaml (it once looked inside icemaint/) and
+    serves the location, also when started from another directory."""
+    config_path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    port = free_port()
+    log_path = tmp_path / "ui.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "icemaint"), "--config", str(config_path), "ui",
+                                 "--port", str(port)], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_until_loaded(proc, port, log_path)
+        keys = {"/".join(n["assetKey"]["path"]) for n in graphql(port, ASSETS_QUERY)["assetNodes"]}
+        assert {"compaction", "table_health", "column_statistics"} <= keys, keys
+        assert f"Dagster UI on http://127.0.0.1:{port}" in log_path.read_text()
+    finally:
+        stop(proc)

@@ -300,8 +300,14 @@ def cmd_ui(config: MaintenanceConfig, args) -> int:
 
     from icemaint.app.instance import ensure_dagster_home
 
+    import maint_assets
+
     home = ensure_dagster_home(config)
-    workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
+    # The project's workspace.yaml sits beside the code location's package (the project root).
+    workspace = Path(maint_assets.__file__).resolve().parents[1] / "workspace.yaml"
+    if not workspace.is_file():
+        raise ConfigError(f"{workspace} not found: `icemaint ui` serves the project's workspace.yaml beside "
+                          "maint_assets/; run it from a checkout of the project")
     dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
     env = {**os.environ, "DAGSTER_HOME": str(home), "ICEMAINT_CONFIG": str(Path(config.source or "maintenance.yaml").resolve())}
     print(f"Dagster UI on http://127.0.0.1:{args.port} (instance {home}); Ctrl-C stops it", flush=True)
