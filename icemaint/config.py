@@ -345,9 +345,11 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     warehouse = cat.get("warehouse")
     if catalog_type == "hadoop" and warehouse is None:
         warehouse = ".icemaint/warehouse"
-    if warehouse is not None:
+    if warehouse is not None and catalog_type in ("hadoop", "jdbc"):  # a path: relative to this file
         warehouse = _local_directory(_resolve(_string(warehouse, "catalog.warehouse"), base_dir),
                                      "catalog.warehouse")
+    elif warehouse is not None:  # a REST catalog's warehouse name (Polaris, Lakekeeper, ...) or a URI, as given
+        warehouse = _string(warehouse, "catalog.warehouse")
     uri = cat.get("uri")
     if catalog_type in ("jdbc", "rest") and not uri:
         raise ConfigError(f"catalog.uri: required for catalog.type {catalog_type!r}")

@@ -299,3 +299,17 @@ def test_concurrent_reads_default_by_catalog_type_and_an_explicit_value_wins(tmp
     assert workers({"type": "rest", "uri": "http://catalog:8181"}) == 8
     assert workers({"type": "hadoop", "concurrent_reads": 4}) == 4
     assert workers({"type": "rest", "uri": "http://catalog:8181", "concurrent_reads": 2}) == 2
+
+
+def test_a_rest_catalogs_warehouse_is_a_name_kept_as_given_and_a_hadoop_warehouse_a_path(tmp_path):
+    """Polaris, Lakekeeper, Gravitino and Unity take a logical warehouse name; only the path-based catalogs'
+    warehouse is a directory relative to the file."""
+    rest = parse_config({"catalog": {"type": "rest", "uri": "http://catalog:8181",
+                                     "warehouse": "my_polaris_catalog"}}, tmp_path).catalog
+    assert rest.warehouse == "my_polaris_catalog" and rest.warehouse_root is None
+    assert parse_config({"catalog": {"type": "glue", "warehouse": "s3://bucket/wh"}}, tmp_path).catalog.warehouse \
+        == "s3://bucket/wh"
+    hadoop = parse_config({"catalog": {"type": "hadoop", "warehouse": "wh"}}, tmp_path).catalog
+    assert hadoop.warehouse == str((tmp_path / "wh").resolve())
+    with pytest.raises(ConfigError, match="catalog.warehouse: '' is not a non-empty string"):
+        parse_config({"catalog": {"type": "rest", "uri": "http://catalog:8181", "warehouse": ""}}, tmp_path)

@@ -123,6 +123,34 @@ def test_the_cost_ceiling_bounds_one_run_and_the_rest_waits(spark, estate, lake_
     assert full_row_hash(spark, clone_sql, after.snapshot_id) == before
 
 
+def test_an_operators_approval_lets_the_next_run_rewrite_a_partition_over_the_ceiling(capsys, spark, estate,
+                                                                                      lake_root):
+    """`icemaint approve TABLE` (no --date) for a table without a time column: the next `compact` rewrites the
+    partition over the ceiling (its plan once chose partitions with the launch flag alone, so it found nothing)."""
+    clone = f"{estate.namespace}_approve.flat"  # outside the estate's scope
+    clone_sql = TableName.parse(clone).sql("lake")
+    spark.sql(f"CREATE TABLE {clone_sql} (id BIGINT, v STRING) USING iceberg")
+    for b in range(6):
+        spark.sql(f"INSERT INTO {clone_sql} SELECT id, CONCAT('v', id) FROM range({b * 10}, {b * 10 + 10})")
+    path = write_config(estate.root / "approve.yaml", lake_root, state_dir=str(estate.root / "approve-state"),
+                        defaults={"max_rewrite_bytes": "1KiB"})
+    config = load_config(path)
+    before = CatalogReader(config).health(clone)
+    expected = full_row_hash(spark, clone_sql, before.snapshot_id)
+    code, out, _ = run_cli(capsys, "--config", str(path), "compact", clone, "--json")
+    [held] = json.loads(out)
+    assert code == 1 and held["decision"] == "defer" and "awaiting approval" in held["reason"], held
+    assert CatalogReader(config).metadata_location(clone) == before.metadata_location
+
+    code, _, err = run_cli(capsys, "--config", str(path), "approve", clone)
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "--config", str(path), "compact", clone, "--json")
+    [done] = json.loads(out)
+    assert code == 0 and done["decision"] == "run" and done["published"], done
+    after = CatalogReader(config).health(clone)
+    assert after.data_files == 1 and full_row_hash(spark, clone_sql, after.snapshot_id) == expected
+
+
 def test_one_tick_with_the_default_policy_compacts_every_shape_with_a_passing_proof(capsys, spark, estate):
     code, out, err = run_cli(capsys, "--config", estate.path, "tick", "--json")
     report = json.loads(out)

@@ -141,9 +141,10 @@ class Compactor(ContractOperation):
 
     # -- steps ------------------------------------------------------------------------------
     def _decide(self, name: TableName, date: str | None, policy, identity: str, approved: bool
-                ) -> tuple[TableHealth, Decision]:
-        """Health now, and the decision for the period holding `date` (`decision.date` is its key), or
-        with no date for the partitions of a table without a time column."""
+                ) -> tuple[TableHealth, Decision, bool]:
+        """Health now, the decision for the period holding `date` (`decision.date` is its key), or
+        with no date for the partitions of a table without a time column, and whether the run is approved (at
+        launch, or by an operator's `icemaint approve`): the plan chooses partitions with the same approval."""
         health = self.reader.health(name.key)
         records = self.audit.records(table=name.key)
         past = [r.details for r in records if r.operation == "compact" and r.decision == RUN
@@ -158,9 +159,9 @@ class Compactor(ContractOperation):
             if health.dated:
                 return health, Decision(table=name.key, operation=Operation.COMPACT, verdict=REFUSE, kind=ReasonKind.POLICY,
                                         reason=(f"{name.key} is maintained per date ({health.time_column} by "
-                                                f"{health.time_transform}): give a date (--date YYYY-MM-DD)"))
-            return health, decide_layout_compaction(health, policy, gates)
-        return health, decide_compaction(health, date, policy, gates)
+                                                f"{health.time_transform}): give a date (--date YYYY-MM-DD)")), approved
+            return health, decide_layout_compaction(health, policy, gates), approved
+        return health, decide_compaction(health, date, policy, gates), approved
 
     def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome) -> None:
         # Spark starts only for work: a dry run or a date that is not due decides from metadata alone, and
@@ -169,7 +170,7 @@ class Compactor(ContractOperation):
         if not request.dry_run and self._stale_staging_names(name):
             self._clean_stale_staging(staging, request, identity, outcome)
         t0 = time.perf_counter()
-        health, decision = self._decide(name, date, policy, identity, request.approved)
+        health, decision, approved = self._decide(name, date, policy, identity, request.approved)
         outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
         if date is not None and decision.date != date:
             # A month (year) partition is maintained whole, keyed by its first day.
@@ -205,7 +206,7 @@ class Compactor(ContractOperation):
             import_in_background()  # the JVM starts now: the proof's Great Expectations loads meanwhile
         try:
             self._stage_prove_publish(staging, request, name, date, policy, identity, scope, health, decision,
-                                      outcome)
+                                      approved, outcome)
         finally:
             staging.release_reads()
         if outcome.decision in (RUN, NOT_PUBLISHED):
@@ -225,7 +226,7 @@ class Compactor(ContractOperation):
         return [c for c in candidates if partition_key(c.spec_id, c.partition, current) in keys], tasks
 
     def _stage_prove_publish(self, staging: StagingArea, request, name, date, policy, identity,
-                             scope: DateScope | None, health: TableHealth, decision: Decision,
+                             scope: DateScope | None, health: TableHealth, decision: Decision, approved: bool,
                              outcome: CompactionOutcome) -> None:
         """Plan on S, then per group: stage -> prove -> publish; conflicts re-plan up to max_commit_retries."""
         sort_keys = parse_sort_order(policy.sort_order, policy.strategy) if policy.strategy != "binpack" else ()
@@ -234,7 +235,7 @@ class Compactor(ContractOperation):
             attempts += 1
             outcome.attempts = attempts
             base = health.snapshot_id
-            candidates, tasks = self._plan(staging, base, health, scope, policy, request.approved, outcome)
+            candidates, tasks = self._plan(staging, base, health, scope, policy, approved, outcome)
             deletes_only = decision.kind == ReasonKind.POSITION_DELETES_DUE and scope is not None
             if deletes_only:
                 groups = plan_position_deletes(staging, tasks)
@@ -268,7 +269,7 @@ class Compactor(ContractOperation):
                                       "by the conflicting publish")
                     return
                 self.sleep(policy.retry_backoff_seconds * 2 ** (attempts - 1))
-                health, decision = self._decide(name, date, policy, identity, request.approved)
+                health, decision, approved = self._decide(name, date, policy, identity, request.approved)
                 outcome.replanned = f"re-planned after a publish conflict on attempt {attempts}: {exc}"
                 if decision.verdict != RUN:
                     if not outcome.committed_snapshot_ids:
