@@ -19,7 +19,7 @@ def rewrite_options(policy) -> dict[str, str]:
         "min-input-files": "2",
         "delete-file-threshold": str(policy.delete_file_threshold),
         "partial-progress.enabled": str(policy.partial_progress).lower(),
-        "max-concurrent-file-group-rewrites": str(policy.max_concurrent_file_group_rewrites),
+        "max-concurrent-file-group-rewrites": "2",  # the policy's default then
         "remove-dangling-deletes": "true",
         "use-starting-sequence-number": "false",
     }

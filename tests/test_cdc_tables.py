@@ -98,7 +98,7 @@ class CdcWriter:
 def test_a_cdc_table_keeps_exactly_the_ledgers_rows_through_compaction_expiry_and_orphans(
         spark, lake_root, tmp_path, table_name):
     config = make_config(lake_root, state_dir=str(tmp_path / "state"),
-                         defaults={"min_input_files": 2, "orphan_older_than": "1h"})
+                         defaults={"min_input_files": 2})
     cdc = CdcWriter(spark, table_name)
     for batch in range(6):  # small files on both dates
         cdc.insert(DAY1, range(batch * 100, batch * 100 + 100), f"v{batch}")

@@ -52,7 +52,6 @@ class TablePolicy:
     min_position_delete_files: int = 10
     partial_progress: bool = False
     max_file_group_size_bytes: int = 10 * 2**30  # with partial progress: each group its own proven publish
-    max_concurrent_file_group_rewrites: int = 2  # accepted for older configs; staged groups run one at a time
     strategy: str = "binpack"
     sort_order: str | None = None
     time_column: str | None = None
@@ -180,6 +179,27 @@ def _retain_last(v: Any) -> int:
     return v
 
 
+# Files younger than this may belong to a commit in flight: orphan removal refuses such a cutoff unless a person
+# forces it on the command line (`icemaint orphans --older-than 1h --force`, audited); a policy never can.
+ORPHAN_MIN_AGE_SECONDS = 24 * 3600.0
+
+
+def _orphan_age(v) -> float:
+    seconds = parse_duration(v)
+    if seconds < ORPHAN_MIN_AGE_SECONDS:
+        raise ValueError(f"{shown(v)} is under 24h: files that young may belong to a commit in flight, so orphan "
+                         "removal would refuse every run; use 24h or more (a one-off younger cutoff: "
+                         "icemaint orphans TABLE --older-than DURATION --force)")
+    return seconds
+
+
+# Keys older configs may hold that no longer do anything: refused with the reason, never silently ignored.
+RETIRED_KEYS = {
+    "max_concurrent_file_group_rewrites": "no longer used: a date's file groups are staged one after the other, "
+                                          "each proven and published before the next; remove the key",
+}
+
+
 POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "owner": ("owner", _text),
     "enabled": ("enabled", _bool),
@@ -192,7 +212,6 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "min_position_delete_files": ("min_position_delete_files", _int(2)),
     "partial_progress": ("partial_progress", _bool),
     "max_file_group_size_bytes": ("max_file_group_size_bytes", parse_size),
-    "max_concurrent_file_group_rewrites": ("max_concurrent_file_group_rewrites", _int(1)),
     "strategy": ("strategy", _choice(SORT_STRATEGIES)),
     "sort_order": ("sort_order", _sort_order),
     "time_column": ("time_column", _column),
@@ -210,7 +229,7 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "snapshot_min_age": ("snapshot_min_age_seconds", parse_duration),
     "snapshot_max_count": ("snapshot_max_count", _int(1)),
     "keep_files": ("keep_files", _bool),
-    "orphan_older_than": ("orphan_older_than_seconds", parse_duration),
+    "orphan_older_than": ("orphan_older_than_seconds", _orphan_age),
     "manifest_min_count": ("manifest_min_count", _int(2)),
     "manifest_small_bytes": ("manifest_small_bytes", parse_size),
     "checkpoint_markers": ("checkpoint_markers", _markers),
@@ -242,6 +261,8 @@ def apply_overrides(base: TablePolicy, overrides: Mapping[str, Any], where: str)
         raise PolicyError(f"{where}: expected a mapping of policy keys, got {shown(overrides)}")
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
+        if key in RETIRED_KEYS:
+            raise PolicyError(f"{where}.{key}: {RETIRED_KEYS[key]}")
         if key not in POLICY_KEYS:
             raise PolicyError(f"{where}.{key}: unknown policy key; allowed: {', '.join(sorted(POLICY_KEYS))}")
         attr, parse = POLICY_KEYS[key]

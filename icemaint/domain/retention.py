@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping
 
-from icemaint.domain.policy import TablePolicy
+from icemaint.domain.policy import ORPHAN_MIN_AGE_SECONDS, TablePolicy
 from icemaint.domain.units import human_duration, human_size
 
 MAIN_BRANCH = "main"
 # Iceberg's remove_orphan_files procedure refuses younger cutoffs: files of a commit still in
 # flight look like orphans until that commit lands.
-ORPHAN_MIN_AGE = timedelta(hours=24)
+ORPHAN_MIN_AGE = timedelta(seconds=ORPHAN_MIN_AGE_SECONDS)
 # Longer ages overflow date arithmetic (a cutoff before year 1): refused as settings, not crashed on.
 MAX_AGE_SECONDS = 100 * 366 * 86400
 # Iceberg's retainLast takes a Java int.
