@@ -456,6 +456,16 @@ def config_path(explicit: str | os.PathLike | None = None) -> Path:
     return Path(DEFAULT_CONFIG_NAME)
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML's safe loader, reading a date such as `dates_start: 2020-13-01` as text: the key's own check then
+    names it (YAML's date constructor only says "month must be in 1..12")."""
+
+
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def load_config(path: str | os.PathLike | None = None) -> MaintenanceConfig:
     """Load and validate the configuration file (see the module docstring for the lookup).
 
@@ -477,7 +487,7 @@ def _load(p: Path) -> MaintenanceConfig:
         if p.is_file() and p.stat().st_size > MAX_CONFIG_BYTES:
             raise ConfigError(f"{p}: {p.stat().st_size} bytes is not a maintenance config (at most "
                               f"{MAX_CONFIG_BYTES} bytes)")
-        raw = yaml.safe_load(p.read_bytes().decode("utf-8"))
+        raw = yaml.load(p.read_bytes().decode("utf-8"), Loader=_ConfigLoader)
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the configuration file: {exc}") from None
     except UnicodeDecodeError as exc:

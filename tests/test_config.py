@@ -86,7 +86,9 @@ BAD_CONFIGS = [
     ("sort_order with a quote", {"defaults": {"strategy": "sort", "sort_order": "id'); DROP TABLE x; --"}},
      ["defaults.sort_order", "quotes or ';'"]),
     ("operation not known", {"defaults": {"allowed_operations": ["compact", "vacuum"]}},
-     ["defaults.allowed_operations", "'vacuum'", "compact, expire, orphans, manifests, statistics, revert, rollback"]),
+     ["defaults.allowed_operations", "'vacuum'", "compact, expire, orphans, manifests, statistics, revert"]),
+    ("allowed_operations rollback", {"defaults": {"allowed_operations": ["compact", "rollback"]}},
+     ["defaults.allowed_operations", "'rollback' is no longer an operation", "'revert'"]),
     ("time_column not an identifier", {"defaults": {"time_column": "ts; drop"}},
      ["defaults.time_column", "'ts; drop'", "plain identifier"]),
     ("tables key not a table name", {"tables": {"a.b;drop": {"min_input_files": 3}}},
@@ -317,3 +319,21 @@ def test_a_rest_catalogs_warehouse_is_a_name_kept_as_given_and_a_hadoop_warehous
     assert hadoop.warehouse == str((tmp_path / "wh").resolve())
     with pytest.raises(ConfigError, match="catalog.warehouse: '' is not a non-empty string"):
         parse_config({"catalog": {"type": "rest", "uri": "http://catalog:8181", "warehouse": ""}}, tmp_path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("dates_start: 2020-13-01\n", "dates_start: '2020-13-01' is not a date (YYYY-MM-DD)"),
+    ("dates_start: 2024-02-30\n", "dates_start: '2024-02-30' is not a date (YYYY-MM-DD)"),
+])
+def test_an_impossible_date_in_the_file_is_named_by_its_key(tmp_path, text, message):
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_a_date_in_the_file_is_read(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("dates_start: 2024-02-29\n")
+    assert load_config(path).dates_start == dt.date(2024, 2, 29)

@@ -117,4 +117,4 @@ def test_plan_ranks_the_next_tick_and_writes_nothing(capsys, estate):
     assert state_files(estate["root"] / "state") == before, "plan wrote under the state dir"
     assert {t: reader.metadata_location(t) for t in locations} == locations
     code, text, _ = run_cli(capsys, "--config", estate["path"], "plan")
-    assert "the next tick would request" in text and f"1. {estate['flat']} (table) compact" in text
+    assert "due at the next tick: 1 compaction and" in text and f"1. {estate['flat']} (table) compact" in text

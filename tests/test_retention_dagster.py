@@ -357,7 +357,7 @@ def test_tick_runs_expiry_then_orphans_on_the_next_tick(spark, tmp_path, lake_ro
     assert second["expire"]["decision"] == "noop"
     assert (second["orphans"]["decision"], second["orphans"]["result"]) == ("run", "noop")  # nothing stray
     third = ticker.tick()
-    assert retention(third) == {} and "retention: 0 tables evaluated, 1 unchanged, 0 runs" in third["lines"]
+    assert retention(third) == {} and "retention: 0 tables evaluated, 1 unchanged, 0 operations in 0 Dagster runs" in third["lines"]
     assert rows(spark, table_name) == sorted(writer.ledger.expected_ids())
     trail = [(r.operation, r.decision, r.trigger) for r in open_audit(load_config(path)).records(table=table_name)]
     assert trail == [("expire", "run", "tick"), ("orphans", "noop", "tick")]

@@ -228,7 +228,7 @@ def test_tick_budget_defers_the_lower_ranked_and_looks_again_next_tick(tick_conf
     plan = estate.tick(tick_config, max_runs=1)
     assert [d.table for d, _ in plan.runs] == ["t.many"]
     few = next(d for d in plan.decisions if d.table == "t.few")
-    assert few.verdict == DEFER and few.reason == "tick budget: at most 1 runs per tick; ranked lower"
+    assert few.verdict == DEFER and few.reason == "tick budget: at most 1 run per tick; ranked lower"
     assert plan.cursor["t.few"].recheck_at == NOW.timestamp()
     assert plan.cursor["t.many"].recheck_at is None
 

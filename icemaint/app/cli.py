@@ -20,6 +20,7 @@ from icemaint.domain.scope import parse_date
 from icemaint.domain.units import human_size, printable, shown
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_MAX_TICKS = 50  # `tick --until-idle`: a catch-up still publishing after this many ticks stops, failing
 
 
 def _print_json(value) -> None:
@@ -41,7 +42,7 @@ def _dates(args, runner) -> list[str]:
             return [None]  # a table without a time column: its due partitions, in one run
         raise ValueError(f"{health.table} is maintained per date ({health.time_column} by {health.time_transform}): "
                          "give at least one --date YYYY-MM-DD (or --from/--to)")
-    return [runner.check_date(d) for d in dates]
+    return list(dict.fromkeys(runner.check_date(d) for d in dates))  # a date named twice runs once
 
 
 def cmd_health(config: MaintenanceConfig, args) -> int:
@@ -270,14 +271,17 @@ def cmd_tick(config: MaintenanceConfig, args) -> int:
     finds nothing to do, publishes nothing, so it never keeps the loop going."""
     from icemaint.app.ticker import Ticker
 
+    if args.max_ticks is not None and not args.until_idle:
+        raise ValueError("--max-ticks bounds --until-idle: give both, or neither (one tick)")
+    max_ticks = args.max_ticks or DEFAULT_MAX_TICKS
     ticker, reports = Ticker(config, args.config), []
     while True:
         report = ticker.tick(dry_run=args.dry_run)
         reports.append(report)
         progressed = any(d.get("published") for d in report["decisions"])
-        if not args.until_idle or args.dry_run or not progressed or len(reports) >= args.max_ticks:
+        if not args.until_idle or args.dry_run or not progressed or len(reports) >= max_ticks:
             break
-    unfinished = args.until_idle and progressed and len(reports) >= args.max_ticks
+    unfinished = args.until_idle and progressed and len(reports) >= max_ticks
     if args.json:
         _print_json(reports if args.until_idle else report)
     else:
@@ -287,7 +291,7 @@ def cmd_tick(config: MaintenanceConfig, args) -> int:
             for line in r["lines"]:
                 print(line)
     if unfinished:
-        print(f"error: stopped after --max-ticks {args.max_ticks} while runs were still publishing: the catch-up "
+        print(f"error: stopped after --max-ticks {max_ticks} while runs were still publishing: the catch-up "
               "is not finished", file=sys.stderr)
     return EXIT_FAILED if unfinished or any(r["failed"] for r in reports) else EXIT_OK
 
@@ -422,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="decide and print, request nothing")
     s.add_argument("--until-idle", action="store_true",
                    help="tick again, in this process, until a tick publishes nothing (an estate catch-up)")
-    s.add_argument("--max-ticks", type=_positive_int, default=50, help="with --until-idle: at most this many ticks")
+    s.add_argument("--max-ticks", type=_positive_int, default=None,
+                   help=f"with --until-idle: at most this many ticks (default {DEFAULT_MAX_TICKS})")
     s.add_argument("--json", action="store_true", help="the tick's report (with --until-idle: a list, one per tick)")
     s.set_defaults(func=cmd_tick)
 
@@ -470,6 +475,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CatalogUnavailable as exc:  # not the user's input: the catalog is down or slow; nothing was done
         print(f"error: {exc}; nothing was done", file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:  # the reader left (`icemaint audit | head`): no traceback, the shell's SIGPIPE status
+        import os
+        import signal
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

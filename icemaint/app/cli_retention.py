@@ -15,7 +15,7 @@ import sys
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.retention import check_retain_last
 from icemaint.operations.housekeeping import check_age
-from icemaint.domain.units import parse_duration
+from icemaint.domain.units import human_size, parse_duration
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -55,8 +55,15 @@ def _report(args, operation: str, report) -> int:
         print(f"{outcome.get('table')} {operation}: {outcome.get('decision')}: {outcome.get('reason')}", file=stream)
         metrics = outcome.get("metrics") or {}
         if metrics:
-            print("    " + ", ".join(f"{k} {v}" for k, v in metrics.items()), file=stream)
+            print("    " + ", ".join(f"{k} {_shown_metric(k, v)}" for k, v in metrics.items()), file=stream)
     return status
+
+
+def _shown_metric(key: str, value) -> str:
+    """A metric as people read it: byte counts as sizes, whole numbers with separators (raw numbers: --json)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return str(value)
+    return human_size(value) if "bytes" in key else f"{value:,}"
 
 
 def _runner(config: MaintenanceConfig, args):
@@ -141,7 +148,9 @@ def register(subparsers) -> None:
                    help="only files older than this, e.g. 72h (default: the policy's orphan_older_than; "
                         "under 24h needs --force)")
     s.add_argument("--force", action="store_true", help="allow a cutoff under 24 h (audited)")
-    s.add_argument("--quarantine", action="store_true", help="move the files to <state_dir>/quarantine instead")
+    s.add_argument("--quarantine", action="store_true",
+                   help="move the files to the quarantine (quarantine_dir, default <state_dir>/quarantine) instead of "
+                        "deleting them")
     s.add_argument("--dry-run", action="store_true", help="list the candidates, change nothing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_orphans)

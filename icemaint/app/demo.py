@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
+from icemaint.domain.units import human_size
 
 DEMO_TABLE = "demo.events"
 
@@ -119,11 +120,11 @@ def run_demo(config: MaintenanceConfig, config_path: str | None = None, batches:
 
     _say("== 6. before / after")
     b, a = _partition_rows(before), _partition_rows(after)
-    _say(f"   {'date':<12}{'files':>14}{'avg file bytes':>22}{'delete files':>16}")
+    _say(f"   {'date':<12}{'files':>14}{'average file size':>26}{'delete files':>16}")
     for date in sorted(b):
         fb, sb, db = b[date]
         fa, sa, da = a.get(date, (0, 0.0, 0))
-        _say(f"   {date:<12}{fb:>6} -> {fa:<6}{sb:>10.0f} -> {sa:<10.0f}{db:>6} -> {da:<6}")
+        _say(f"   {date:<12}{fb:>6} -> {fa:<6}{human_size(sb):>12} -> {human_size(sa):<10}{db:>6} -> {da:<6}")
     _say(f"   table: {before.data_files} -> {after.data_files} data files, {before.delete_files} -> "
          f"{after.delete_files} delete files, {before.manifests} -> {after.manifests} manifests, "
          f"{before.snapshots} -> {after.snapshots} snapshots")
@@ -143,7 +144,7 @@ def run_demo(config: MaintenanceConfig, config_path: str | None = None, batches:
         snaps = f" {r.before_snapshot_id} -> {r.after_snapshot_id}" if r.after_snapshot_id else ""
         val = r.validation.get("passed")
         proof = "" if val is None else f" [validation {'passed' if val else 'FAILED'}]"
-        _say(f"   {r.ts:%H:%M:%S} {r.operation:<8} {r.date or '':<10} {r.decision:<7}{snaps}{proof} {r.reason}")
+        _say(f"   {r.ts:%H:%M:%S} {r.operation:<10} {r.date or '':<10} {r.decision:<8}{snaps}{proof} {r.reason}")
     _say(f"== done in {time.perf_counter() - started:.0f}s. Browse it: make ui (http://127.0.0.1:3000)")
     ok = intact and not report["failed"] and after.data_files < before.data_files
     return 0 if ok else 1

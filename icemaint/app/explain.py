@@ -17,7 +17,7 @@ from icemaint.domain.decisions import (DEFER, REFUSE, Decision, Gates, decide_ta
                                        partition_due, position_deletes_maintained, refusal_for, writer_check)
 from icemaint.domain.health import TableHealth
 from icemaint.domain.names import TableName
-from icemaint.domain.units import human_duration, human_size
+from icemaint.domain.units import counted, human_duration, human_size
 
 # The tick's own bound on runs requested at once (sensors/compaction.py MAX_RUNS_PER_TICK); a run is a
 # table's consecutive due dates, so the bound counts tables, as the sensor and `icemaint tick` count them.
@@ -230,7 +230,9 @@ def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dic
 
 
 def plan_lines(result: dict) -> list[str]:
-    lines = [f"{result['tables']} tables; the next tick would request {len(result['runs'])} runs"]
+    compact = sum(1 for r in result["runs"] if r["operation"] == "compact")
+    lines = [f"{counted(result['tables'], 'table')}; due at the next tick: {counted(compact, 'compaction')} "
+             f"and {counted(len(result['runs']) - compact, 'retention operation')} (neighbours share a Dagster run)"]
     for r in result["runs"]:
         cost = (f" ({human_size(r['rewrite_bytes'])}, about {human_duration(r['seconds'])}, benefit {r['benefit']})"
                 if r.get("rewrite_bytes") is not None else "")

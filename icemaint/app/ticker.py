@@ -14,6 +14,7 @@ from pathlib import Path
 from icemaint.app.instance import allow_runs_in_threads
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE, RUN
+from icemaint.domain.units import counted
 from icemaint.domain.tick import KeptHealths, date_batches, encode_cursor, table_batches, table_lanes
 
 
@@ -122,8 +123,10 @@ class Ticker:
                 continue
             line = f"{d.table} {d.scope}: {d.verdict}: {d.reason}"
             if "result" in entry:
-                line += (f" -> {entry['result']}: files {entry['files_before']} -> {entry['files_after']}, "
-                         f"validation {'passed' if entry['validation'] else 'FAILED' if entry['validation'] is False else 'n/a'}")
+                line += f" -> {entry['result']}" + (
+                    f": files {entry['files_before']} -> {entry['files_after']}, validation "
+                    f"{'passed' if entry['validation'] else 'FAILED' if entry['validation'] is False else 'n/a'}"
+                    if entry["files_after"] is not None else f": {entry['result_reason']}")
             lines.append(line)
         # Never silent: a table whose every decision is "nothing to do" still gets its line.
         loud = {d.table for d in plan.decisions if d.verdict != NOOP}
@@ -141,9 +144,8 @@ class Ticker:
                     instance.report_runless_asset_event(decision_observation(d))
         for table in plan.unchanged:
             lines.append(f"{table}: unchanged since the last tick, {plan.cursor[table].said or 'no decision yet'}")
-        lines.append(f"tick: {len(plan.evaluated)} tables evaluated, {len(plan.unchanged)} unchanged, "
-                     f"{sum(1 for d in decisions if d['decision'] == RUN)} runs"
-                     + (f", errors: {plan.errors}" if plan.errors else ""))
+        lines.append(f"tick: {counted(len(plan.evaluated), 'table')} evaluated, {len(plan.unchanged)} unchanged, "
+                     + _ran(decisions, dry_run) + (f", errors: {plan.errors}" if plan.errors else ""))
         retention, retention_lines, retention_failed, retention_errors = self._tick_retention(dry_run)
         decisions += retention
         lines += retention_lines
@@ -247,6 +249,15 @@ class Ticker:
                 lines.append(line)
         if not dry_run:
             self._save_cursor("retention", encode_cursor(plan.cursor))
-        lines.append(f"retention: {len(plan.evaluated)} tables evaluated, {len(plan.unchanged)} unchanged, "
-                     f"{len(plan.runs)} runs" + (f", errors: {plan.errors}" if plan.errors else ""))
+        lines.append(f"retention: {counted(len(plan.evaluated), 'table')} evaluated, {len(plan.unchanged)} unchanged, "
+                     + _ran(entries, dry_run, "operation") + (f", errors: {plan.errors}" if plan.errors else ""))
         return entries, lines, failed, plan.errors
+
+
+def _ran(entries: list[dict], dry_run: bool, unit: str = "table-date") -> str:
+    """How many decisions ran and in how many Dagster runs (a run covers several dates or tables)."""
+    due = [e for e in entries if e["decision"] == RUN]
+    if dry_run:
+        return f"{counted(len(due), unit)} due (dry run: nothing launched)"
+    runs = {e["run_id"] for e in due if e.get("run_id")}
+    return f"{counted(len(due), unit)} in {counted(len(runs), 'Dagster run')}"

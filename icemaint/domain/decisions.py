@@ -14,7 +14,7 @@ from icemaint.domain.health import PartitionHealth, TableHealth
 from icemaint.domain.layout import WHOLE_TABLE, describe, describe_all
 from icemaint.domain.names import is_column_path
 from icemaint.domain.policy import TablePolicy
-from icemaint.domain.units import human_duration, human_size
+from icemaint.domain.units import counted, human_duration, human_size
 
 class Word(str, Enum):
     """An enum whose members are their words: records, JSON and Dagster metadata keep the plain text."""
@@ -263,7 +263,7 @@ def partition_due(part: PartitionHealth, policy: TablePolicy, *, position_delete
     }
     many_small = part.small_files >= policy.min_input_files
     too_many_deletes = with_deletes and part.deleted_row_ratio > policy.max_delete_ratio
-    why_not = (f"{part.small_files} small files < min_input_files {policy.min_input_files}"
+    why_not = (f"{counted(part.small_files, 'small file')} < min_input_files {policy.min_input_files}"
                f" and deleted-row ratio {part.deleted_row_ratio:.3f} <= {policy.max_delete_ratio}")
     if position_deletes:
         rationale.update(position_delete_files=part.position_delete_files,
@@ -287,7 +287,7 @@ def partition_due(part: PartitionHealth, policy: TablePolicy, *, position_delete
         rationale["trigger"] = "small_files" if many_small else "delete_ratio"
     return PartitionDue(
         key=part.key, due=many_small or too_many_deletes,
-        why=(f"{part.small_files} small files >= {policy.min_input_files}" if many_small
+        why=(f"{counted(part.small_files, 'small file')} >= {policy.min_input_files}" if many_small
              else f"deleted-row ratio {part.deleted_row_ratio:.3f} > {policy.max_delete_ratio}"),
         why_not=why_not, rewrite_bytes=rewrite_bytes, rewrite_files=rewrite_files,
         benefit=(max(part.small_files - 1, 0) + part.delete_files) / max(rewrite_bytes, 1) * 2**20,
@@ -429,7 +429,7 @@ def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = Non
         joins = run_of is not None and unit in units
         if max_runs is not None and kept >= max_runs and not joins:
             out.append(replace(d, verdict=DEFER, kind=ReasonKind.TICK_BUDGET,
-                               reason=f"tick budget: at most {max_runs} runs per tick; ranked lower"))
+                               reason=f"tick budget: at most {counted(max_runs, 'run')} per tick; ranked lower"))
             continue
         if max_bytes is not None and used_bytes + cost > max_bytes and used_bytes > 0:
             out.append(replace(d, verdict=DEFER, kind=ReasonKind.TICK_BUDGET,

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from icemaint.domain.units import parse_duration, parse_size, shown
 
-OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "revert", "rollback")  # rollback: older configs
+OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "revert")
 SORT_STRATEGIES = ("binpack", "sort", "zorder")
 
 MiB = 2**20
@@ -146,6 +146,9 @@ def _choice(allowed: tuple[str, ...]):
 def _operations(v: Any) -> frozenset[str]:
     if not isinstance(v, list):
         raise ValueError(f"{shown(v)} is not a list; use a list of: {', '.join(OPERATIONS)}")
+    if "rollback" in v:
+        raise ValueError("'rollback' is no longer an operation: a failed proof publishes nothing, so nothing is rolled "
+                         "back (an operator's forward undo is 'revert'); remove it")
     bad = [x for x in v if x not in OPERATIONS]
     if bad:
         raise ValueError(f"{shown(bad)} not allowed; allowed operations: {', '.join(OPERATIONS)}")

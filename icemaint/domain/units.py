@@ -105,3 +105,8 @@ def human_size(size: float) -> str:
             value = size / length
             return f"{value:.0f} {unit}" if abs(value - round(value)) < 0.05 else f"{value:.1f} {unit}"
     return f"{size:.0f} B"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 table`, `3 tables`, `0 tables` (`plural` where adding an s is wrong: `1 table-date`... `2 table-dates`)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -37,7 +37,7 @@ from icemaint.engine.retention import (
 )
 from icemaint.engine.staging import RUN_ID_KEY
 from icemaint.operations.statistics import StatisticsRequest, act_statistics
-from icemaint.domain.units import format_duration
+from icemaint.domain.units import format_duration, human_size
 
 log = logging.getLogger(__name__)
 
@@ -405,9 +405,9 @@ class Housekeeper(ContractOperation):
         outcome.decision = RUN
         verb = "quarantined" if quarantine else "deleted"
         if request.dry_run:
-            outcome.reason = f"dry-run: {len(result.candidates)} orphan {where}, {result.bytes} bytes; nothing changed"
+            outcome.reason = f"dry-run: {len(result.candidates)} orphan {where}, {human_size(result.bytes)}; nothing changed"
         else:
-            outcome.reason = f"{verb} {removed} orphan {where}, {result.bytes} bytes"
+            outcome.reason = f"{verb} {removed} orphan {where}, {human_size(result.bytes)}"
         if forced_young:
             outcome.reason += "; FORCED cutoff under 24 h"
 
