@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from icemaint.safety.approvals import is_approved
+from icemaint.safety.approvals import is_approved, reverted_scopes
 from icemaint.safety.audit import AuditRecord
 from icemaint.domain.decisions import DEFER, REFUSE
 from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick, \
@@ -95,7 +95,7 @@ class TickHistory:
         if self._by_table is None:
             self._by_table = {}
             for r in self.log.records():
-                if r.operation in ("compact", "approve"):
+                if r.operation in ("compact", "approve", "revert"):
                     self._by_table.setdefault(r.table, []).append(r)
         return self._by_table.get(table, [])
 
@@ -104,6 +104,9 @@ class TickHistory:
 
     def approved(self, table: str, date: str) -> bool:
         return is_approved(self._records(table), date)
+
+    def reverted(self, table: str) -> dict:
+        return reverted_scopes(self._records(table))
 
 
 def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: TableClaimResource,
@@ -126,7 +129,7 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
         claim_holder=holder, approved=history.approved, past_runs=history.past_runs,
         cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
         valid_dates=lambda d: d in date_keys, run_of=(lambda d: d.table) if batch_dates else None, kept=kept,
-        in_flight=lambda: in_flight_jobs_by_table(instance))
+        in_flight=lambda: in_flight_jobs_by_table(instance), reverted=history.reverted)
     for d in plan.to_record:
         if d.verdict in (DEFER, REFUSE):
             audit.append(AuditRecord(table=d.table, operation="compact", decision=d.verdict, reason=d.reason,

@@ -262,3 +262,31 @@ def test_postgres_columns_mirror_the_record(audit_dsn):
             assert cur.fetchall() == [(T0, "db.orders", "expire", "noop", "42 small files in 2026-02-28")]
     finally:
         conn.close()
+
+
+# --- reverted scopes: automation does not redo what a person undid ----------------------------------------
+
+
+def _at(minutes: int, operation: str, decision: str, date=None, **kw) -> AuditRecord:
+    return AuditRecord(ts=T0 + dt.timedelta(minutes=minutes), table="db.events", operation=operation,
+                       decision=decision, reason="r", date=date, identity=kw.pop("identity", "maint"), **kw)
+
+
+def test_a_reverted_compaction_holds_its_scope_until_an_approval_or_a_later_compaction():
+    from icemaint.safety.approvals import reverted_scopes
+
+    published = [_at(0, "compact", "run", "2026-01-01", after_snapshot_id=11),
+                 _at(1, "compact", "run", "2026-01-02", after_snapshot_id=22, details={"committed_snapshot_ids": [21, 22]}),
+                 _at(2, "compact", "run", None, after_snapshot_id=33)]
+    revert = [_at(5, "revert", "run", identity="alice", details={"reverted_snapshot_id": 11}),
+              _at(6, "revert", "run", identity="bob", details={"reverted_snapshot_id": 21}),
+              _at(7, "revert", "run", details={"reverted_snapshot_id": 33, "dry_run": True}),  # a dry run holds nothing
+              _at(8, "revert", "not_published", details={"reverted_snapshot_id": 33})]  # nor a failed revert
+    held = reverted_scopes(published + revert)
+    assert held == {"2026-01-01": "alice reverted snapshot 11 at 2026-03-01 12:05 UTC",
+                    "2026-01-02": "bob reverted snapshot 21 at 2026-03-01 12:06 UTC"}
+    assert reverted_scopes(published + revert + [_at(9, "approve", "approved", "2026-01-01")]) == {
+        "2026-01-02": held["2026-01-02"]}
+    assert reverted_scopes(published + revert + [_at(9, "compact", "run", "2026-01-02", after_snapshot_id=44)]) == {
+        "2026-01-01": held["2026-01-01"]}
+    assert reverted_scopes(published) == {}

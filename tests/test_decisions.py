@@ -129,6 +129,14 @@ CASES = [
      ["waiting for runs in flight on the table: compaction_job, expiry_job"]),
     ("writer before runs in flight", dict(files=SMALL3, snapshots=(snap(1, None, 5),)), {},
      dict(runs_in_flight=frozenset({"compaction_job"})), DAY, DEFER, ["writer active"]),
+    ("a date an operator reverted is held", dict(files=SMALL3), {},
+     dict(reverted={DAY: "alice reverted snapshot 7 at 2024-06-10 09:00 UTC"}), DAY, DEFER,
+     ["held after a revert: alice reverted snapshot 7 at 2024-06-10 09:00 UTC",
+      f"to compact it again: icemaint approve {TABLE} --date {DAY}"]),
+    ("a reverted date approved again runs", dict(files=SMALL3), {},
+     dict(reverted={DAY: "alice reverted snapshot 7"}, approved=True), DAY, RUN, ["3 small files >= 3"]),
+    ("another date's revert holds only that date", dict(files=SMALL3), {},
+     dict(reverted={"2024-05-31": "alice reverted snapshot 7"}), DAY, RUN, ["3 small files >= 3"]),
 ]
 
 
@@ -143,7 +151,7 @@ def test_decide_compaction(health_kw, policy_kw, gates_kw, date, verdict, reason
     assert decision.verdict == verdict, decision.reason
     for part in reasons:
         assert part in decision.reason, f"{part!r} not in {decision.reason!r}"
-    assert decision.needs_approval == ("awaiting approval" in decision.reason)
+    assert decision.needs_approval == any(w in decision.reason for w in ("awaiting approval", "held after a revert"))
 
 
 def test_small_file_trigger_rationale_and_cost():

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import current_snapshot, run_cli
+from conftest import current_snapshot, run_cli, write_config
 from icemaint.config import load_config
 from icemaint.domain.names import TableName
 from icemaint.engine.revert import REVERT_OF_KEY
@@ -84,6 +84,39 @@ def test_a_published_rewrite_is_reverted_forward_with_its_proof(capsys, spark, c
     assert summary[REVERT_OF_KEY] == str(compacted["published"]) and summary["icemaint.proof"] == "passed"
     [record] = [r for r in open_audit(compacted["config"]).records(table=table) if r.operation == "revert"]
     assert record.decision == "run" and record.after_snapshot_id == outcome["after_snapshot_id"]
+
+
+def test_a_reverted_date_is_held_from_automation_until_an_operator_approves_it(capsys, spark, compacted, tmp_path,
+                                                                                lake_root):
+    """Automation does not redo what a person undid: after the revert the date is due again by its files, yet the
+    tick, `compact` and `explain` hold it, naming who reverted and the approve command; an approval releases it."""
+    sql, table = compacted["sql"], compacted["table"]
+    # the same state (audit, claims, instance), the tick scoped to this table
+    path = str(write_config(tmp_path / "scoped.yaml", lake_root, state_dir=str(compacted["config"].state_dir),
+                            scope={"include": [table]}))
+    code, out, err = run_cli(capsys, "--config", path, "revert", table, "--snapshot", str(compacted["published"]))
+    assert code == 0, err
+    location = CatalogReader(compacted["config"]).metadata_location(table)
+
+    code, out, err = run_cli(capsys, "--config", path, "tick", "--json")
+    [held] = [d for d in json.loads(out)["decisions"] if d["table"] == table and d["operation"] == "compact"]
+    assert held["decision"] == "defer" and held["reason"].startswith("held after a revert: "), held
+    assert f"reverted snapshot {compacted['published']}" in held["reason"]
+    assert f"icemaint approve {table} --date {DAY}" in held["reason"]
+    code, out, err = run_cli(capsys, "--config", path, "compact", table, "--date", DAY, "--json")
+    [outcome] = json.loads(out)
+    assert code == 1 and outcome["decision"] == "defer" and "held after a revert" in outcome["reason"], outcome
+    code, out, _ = run_cli(capsys, "--config", path, "explain", table, "--json")
+    [explained] = json.loads(out)["compaction"]
+    assert explained["kind"] == "reverted", explained
+    assert CatalogReader(compacted["config"]).metadata_location(table) == location
+
+    code, _, err = run_cli(capsys, "--config", path, "approve", table, "--date", DAY)
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "--config", path, "compact", table, "--date", DAY, "--json")
+    [again] = json.loads(out)
+    assert code == 0 and again["decision"] == "run" and again["published"], again
+    assert rows(spark, sql) == compacted["before"]
 
 
 def test_a_row_deleted_since_the_rewrite_is_never_resurrected(capsys, spark, compacted):

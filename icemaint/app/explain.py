@@ -74,6 +74,11 @@ class ReadOnlyEstate:
     def past_runs(self, table: str) -> list[dict]:
         return [r.details for r in self.records(table) if r.operation == "compact" and r.decision == "run"]
 
+    def reverted(self, table: str) -> dict:
+        from icemaint.safety.approvals import reverted_scopes
+
+        return reverted_scopes(self.records(table))
+
     def approved(self, table: str, date: str | None) -> bool:
         from icemaint.safety.approvals import is_approved
 
@@ -140,6 +145,9 @@ def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approv
     out.append(Gate("writer idle", "pass" if wc["idle"] else "blocks",
                     (f"last writer commit {human_duration(max(since, 0.0))} ago" if since is not None
                      else "no writer commit on main") + f" (writer_idle {human_duration(policy.writer_idle_seconds)})"))
+    if decision.date in gates.reverted:
+        out.append(Gate("revert", "pass" if approved else "blocks",
+                        gates.reverted[decision.date] + ("; approved since" if approved else "")))
     if gates.runs_in_flight:
         out.append(Gate("runs in flight", "blocks", f"queued or running: {', '.join(sorted(gates.runs_in_flight))}"))
     out.append(Gate("claim", "blocks" if gates.claim_holder else "pass",
@@ -169,7 +177,8 @@ def explain(config: MaintenanceConfig, table: str, date: str | None = None, esta
     holder = estate.holder(key)
     running = frozenset(estate.in_flight().get(key, set()))
     gates = Gates(now=now, identity=config.identity(), claim_holder=holder,
-                  bytes_per_second=measured_throughput(estate.past_runs(key)), runs_in_flight=running)
+                  bytes_per_second=measured_throughput(estate.past_runs(key)), runs_in_flight=running,
+                  reverted=estate.reverted(key))
     overridden = key in config.policies.tables
     out = Explanation(key, health.maintained_as, "per-table policy (tables: in the config)" if overridden
                       else "the defaults (no per-table policy)")
@@ -208,7 +217,7 @@ def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dic
         read=estate.reader.read_many,
         claim_holder=estate.holder, approved=estate.approved, past_runs=estate.past_runs, cursor={}, now=now,
         max_runs=MAX_RUNS_PER_TICK, valid_dates=lambda d: config.dates_start.isoformat() <= d <= tomorrow,
-        run_of=lambda d: d.table, in_flight=estate.in_flight)
+        run_of=lambda d: d.table, in_flight=estate.in_flight, reverted=estate.reverted)
     retention = plan_retention_tick(
         tables, policy_of=config.policy, policy_fingerprint=policy_fingerprint, identity=config.identity(),
         metadata_location=estate.reader.metadata_location,

@@ -65,14 +65,15 @@ class MaintenancePass:
         decisions that hold a date back: a gate blocks it).
 
         An operator's approval counts as `icemaint compact` counts it. Below-threshold and empty dates are neither."""
-        from icemaint.safety.approvals import is_approved
+        from icemaint.safety.approvals import is_approved, reverted_scopes
         from icemaint.safety.audit import open_audit
 
         health = self.runner.reader.health(table)
         if not health.dated:
             return [None], []
         records = open_audit(self.config).records(table=table)
-        gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=self.config.identity())
+        gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=self.config.identity(),
+                      reverted=reverted_scopes(records))
         decisions = decide_with_approvals(health, self.config.policy(table), gates,
                                           lambda date: is_approved(records, date))
         return ([d.date for d in decisions if d.verdict == RUN and d.date],

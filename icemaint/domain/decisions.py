@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from icemaint.domain.health import PartitionHealth, TableHealth
 from icemaint.domain.layout import WHOLE_TABLE, describe, describe_all
@@ -54,6 +54,8 @@ class ReasonKind(Word):
     UNSUPPORTED = "unsupported"        # a table shape this version cannot maintain safely
     # due for a rewrite of its position-delete files alone (many of them; the data files are fine)
     POSITION_DELETES_DUE = "position_deletes_due"
+    # an operator reverted the scope's published compaction: held until they approve compacting it again
+    REVERTED = "reverted"
 
 
 class Operation(Word):
@@ -122,6 +124,9 @@ class Gates:
     # Jobs with a run queued or running on the table (a sensor's own compaction among them): waited for, so the
     # tick neither requests the table again nor reads the claim its own run holds as someone else's.
     runs_in_flight: frozenset[str] = frozenset()
+    # Scopes (a date; None: a table without a time column) whose published compaction an operator reverted, with
+    # who reverted what and when (`safety.approvals.reverted_scopes`): held until an approval newer than the revert.
+    reverted: Mapping[str | None, str] = field(default_factory=dict)
 
 
 def _refusal(policy: TablePolicy, operation: str, identity: str) -> str | None:
@@ -168,6 +173,16 @@ def estimate_cost(rewrite_bytes: int, files: int, bytes_per_second: float | None
             "seconds": round(rewrite_bytes / rate, 3)}
 
 
+def _held_by_revert(base: Decision, gates: Gates) -> Decision | None:
+    """The deferral of a scope an operator reverted (not approved again since), else None."""
+    note = gates.reverted.get(base.date)
+    if note is None or gates.approved:
+        return None
+    approve = f"icemaint approve {base.table}" + (f" --date {base.date}" if base.date else "")
+    return replace(base, verdict=DEFER, needs_approval=True, kind=ReasonKind.REVERTED,
+                   reason=f"held after a revert: {note}; to compact it again: {approve}")
+
+
 def _busy(base: Decision, policy: TablePolicy, gates: Gates) -> Decision | None:
     """The deferral when a writer is still active, a run is in flight on the table or someone holds the claim,
     else None."""
@@ -203,6 +218,9 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     if part is None or part.data_files == 0:
         reason = f"no data files on {date}" + (_undated(health) if health.undated_files else "")
         return replace(base, reason=reason, kind=ReasonKind.NO_DATA)
+    held = _held_by_revert(base, gates)
+    if held:
+        return held
     due = partition_due(part, policy, position_deletes=position_deletes_maintained(health))
     if not due.due:
         return replace(base, rationale=due.rationale, kind=ReasonKind.BELOW_THRESHOLDS,
@@ -343,6 +361,9 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
         return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN, reason=health.time_column_problem)
     if not any(p.data_files for p in health.partitions):
         return replace(base, reason="no data files", kind=ReasonKind.NO_DATA)
+    held = _held_by_revert(base, gates)
+    if held:
+        return held
     choice = choose_partitions(health.partitions, policy, gates.approved)
     scope = "the whole table" if [p.key for p in health.partitions] == [WHOLE_TABLE] else \
         f"{len(health.partitions)} partitions"

@@ -177,6 +177,7 @@ def plan_compaction_tick(
     run_of: Callable[[Decision], object] | None = None,
     kept: KeptHealths | None = None,
     in_flight: Callable[[], Mapping[str, set]] | None = None,
+    reverted: Callable[[str], Mapping[str | None, str]] | None = None,
 ) -> TickPlan:
     """Observe and decide compaction for every table; returns the runs to request and the new cursor.
 
@@ -186,7 +187,8 @@ def plan_compaction_tick(
     `Screened` for a table whose manifest list shows that nothing can be due. `kept`: healths of the
     previous tick's budget deferrals, used instead of a read while their table has not moved, then replaced.
     `in_flight`: table -> jobs with a run queued or running on it (read once, when a table is decided): such a
-    table's dates wait for them, and that wait is not recorded (its own run is no one else's claim).
+    table's dates wait for them, and that wait is not recorded (its own run is no one else's claim). `reverted`:
+    the table's scopes an operator reverted (`Gates.reverted`), held until approved again.
     Claim and audit outages still raise; a table whose metadata cannot be read is reported in
     `errors` and keeps no cursor entry, so the next tick reads it again.
     """
@@ -236,7 +238,8 @@ def plan_compaction_tick(
             running = in_flight() if in_flight is not None else {}
         gates = Gates(now=now, identity=identity, claim_holder=claim_holder(table),
                       bytes_per_second=measured_throughput(past_runs(table)),
-                      runs_in_flight=frozenset(running.get(table, ())))
+                      runs_in_flight=frozenset(running.get(table, ())),
+                      reverted=reverted(table) if reverted is not None else {})
         table_decisions = decide_with_approvals(h, policy, gates, lambda date: approved(table, date),
                                                 [p.date for p in h.partitions if valid_dates(p.date)])
         candidates.extend(table_decisions)

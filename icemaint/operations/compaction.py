@@ -19,7 +19,7 @@ from typing import Callable
 
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractOperation, ContractRun
-from icemaint.safety.approvals import is_approved
+from icemaint.safety.approvals import is_approved, reverted_scopes
 from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, Operation, ReasonKind, \
     choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, measured_throughput
 from icemaint.domain.layout import describe_all, partition_key, partitions_of
@@ -154,7 +154,7 @@ class Compactor(ContractOperation):
         # An operator's `icemaint approve` (newer than the scope's last run) counts as the launch's approval.
         approved = approved or is_approved(records, date)
         gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=identity, approved=approved,
-                      bytes_per_second=measured_throughput(past))
+                      bytes_per_second=measured_throughput(past), reverted=reverted_scopes(records))
         if date is None:
             if health.dated:
                 return health, Decision(table=name.key, operation=Operation.COMPACT, verdict=REFUSE, kind=ReasonKind.POLICY,

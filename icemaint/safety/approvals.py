@@ -2,6 +2,8 @@
 
 An approval is an audit record (operation `approve`, decision `approved`) for a table and date (no
 date: the partitions of a table without a time column); it holds until a compaction of that scope runs.
+The same approval lets a scope be compacted again after an operator reverted its compaction
+(`reverted_scopes`): automation does not redo what a person undid.
 """
 
 from __future__ import annotations
@@ -45,3 +47,28 @@ def is_approved(records, date: str | None) -> bool:
         elif r.operation == "compact" and r.decision in ("run", "rollback") and not r.details.get("dry_run"):
             latest_run = max(latest_run or r.ts, r.ts)
     return latest_approval is not None and (latest_run is None or latest_approval > latest_run)
+
+
+def reverted_scopes(records) -> dict[str | None, str]:
+    """One table's scopes (dates; None: its partitions) whose published compaction an operator reverted, and no
+    approval or compaction of the scope since: scope -> who reverted which snapshot, when."""
+    reverts = {}  # reverted snapshot id -> the latest revert record of it
+    for r in records:
+        if r.operation == "revert" and r.decision == "run" and not r.details.get("dry_run") \
+                and r.details.get("reverted_snapshot_id") is not None:
+            reverts[int(r.details["reverted_snapshot_id"])] = r
+    if not reverts:
+        return {}
+    held, since = {}, {}  # scope -> its revert; scope -> the latest approval or compaction run of it
+    for r in records:
+        if r.operation == "compact" and r.decision == "run" and not r.details.get("dry_run"):
+            published = {r.after_snapshot_id, *(r.details.get("committed_snapshot_ids") or ())} - {None}
+            for snapshot_id in published & set(reverts):
+                if r.date not in held or reverts[snapshot_id].ts > held[r.date].ts:
+                    held[r.date] = reverts[snapshot_id]
+        if (r.operation == "approve" and r.decision == "approved") or \
+                (r.operation == "compact" and r.decision == "run" and not r.details.get("dry_run")):
+            since[r.date] = max(since.get(r.date, r.ts), r.ts)
+    return {scope: f"{revert.identity} reverted snapshot {revert.details['reverted_snapshot_id']} at "
+                   f"{revert.ts:%Y-%m-%d %H:%M} UTC"
+            for scope, revert in held.items() if since.get(scope) is None or since[scope] <= revert.ts}
