@@ -63,6 +63,19 @@ def test_statistics_are_due_by_the_share_of_rows_changed(state, fraction, due, w
     assert got is due and words in why, why
 
 
+@pytest.mark.parametrize("covered, wanted, due, words", [
+    (frozenset({"id"}), None, True, "the statistics of snapshot 7 have no sketch of ts, v"),
+    (frozenset({"id"}), ("id",), False, "of the current snapshot 7"),
+    (frozenset({"id", "v"}), ("v", "ts"), True, "have no sketch of ts"),
+    (frozenset({"id", "ts", "v"}), None, False, "of the current snapshot 7"),
+    (None, None, False, "of the current snapshot 7"),  # coverage not read: rows decide alone
+])
+def test_statistics_that_lack_a_wanted_column_are_due_whatever_the_rows(covered, wanted, due, words):
+    state = StatisticsState(7, 100, 7, 100, 0, covered, ("id", "ts", "v"))
+    got, why = statistics_due(state, 0.1, wanted)
+    assert got is due and words in why, why
+
+
 def test_columns_default_to_every_primitive_and_a_bad_name_is_refused_by_name():
     fields = [("id", True), ("tags", False), ("name", True)]
     assert statistics_columns(fields, None) == ("id", "name")
@@ -194,6 +207,13 @@ def test_statistics_go_stale_with_changed_rows_not_with_a_rewrite(spark, stats_c
     stale = keeper.compute_statistics(StatisticsRequest(table_name))
     assert stale.decision == RUN and "40 of 80 rows changed" in stale.reason, stale.reason
     assert stale.evidence["ndv"]["event_id"] == 120 == len(writer.ledger.expected_ids())
+
+    # statistics of a few columns leave the others due, although no row changed since
+    assert keeper.compute_statistics(StatisticsRequest(table_name, columns=("event_id",), force=True)).decision == RUN
+    partial = keeper.compute_statistics(StatisticsRequest(table_name))
+    assert partial.decision == RUN and "have no sketch of device_id, ts, reading, status" in partial.reason, \
+        partial.reason
+    assert keeper.compute_statistics(StatisticsRequest(table_name)).decision == NOOP
 
 
 def test_writers_committing_meanwhile_keep_their_rows_and_the_statistics_land_on_top(spark, stats_config, table_name,

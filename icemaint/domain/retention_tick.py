@@ -176,7 +176,7 @@ def _statistics_decision(signals: RetentionSignals, policy: TablePolicy, gated, 
     if state is None:
         return RetentionDecision(table, STATISTICS, NOOP, "the statistics state was not read",
                                  kind=ReasonKind.NO_DATA)
-    due, why = statistics_due(state, policy.statistics_stale_fraction)
+    due, why = statistics_due(state, policy.statistics_stale_fraction, policy.statistics_columns)
     if not due:
         return RetentionDecision(table, STATISTICS, NOOP, why, kind=ReasonKind.BELOW_THRESHOLDS)
     return gated(STATISTICS, why, f"statistics:{table}:{state.current_snapshot_id}",

@@ -9,7 +9,9 @@ not as snapshots pass. Compaction and manifest rewrites (`replace` snapshots) ch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
+
+THETA_BLOB = "apache-datasketches-theta-v1"  # the Puffin blob type of a column's theta sketch
 
 # Snapshot summary keys that count changed rows: added and removed data rows, and rows deleted by delete files.
 CHANGE_KEYS = ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
@@ -39,6 +41,8 @@ class StatisticsState:
     statistics_snapshot_id: int | None  # the newest snapshot on main's lineage that has a statistics file
     statistics_rows: int | None  # total rows at that snapshot
     changed_rows: int | None  # rows changed on main since it (None: no statistics on the lineage)
+    covered_columns: frozenset[str] | None = None  # the columns that file has a sketch of (None: not read)
+    columns: tuple[str, ...] = ()  # the current schema's top-level primitive columns
 
 
 def summary_rows(summary: dict) -> tuple[int, int | None]:
@@ -52,25 +56,36 @@ def summary_rows(summary: dict) -> tuple[int, int | None]:
     return sum(number(k) or 0 for k in CHANGE_KEYS), number("total-records")
 
 
-def statistics_state(lineage: Sequence[SnapshotRows], with_statistics: Iterable[int]) -> StatisticsState:
-    """The state of `main`'s statistics, from its lineage (newest first) and the snapshots that have a file."""
+def statistics_state(lineage: Sequence[SnapshotRows], with_statistics: Iterable[int],
+                     covered: Mapping[int, frozenset[str]] | None = None, columns: Sequence[str] = ()
+                     ) -> StatisticsState:
+    """The state of `main`'s statistics, from its lineage (newest first) and the snapshots that have a file
+    (`covered`: the columns each snapshot's file has a sketch of; `columns`: the current schema's primitive ones)."""
     have = set(with_statistics)
     if not lineage:
-        return StatisticsState(None, None, None, None, None)
+        return StatisticsState(None, None, None, None, None, columns=tuple(columns))
     changed = 0
     for snap in lineage:
         if snap.snapshot_id in have:
             return StatisticsState(lineage[0].snapshot_id, lineage[0].total_rows, snap.snapshot_id, snap.total_rows,
-                                   changed)
+                                   changed, None if covered is None else covered.get(snap.snapshot_id, frozenset()),
+                                   tuple(columns))
         if (snap.operation or "") not in UNCHANGING_OPERATIONS:
             changed += snap.changed_rows
-    return StatisticsState(lineage[0].snapshot_id, lineage[0].total_rows, None, None, None)
+    return StatisticsState(lineage[0].snapshot_id, lineage[0].total_rows, None, None, None, columns=tuple(columns))
 
 
-def statistics_due(state: StatisticsState, stale_fraction: float) -> tuple[bool, str]:
-    """Whether to compute statistics for the current snapshot, and why (with the numbers compared)."""
+def statistics_due(state: StatisticsState, stale_fraction: float,
+                   wanted: Sequence[str] | None = None) -> tuple[bool, str]:
+    """Whether to compute statistics for the current snapshot, and why (with the numbers compared). `wanted`: the
+    columns to keep statistics of (the policy's `statistics_columns`; None: every primitive column)."""
     if state.current_snapshot_id is None:
         return False, "the table has no snapshot: nothing to compute statistics of"
+    if state.statistics_snapshot_id is not None and state.covered_columns is not None:
+        missing = [c for c in (wanted or state.columns) if c not in state.covered_columns]
+        if missing:  # e.g. computed for a few columns only: the rest have no statistics at all
+            return True, (f"the statistics of snapshot {state.statistics_snapshot_id} have no sketch of "
+                          f"{', '.join(missing)}")
     if state.statistics_snapshot_id == state.current_snapshot_id:
         return False, f"the statistics are of the current snapshot {state.current_snapshot_id}"
     if state.statistics_snapshot_id is None:

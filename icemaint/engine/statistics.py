@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from icemaint.domain.names import TableName
-from icemaint.domain.statistics import statistics_columns
+from icemaint.domain.statistics import THETA_BLOB, statistics_columns
 from icemaint.engine.java import java_class
 from icemaint.engine.retention import RetentionCommitUnknown, RetentionConflict, _commit
 from icemaint.engine.spark_session import iceberg_table
 
-THETA_BLOB = "apache-datasketches-theta-v1"
 NDV_PROPERTY = "ndv"
 _SHADED = "org.apache.iceberg.shaded.org.apache.datasketches"
 

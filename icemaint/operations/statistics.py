@@ -40,8 +40,8 @@ def act_statistics(keeper, name: TableName, policy, request: StatisticsRequest, 
     """Decides and (when due or forced) computes the statistics; fills `outcome` (a RetentionOutcome)."""
     state = read_statistics_state(keeper.reader.load(name.key))
     outcome.before_snapshot_id = outcome.after_snapshot_id = state.current_snapshot_id
-    due, why = statistics_due(state, policy.statistics_stale_fraction)
     columns = request.columns or policy.statistics_columns
+    due, why = statistics_due(state, policy.statistics_stale_fraction, columns)
     outcome.settings.update(columns=list(columns) if columns else None,
                             statistics_stale_fraction=policy.statistics_stale_fraction)
     outcome.evidence.update(due=due, why=why, statistics_snapshot_id=state.statistics_snapshot_id,
