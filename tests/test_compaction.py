@@ -475,3 +475,40 @@ def test_a_run_interrupted_in_the_middle_of_a_java_call_still_removes_the_stagin
     assert current(spark, config, table_name) == before
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
     assert spark.sql("SELECT 41 + 1").first()[0] == 42
+
+
+def test_a_run_interrupted_right_after_its_publish_records_what_landed(spark, config, table_name, monkeypatch):
+    """An interrupt that lands after the publish commit: the call's audit record says interrupted, names the snapshot
+    it committed and main's move (it said only 'interrupted', with no snapshot), main keeps the proven rewrite and
+    every row, and the next run's cleanup of the branch says the rewrite was published, not that main never moved."""
+    from icemaint.engine.staging import StagingArea
+
+    writer = simulate(spark, config, table_name, batches=4)
+    before = current(spark, config, table_name)
+    real_publish = StagingArea.publish
+
+    def publish_then_interrupt(self, staged, properties):
+        real_publish(self, staged, properties)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(StagingArea, "publish", publish_then_interrupt)
+    monkeypatch.setattr(StagingArea, "discard", lambda self, branch: None)  # as a kill before the removal
+    with pytest.raises(KeyboardInterrupt):
+        compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    monkeypatch.undo()
+    published = current(spark, config, table_name)
+    assert published != before and set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    [record] = [r for r in open_audit(config).records(table=table_name, operation="compact")
+                if r.decision == "interrupted"]
+    assert record.after_snapshot_id == published, record
+    assert f"after committing snapshot {published}" in record.reason, record.reason
+    assert f"main moved from snapshot {before} to {published}" in record.reason, record.reason
+
+    # the branch left behind (as a kill between publish and its removal leaves it) is named as published
+    assert [b for b in CatalogReader(config).load(table_name).metadata.refs if b != "main"]
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    [cleanup] = open_audit(config).records(table=table_name, operation="cleanup")
+    assert f"its rewrite is on main as snapshot {published}" in cleanup.reason, cleanup.reason
+    assert "never changed" not in cleanup.reason and cleanup.details["published_snapshot_id"] == published
+    assert outcome.cleaned_staging and set(CatalogReader(config).load(table_name).metadata.refs) == {"main"}
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()

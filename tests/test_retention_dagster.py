@@ -477,3 +477,12 @@ def test_purge_quarantine_cli_deletes_old_batches_of_allowed_tables_only(spark, 
                for r in open_audit(load_config(path)).records(operation="purge_quarantine")]
     assert sorted(records) == [("q.ok", "run", False), ("q.ok", "run", True),
                                ("q.ro", "refuse", False), ("q.ro", "refuse", True)]
+    # the deleting call left a started marker first (a kill meanwhile reads back as interrupted), paired with its
+    # record by the call id; dry runs and refusals delete nothing and need none
+    stored = [json.loads(line) for line in (state / "audit" / "audit.jsonl").read_text().splitlines()]
+    purges = [r for r in stored if r["operation"] == "purge_quarantine"]
+    [marker] = [r for r in purges if r["decision"] == "started"]
+    [done] = [r for r in purges if r["decision"] == "run" and not r["details"]["dry_run"]]
+    assert marker["table"] == "q.ok" and marker["call_id"] == done["call_id"] and marker["details"]["process"]
+    assert main(["--config", str(path), "audit", "--operation", "purge-quarantine", "--json"]) == 0  # as typed
+    assert {r["table"] for r in json.loads(capsys.readouterr().out)} == {"q.ok", "q.ro"}

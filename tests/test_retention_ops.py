@@ -3,6 +3,7 @@ Spark + Iceberg: the rows and files they keep, deferrals, refusals, dry runs and
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import time
 from datetime import timedelta
@@ -231,3 +232,41 @@ def test_manifests_rewrite_only_when_due_or_forced(spark, own_config, table_name
     assert due.after_snapshot_id != due.before_snapshot_id
     assert rows(spark, config, table_name) == sorted(writer.ledger.expected_ids())
     assert [r.decision for r in records(config, table_name, "manifests")] == ["noop", "run", "run"]
+
+
+def test_a_staging_branch_a_dead_run_left_makes_expiry_due_and_expiry_removes_it_first(spark, own_config,
+                                                                                         table_name):
+    """A run killed with its staging branch on the table (before its publish here) leaves the branch pinning the
+    files it replaced; on a table where nothing becomes due nothing removed it. The retention tick makes expiry due
+    for it (waiting for any run in flight on the table) and expiry removes it first, audited as cleanup."""
+    from icemaint.domain.retention_tick import decide_retention
+    from icemaint.observe.manifests import read_retention_signals
+
+    config = own_config()
+    writer = simulate(spark, config, table_name)
+    sql = TableName.parse(table_name).sql(config.catalog.name)
+    head = CatalogReader(config).load(table_name).current_snapshot().snapshot_id
+    spark.sql(f"ALTER TABLE {sql} CREATE BRANCH `icemaint_stage_deadrun_1` AS OF VERSION {head}")
+    policy = config.policy(table_name)
+    signals = read_retention_signals(CatalogReader(config).load(table_name), table_name, policy)
+    assert signals.staging_branches == 1
+
+    def expire_decision(in_flight):
+        [decision] = [d for d in decide_retention(signals, policy, "maint", dt.datetime.now(dt.timezone.utc),
+                                                  claim_holder=None, in_flight_jobs=in_flight, expiry_mark=None,
+                                                  orphans_mark=None) if d.operation == "expire"]
+        return decision
+
+    assert expire_decision({"compaction_job"}).verdict == "defer"  # maybe that run's own, live branch
+    due = expire_decision(set())
+    assert due.verdict == "run" and "1 staging branch left by dead runs pin the files they replaced" in due.reason
+
+    dry = housekeeper(config, spark).expire(ExpiryRequest(table_name, dry_run=True))
+    assert "would first remove 1 staging branch(es)" in dry.reason
+    assert "icemaint_stage_deadrun_1" in CatalogReader(config).load(table_name).metadata.refs
+    outcome = housekeeper(config, spark).expire(ExpiryRequest(table_name))
+    assert "removed 1 staging branch(es) dead runs left first" in outcome.reason, outcome.reason
+    assert set(CatalogReader(config).load(table_name).metadata.refs) == {"main"}
+    [cleanup] = records(config, table_name, "cleanup")
+    assert "ended before publishing" in cleanup.reason and cleanup.details["branch"] == "icemaint_stage_deadrun_1"
+    assert rows(spark, config, table_name) == sorted(writer.ledger.expected_ids())

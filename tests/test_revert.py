@@ -84,6 +84,12 @@ def test_a_published_rewrite_is_reverted_forward_with_its_proof(capsys, spark, c
     assert summary[REVERT_OF_KEY] == str(compacted["published"]) and summary["icemaint.proof"] == "passed"
     [record] = [r for r in open_audit(compacted["config"]).records(table=table) if r.operation == "revert"]
     assert record.decision == "run" and record.after_snapshot_id == outcome["after_snapshot_id"]
+    # run again (as after an interrupt that landed after the commit): refused, naming the revert that did it
+    location = CatalogReader(compacted["config"]).metadata_location(table)
+    code, _, err = run_cli(capsys, "--config", compacted["path"], "revert", table, "--snapshot",
+                           str(compacted["published"]))
+    assert code == 1 and f"already reverted by snapshot {outcome['after_snapshot_id']}" in err, err
+    assert CatalogReader(compacted["config"]).metadata_location(table) == location
 
 
 def test_a_reverted_date_is_held_from_automation_until_an_operator_approves_it(capsys, spark, compacted, tmp_path,

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from icemaint.safety.audit import open_audit
-from icemaint.safety.claims import open_claims
+from icemaint.safety.claims import open_claims, table_claim
 from icemaint.operations.compaction import CompactionRequest, Compactor
 from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
@@ -471,35 +471,45 @@ def test_a_writer_commit_during_the_health_read_does_not_defer_a_zero_idle_windo
 
 # -- a dead run's staging ref, and partial progress ------------------------------------------------
 
-def test_retention_never_removes_the_files_of_a_live_staging_ref(spark, config, table_name):
-    """A staging branch left by a dead run keeps its staged files through expiry and orphan removal;
-    only after the next compaction removed the branch are they unreferenced."""
+def test_retention_keeps_a_live_staging_refs_files_and_expiry_removes_a_dead_runs_branch_first(spark, config,
+                                                                                               table_name):
+    """While a run holds the claim its staging branch is live: expiry waits (claim busy) and orphan removal keeps
+    its files. A branch left by a dead run (no claim) pins the files it replaced: expiry removes it first, audited
+    as cleanup, and the next compaction has none left to clean."""
     from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, OrphanRequest
     from icemaint.domain.rewrite_plan import plan_groups
     from icemaint.engine.staging import StagingArea
     from staged_faults import local_path
 
-    simulate(spark, config, table_name)
+    writer = simulate(spark, config, table_name)
     name = TableName.parse(table_name)
     area = StagingArea(spark, config.catalog.name, name, "deadrun")
     base = area.current_snapshot_id()
     candidates, tasks = area.plan_date_files(base, "ts", "timestamptz", dt.date(2026, 1, 2), dt.date(2026, 1, 3))
     [group] = plan_groups(candidates, small_file_size_bytes=2**20, delete_file_threshold=1, partial_progress=False,
                           max_group_bytes=2**30)
-    staged = area.stage(group, tasks, base, target_file_size_bytes=8 * 2**20)  # ...and the run dies here
+    staged = area.stage(group, tasks, base, target_file_size_bytes=8 * 2**20)
     area.release_reads()
     keeper = Housekeeper(config, spark, CatalogReader(config), open_claims(config), open_audit(config))
-    expired = keeper.expire(ExpiryRequest(table_name, older_than_seconds=0, retain_last=1))
-    assert expired.decision in ("run", "noop"), expired.reason
+    branch_count = f"SELECT count(*) FROM {name.sql(config.catalog.name)}.refs WHERE name = '{staged.branch}'"
+    with table_claim(config, table_name, holder="a live compaction"):  # the run is alive and staging
+        expired = keeper.expire(ExpiryRequest(table_name, older_than_seconds=0, retain_last=1))
+        assert expired.decision == "defer" and "a live compaction" in expired.reason, expired.reason
     orphans = keeper.remove_orphans(OrphanRequest(table_name, older_than_seconds=0, force=True))
     assert orphans.decision in ("run", "noop"), orphans.reason
     assert all(os.path.exists(local_path(p)) for p in staged.new_files), "retention removed a live staging ref's files"
-    assert spark.sql(f"SELECT count(*) FROM {name.sql(config.catalog.name)}.refs "
-                     f"WHERE name = '{staged.branch}'").first()[0] == 1
+    assert spark.sql(branch_count).first()[0] == 1
 
+    # ...and the run died: the next expiry removes its branch first
+    expired = keeper.expire(ExpiryRequest(table_name, older_than_seconds=0, retain_last=1))
+    assert expired.decision in ("run", "noop") and "removed 1 staging branch(es)" in expired.reason, expired.reason
+    assert spark.sql(branch_count).first()[0] == 0
+    [cleanup] = open_audit(config).records(table=table_name, operation="cleanup")
+    assert cleanup.details["branch"] == staged.branch and "ended before publishing" in cleanup.reason
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert [c["branch"] for c in outcome.cleaned_staging] == [staged.branch]
-    assert outcome.decision == "run" and outcome.published, outcome.reason
+    assert outcome.cleaned_staging == [] and outcome.decision == "run" and outcome.published, outcome.reason
+    got = reader_ids(config, table_name)
+    assert len(got) == len(set(got)) and set(got) == writer.ledger.expected_ids()
 
 
 def test_partial_progress_publishes_each_group_with_its_own_proof(spark, lake_root, tmp_path, table_name):

@@ -228,6 +228,8 @@ def cmd_audit(config: MaintenanceConfig, args) -> int:
     if args.table is not None:
         args.table = TableName.parse(args.table).key
     known = sorted({str(o) for o in Operation} | {"approve", "alert", "lineage"})
+    if args.operation is not None:  # the command's spelling (purge-quarantine) names the stored operation too
+        args.operation = args.operation.replace("-", "_")
     if args.operation is not None and args.operation not in known:
         raise ValueError(f"--operation {shown(args.operation)} is not an operation; one of: {', '.join(known)}")
     records = open_audit(config).records(table=args.table, operation=args.operation, limit=args.limit)

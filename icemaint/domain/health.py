@@ -18,6 +18,7 @@ MAINTENANCE_OPERATIONS = frozenset({"replace"})
 REPUBLISHED_KEY = "source-snapshot-id"
 # Set by icemaint on every snapshot it writes: staged appends on a staging branch and publishes.
 MAINTENANCE_TAG = "icemaint.maintenance"
+STAGE_PREFIX = "icemaint_stage_"  # a staging branch's name: under the table's claim, any such branch is a dead run's
 
 
 @dataclass(frozen=True)

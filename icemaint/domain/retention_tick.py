@@ -35,6 +35,7 @@ class RetentionSignals:
     manifests: int
     small_manifests: int
     statistics: Optional[StatisticsState] = None  # where its column statistics stand (None: not read)
+    staging_branches: int = 0  # staging branches on the table: left by dead runs, they pin the files they replaced
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,10 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
                         f"orphans:{table}:{expiry_mark}", set(in_flight_jobs))
 
     due, why = expiry_due(signals.snapshots, age, policy)
+    if signals.staging_branches:  # expiry removes them first (under the claim no run's staging is live)
+        left = (f"{signals.staging_branches} staging branch{'es' if signals.staging_branches > 1 else ''} left by "
+                "dead runs pin the files they replaced")
+        due, why = True, (f"{why}; {left}" if due else left)
     if not due:
         expire = RetentionDecision(table, EXPIRE, NOOP, why, kind=ReasonKind.BELOW_THRESHOLDS)
     elif orphans.verdict in (RUN, DEFER):
@@ -159,7 +164,9 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
         expire = RetentionDecision(table, EXPIRE, DEFER, f"{why}; orphan removal after the previous expiry goes first",
                                    kind=ReasonKind.ORDERING)
     else:
-        expire = gated(EXPIRE, why, f"expire:{table}:{location_key}", set(in_flight_jobs) & {jobs[EXPIRE]})
+        # A staging branch is a live run's until no run is in flight on the table: wait for them all then.
+        busy = set(in_flight_jobs) if signals.staging_branches else set(in_flight_jobs) & {jobs[EXPIRE]}
+        expire = gated(EXPIRE, why, f"expire:{table}:{location_key}", busy)
 
     due, why = manifests_due(signals.manifests, signals.small_manifests, policy)
     manifests = (gated(MANIFESTS, why, f"manifests:{table}:{location_key}", set(in_flight_jobs) & {jobs[MANIFESTS]})

@@ -83,6 +83,10 @@ class Reverter:
                                 f"(operation {snap.operation()}); only those are reverted")
         if summary.get(REVERT_OF_KEY) is not None:
             raise RevertRefused(f"snapshot {published_snapshot_id} is itself a revert; compact the date again instead")
+        done = find_on_main(tbl, REVERT_OF_KEY, str(published_snapshot_id))
+        if done is not None:  # e.g. a revert interrupted after its commit, run again
+            raise RevertRefused(f"snapshot {published_snapshot_id} of {key} was already reverted by snapshot "
+                                f"{done.snapshotId()}: nothing to do")
         io = tbl.io()
         removed_deletes = list(iterate_java(snap.removedDeleteFiles(io)))
         if removed_deletes:

@@ -27,7 +27,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from icemaint.domain.health import MAINTENANCE_TAG
+from icemaint.domain.health import MAINTENANCE_TAG, STAGE_PREFIX
 from icemaint.domain.names import TableName
 from icemaint.engine.java import drop_interrupted_call, is_interrupt
 from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list, java_class  # noqa: F401 (re-exported)
@@ -39,7 +39,6 @@ from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey, read
 
 log = logging.getLogger(__name__)
 
-STAGE_PREFIX = "icemaint_stage_"
 # Snapshot summary keys: the evidence a published rewrite carries in the table itself.
 RUN_ID_KEY = "icemaint.run-id"
 PROOF_KEY = "icemaint.proof"

@@ -123,6 +123,7 @@ def main_lineage(table) -> Iterable[tuple[int, int | None, str | None, Mapping[s
 
 def read_retention_signals(tbl, table: str, policy):
     """Snapshot count and age and manifest sizes from a pyiceberg table (reads the manifest list only)."""
+    from icemaint.domain.health import STAGE_PREFIX
     from icemaint.domain.retention_tick import RetentionSignals
     from icemaint.observe.statistics import read_statistics_state
 
@@ -135,7 +136,8 @@ def read_retention_signals(tbl, table: str, policy):
         table=table, metadata_location=tbl.metadata_location, snapshots=len(snapshots),
         oldest_snapshot_at=min(expirable) / 1000 if expirable else None,
         manifests=len(lengths), small_manifests=sum(1 for n in lengths if n < policy.manifest_small_bytes),
-        statistics=read_statistics_state(tbl) if policy.statistics else None)
+        statistics=read_statistics_state(tbl) if policy.statistics else None,
+        staging_branches=sum(1 for name in tbl.metadata.refs if name.startswith(STAGE_PREFIX)))
 
 
 def _spec_time_fields(tbl, column: str | None) -> dict[int, tuple[str, str]]:

@@ -393,9 +393,23 @@ class Compactor(ContractOperation):
         except BaseException as exc:
             if is_interrupt(exc):
                 drop_interrupted_call(self.spark)  # so the branch's removal below gets its own answer
+                self._note_landed_publish(staging, staged, outcome)
             raise
         finally:
             staging.discard(staged.branch)
+
+    @staticmethod
+    def _note_landed_publish(staging: StagingArea, staged, outcome: CompactionOutcome) -> None:
+        """An interrupt may land after the publish commit and before the run learnt its snapshot: look for it on
+        main, so the interrupted run's record names what it committed."""
+        try:
+            landed = staging.find_published(staged.staged_snapshot_id)
+        except Exception:  # the record then says where main is without naming the commit as ours
+            return
+        if landed is not None and landed.snapshot_id not in outcome.committed_snapshot_ids:
+            outcome.published = True
+            outcome.committed_snapshot_ids.append(landed.snapshot_id)
+            outcome.after_snapshot_id = landed.snapshot_id
 
     def _stale_staging_names(self, name: TableName) -> list[str]:
         """Staging branches on the table, read from its metadata (no Spark)."""
@@ -405,17 +419,12 @@ class Compactor(ContractOperation):
 
     def _clean_stale_staging(self, staging: StagingArea, request, identity: str, outcome: CompactionOutcome) -> None:
         """Under the claim no staging of ours is live: any staging branch left is a dead run's. Remove and audit it."""
-        from icemaint.safety.audit import AuditRecord
+        from icemaint.operations.cleanup import clean_stale_staging
 
-        for branch, snapshot_id in staging.stale_branches():
-            staging.discard(branch)
-            outcome.cleaned_staging.append({"branch": branch, "staged_snapshot_id": snapshot_id})
-            self.audit.append(AuditRecord(
-                table=outcome.table, operation="cleanup", decision="run", date=outcome.date, identity=identity,
-                run_id=request.run_id, trigger=request.trigger,
-                reason=(f"removed staging branch {branch} (snapshot {snapshot_id}) left by a run that ended before "
-                        "publishing; main was never changed by it, its files are reclaimed by snapshot expiry"),
-                details={"branch": branch, "staged_snapshot_id": snapshot_id}))
+        for entry in clean_stale_staging(self.spark, self.config.catalog.name, TableName.parse(outcome.table),
+                                         self.audit, identity=identity, run_id=request.run_id,
+                                         trigger=request.trigger, date=outcome.date):
+            outcome.cleaned_staging.append({"branch": entry["branch"], "staged_snapshot_id": entry["staged_snapshot_id"]})
 
     def _fill_after(self, outcome: CompactionOutcome, name: TableName, date: str | None) -> None:
         after = self.reader.health(name.key)

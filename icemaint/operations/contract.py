@@ -32,7 +32,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Generic, Iterable, Mapping, TypeVar
 
-from icemaint.safety.audit import STARTED, AuditRecord, audit_call, open_audit
+from icemaint.safety.audit import INTERRUPTED, STARTED, AuditRecord, audit_call, open_audit
 from icemaint.safety.claims import ClaimBusy
 from icemaint.safety.process import ProcessRef
 from icemaint.domain.decisions import DEFER, FAILED, REFUSE, refusal_for
@@ -164,10 +164,36 @@ class OperatingContract(Generic[Outcome]):
             outcome.reason = f"{type(exc).__name__}: {first_line(exc)}"
             record(run, outcome)
             raise
+        except BaseException as exc:  # an interrupt (Ctrl-C, a terminated run): recorded with what had landed
+            outcome.decision = INTERRUPTED
+            outcome.reason = self._interrupted(run, outcome, exc)
+            try:
+                record(run, outcome)
+            except Exception as failed:  # the started marker still reads back as interrupted
+                log.warning("%s: the interrupted %s was not recorded: %s", name.key, run.operation, failed)
+            raise
         finally:
             if claim is not passed:
                 claim.release()
         return record(run, outcome)
+
+    def _interrupted(self, run: ContractRun, outcome, exc: BaseException) -> str:
+        """The reason of an interrupted run: what it had committed, and where main is now (an interrupt may land
+        after a commit and before the run learnt its snapshot, so main is read again)."""
+        committed = [s for s in getattr(outcome, "committed_snapshot_ids", None) or () if s is not None]
+        text = f"interrupted ({type(exc).__name__}) before it finished"
+        if committed:
+            text += f", after committing snapshot{'s' if len(committed) > 1 else ''} {', '.join(map(str, committed))}"
+        try:
+            snapshot = self.reader.load(run.name.key).current_snapshot()
+            now = snapshot.snapshot_id if snapshot else None
+        except Exception:  # the record still says what the run knew
+            return text
+        before = getattr(outcome, "before_snapshot_id", None)
+        if before is not None and now != before:
+            outcome.after_snapshot_id = now
+            return f"{text}; main moved from snapshot {before} to {now} meanwhile (by this run or a writer)"
+        return f"{text}; main is at snapshot {now}"
 
     def _begin(self, run: ContractRun, outcome, holder: str, run_id: str | None,
                progress: Callable[[str], None]) -> None:

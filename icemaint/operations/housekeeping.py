@@ -266,11 +266,30 @@ class Housekeeper(ContractOperation):
 
     # -- expiry -----------------------------------------------------------------------------
     def _expire(self, name: TableName, policy, request: ExpiryRequest, outcome: RetentionOutcome) -> None:
+        cleaned = self._clean_staging(name, request, outcome)
         aligned = self._align_metadata_properties(name, policy, request.dry_run, outcome)
         self._expire_snapshots(name, policy, request, outcome)
+        if cleaned:
+            outcome.reason += f"; {cleaned}"
         if aligned:
             verb = "would set" if request.dry_run else "set"
             outcome.reason += f"; table properties {verb}: {aligned}"
+
+    def _clean_staging(self, name: TableName, request: ExpiryRequest, outcome: RetentionOutcome) -> str:
+        """First, the staging branches dead runs left (they keep the files they replaced from expiring); what was
+        (or, in a dry run, would be) removed, '' when there are none."""
+        from icemaint.domain.health import STAGE_PREFIX
+        from icemaint.operations.cleanup import clean_stale_staging
+
+        left = sorted(ref for ref in self.reader.load(name.key).metadata.refs if ref.startswith(STAGE_PREFIX))
+        if not left:
+            return ""
+        if request.dry_run:
+            return f"would first remove {len(left)} staging branch(es) dead runs left: {', '.join(left)}"
+        removed = clean_stale_staging(self.spark, self.catalog, name, self.audit, identity=self.config.identity(),
+                                      run_id=request.run_id, trigger=request.trigger)
+        outcome.evidence["cleaned_staging"] = removed
+        return f"removed {len(removed)} staging branch(es) dead runs left first (audited as cleanup)"
 
     def _align_metadata_properties(self, name: TableName, policy, dry_run: bool, outcome: RetentionOutcome) -> str:
         """The policy's `write.metadata.*` properties on the table (the expiry step owns them: both bound what

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 
 from icemaint.config import MaintenanceConfig
@@ -41,7 +42,8 @@ def purge(config: MaintenanceConfig, spark, audit, *, older_than_seconds: float,
     Raises:
         RetentionError: a negative or non-numeric age, before anything is touched.
     """
-    from icemaint.safety.audit import AuditRecord
+    from icemaint.safety.audit import STARTED, AuditRecord, audit_call
+    from icemaint.safety.process import ProcessRef
 
     started = time.perf_counter()
     age = check_age(older_than_seconds, "older_than")
@@ -59,12 +61,21 @@ def purge(config: MaintenanceConfig, spark, audit, *, older_than_seconds: float,
         elif dry_run:
             outcome = PurgeOutcome(table, RUN, f"dry-run: would purge {len(batches)} batch(es) {within}", batches)
         else:
-            gone = delete_batches(spark, catalog, batches)
-            outcome = PurgeOutcome(table, RUN, f"purged {len(gone)} batch(es) {within}", gone)
-        audit.append(AuditRecord(
-            table=table, operation=PURGE, decision=outcome.decision, reason=outcome.reason, trigger="manual",
-            identity=identity, durations={"duration_seconds": round(time.perf_counter() - started, 3)},
-            details={"dry_run": dry_run, "quarantine_dir": root, "cutoff": cutoff.isoformat(),
-                     "batches": outcome.batches[:MAX_LISTED_PATHS], "batch_count": len(outcome.batches)}))
+            outcome = None
+        with audit_call(uuid.uuid4().hex):  # pairs the started marker with the table's record
+            if outcome is None:
+                # A kill while deleting leaves this marker, read back as interrupted (every mutating call has one).
+                audit.append(AuditRecord(
+                    table=table, operation=PURGE, decision=STARTED, trigger="manual", identity=identity,
+                    reason=f"started purging {len(batches)} batch(es) {within}",
+                    details={"process": ProcessRef.current().to_dict(), "quarantine_dir": root,
+                             "batches": batches[:MAX_LISTED_PATHS], "batch_count": len(batches)}))
+                gone = delete_batches(spark, catalog, batches)
+                outcome = PurgeOutcome(table, RUN, f"purged {len(gone)} batch(es) {within}", gone)
+            audit.append(AuditRecord(
+                table=table, operation=PURGE, decision=outcome.decision, reason=outcome.reason, trigger="manual",
+                identity=identity, durations={"duration_seconds": round(time.perf_counter() - started, 3)},
+                details={"dry_run": dry_run, "quarantine_dir": root, "cutoff": cutoff.isoformat(),
+                         "batches": outcome.batches[:MAX_LISTED_PATHS], "batch_count": len(outcome.batches)}))
         outcomes.append(outcome)
     return outcomes
