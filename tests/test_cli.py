@@ -331,3 +331,36 @@ def test_output_cut_short_by_its_reader_ends_without_a_traceback(tmp_path, lake_
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == "", err
+
+
+def test_a_ctrl_c_outside_any_run_is_one_line_and_the_shells_status(capsys, monkeypatch):
+    import icemaint.app.cli as cli
+
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "load_config", interrupted)
+    assert cli.main(["audit"]) == 130
+    assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
+
+
+def test_an_interrupt_python_drops_in_a_finalizer_is_not_reported_and_others_still_are(monkeypatch):
+    """Python reports an exception raised in a finalizer through sys.unraisablehook: an interrupt there (which the
+    run honours at its next step boundary) is not printed as a traceback; any other exception still is."""
+    import sys
+    import types
+
+    from icemaint.engine.java import handle_swallowed_interrupts
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: reported.append(unraisable.exc_type))
+    handle_swallowed_interrupts()
+
+    def finalizer():
+        pass
+
+    finalizer.__module__ = "py4j.java_gateway"
+    for exc in (KeyboardInterrupt(), ValueError("a real error")):
+        sys.unraisablehook(types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=None,
+                                                 err_msg=None, object=finalizer))
+    assert reported == [ValueError]

@@ -512,3 +512,49 @@ def test_a_run_interrupted_right_after_its_publish_records_what_landed(spark, co
     assert "never changed" not in cleanup.reason and cleanup.details["published_snapshot_id"] == published
     assert outcome.cleaned_staging and set(CatalogReader(config).load(table_name).metadata.refs) == {"main"}
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+
+
+def test_a_ctrl_c_whose_exception_was_swallowed_still_stops_the_run_before_its_publish(spark, config, table_name,
+                                                                                       monkeypatch):
+    """Python drops an interrupt raised inside a finalizer ("Exception ignored in ..."): the run went on, published
+    and exited 0. The signal itself is seen on the wakeup pipe the CLI installs, and the run stops at its next step
+    boundary: before the publish, main as the writer left it, no branch, the call recorded as interrupted."""
+    import os
+    import signal
+
+    from icemaint.engine.staging import StagingArea
+    from icemaint.safety import interrupts
+
+    writer = simulate(spark, config, table_name, batches=4)
+    before = current(spark, config, table_name)
+    assert interrupts.install()
+    interrupts.requested()  # nothing pending from earlier tests
+
+    def ctrl_c_lost_then_publish(self, staged, properties):
+        raise AssertionError("published after the operator's Ctrl-C")
+
+    def swallowed(signum, frame):  # as a KeyboardInterrupt raised in a finalizer ends: printed and dropped
+        pass
+
+    real_stage = StagingArea.stage
+
+    def stage_then_ctrl_c(self, *args, **kwargs):
+        staged = real_stage(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return staged
+
+    monkeypatch.setattr(StagingArea, "stage", stage_then_ctrl_c)
+    monkeypatch.setattr(StagingArea, "publish", ctrl_c_lost_then_publish)
+    previous = signal.signal(signal.SIGINT, swallowed)
+    try:
+        with pytest.raises(interrupts.InterruptLost):
+            compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        monkeypatch.undo()
+    assert not interrupts.requested()  # acted upon once
+    assert current(spark, config, table_name) == before
+    assert set(CatalogReader(config).load(table_name).metadata.refs) == {"main"}
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    [record] = open_audit(config).records(table=table_name, operation="compact")[-1:]
+    assert record.decision == "interrupted" and "InterruptLost" in record.reason, record

@@ -522,7 +522,7 @@ def test_a_terminal_ctrl_c_while_proving_answers_in_one_line_and_leaves_the_tabl
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     [line] = [ln for ln in text.splitlines() if ln.startswith(f"{table} {DATE}:")]
     assert "failed: interrupted" in line and "main is unchanged" in line, line
-    assert not staging_refs(config, table)
+    assert not staging_refs(config, table), text[-6000:]
     assert main_chain(config, table)[0] == head
     assert_rows(config, table, estate.expected)
     assert open_claims(config).holder_of(table) is None

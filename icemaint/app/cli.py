@@ -468,6 +468,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from icemaint.domain.scope import InvalidDate
 
     args = build_parser().parse_args(argv)
+    from icemaint.engine.java import handle_swallowed_interrupts
+    from icemaint.safety import interrupts
+
+    interrupts.install()  # a Ctrl-C whose exception is swallowed (in a finalizer) still stops the run
+    handle_swallowed_interrupts()
     try:
         config = load_config(args.config)
         return args.func(config, args)
@@ -477,6 +482,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CatalogUnavailable as exc:  # not the user's input: the catalog is down or slow; nothing was done
         print(f"error: {exc}; nothing was done", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:  # outside any run (a run answers an interrupt itself, as a failed run)
+        print("error: interrupted (Ctrl-C)", file=sys.stderr)
+        return 128 + 2
     except BrokenPipeError:  # the reader left (`icemaint audit | head`): no traceback, the shell's SIGPIPE status
         import os
         import signal

@@ -182,3 +182,34 @@ def drop_interrupted_call(spark) -> None:
             connection.close(False)
     except Exception:  # no gateway (a stopped session): nothing to drop
         pass
+
+
+def handle_swallowed_interrupts() -> None:
+    """Python's report of an interrupt it dropped (raised inside a finalizer: "Exception ignored in ..." and a
+    traceback) is replaced by what the interrupt needs: when the finalizer was Py4J's (it releases a Java object over
+    the thread's connection), that connection is closed, since the aborted call's answer is still on it and the
+    next call would read it (`KeyError: 'm'`); the interrupt itself is honoured at the run's next step boundary
+    (`icemaint.safety.interrupts`). Any other unraisable exception is reported as before. Once per process."""
+    import sys
+
+    previous = sys.unraisablehook
+    if getattr(previous, "icemaint", False):
+        return
+
+    def hook(unraisable) -> None:
+        exc = unraisable.exc_value
+        if exc is None or isinstance(exc, Exception):
+            previous(unraisable)
+            return
+        if str(getattr(unraisable.object, "__module__", "") or "").startswith("py4j"):
+            try:
+                from pyspark.sql import SparkSession
+
+                spark = SparkSession.getActiveSession()
+                if spark is not None:
+                    drop_interrupted_call(spark)
+            except Exception:  # no session: no connection to drop
+                pass
+
+    hook.icemaint = True
+    sys.unraisablehook = hook

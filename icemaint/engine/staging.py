@@ -317,10 +317,22 @@ class StagingArea:
             rows.createOrReplaceTempView(view)
             rows = self.spark.sql(f"SELECT * FROM {view} ORDER BY {order}")
         branch = self.open_branch(index, base_snapshot_id)
-        try:
+        try:  # everything until the caller holds the StagedRewrite (and so the branch): it removes it from then on
             new_files = self._write_replacements(rows, set_id, options)
             staged = self.commit_to_branch(branch, lambda t: _with_files(t.newFastAppend().toBranch(branch),
                                                                         "appendFile", new_files))
+            dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],
+                                              {f.path for f in group.files})
+            return StagedRewrite(
+                table=self.name.key, branch=branch, base_snapshot_id=int(base_snapshot_id),
+                base_sequence_number=self.sequence_number(base_snapshot_id), staged_snapshot_id=int(staged),
+                replaced_files=tuple(f.path for f in group.files),
+                new_files=tuple(str(f.location()) for f in new_files),
+                dangling_deletes=tuple(str(d.location()) for d in dangling),
+                replaced_bytes=group.total_bytes, applied_deletes=sum(f.delete_files for f in group.files),
+                _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id,
+                feed=fed, replaced_rows={f.path: f.record_count for f in group.files} if fed is not None else {},
+                codec=codec)
         except BaseException as exc:
             if is_interrupt(exc):
                 drop_interrupted_call(self.spark)  # the interrupted call's answer is still on this thread's connection
@@ -328,18 +340,6 @@ class StagingArea:
             if is_interrupt(exc):
                 raise
             raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
-        dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],
-                                          {f.path for f in group.files})
-        return StagedRewrite(
-            table=self.name.key, branch=branch, base_snapshot_id=int(base_snapshot_id),
-            base_sequence_number=self.sequence_number(base_snapshot_id), staged_snapshot_id=int(staged),
-            replaced_files=tuple(f.path for f in group.files),
-            new_files=tuple(str(f.location()) for f in new_files),
-            dangling_deletes=tuple(str(d.location()) for d in dangling),
-            replaced_bytes=group.total_bytes, applied_deletes=sum(f.delete_files for f in group.files),
-            _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id,
-            feed=fed, replaced_rows={f.path: f.record_count for f in group.files} if fed is not None else {},
-            codec=codec)
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
         """min/max of each z-order column over the group's rows (one small aggregate pass)."""

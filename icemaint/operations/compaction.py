@@ -19,6 +19,7 @@ from typing import Callable
 
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractOperation, ContractRun
+from icemaint.safety import interrupts
 from icemaint.safety.approvals import is_approved, reverted_scopes
 from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, Operation, ReasonKind, \
     choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, measured_throughput
@@ -205,8 +206,13 @@ class Compactor(ContractOperation):
 
             import_in_background()  # the JVM starts now: the proof's Great Expectations loads meanwhile
         try:
+            interrupts.check()
             self._stage_prove_publish(staging, request, name, date, policy, identity, scope, health, decision,
                                       approved, outcome)
+        except BaseException as exc:
+            if is_interrupt(exc):  # e.g. while planning: the clean-up below must not read the aborted call's answer
+                drop_interrupted_call(self.spark)
+            raise
         finally:
             staging.release_reads()
         if outcome.decision in (RUN, NOT_PUBLISHED):
@@ -320,14 +326,14 @@ class Compactor(ContractOperation):
         t0 = time.perf_counter()
         self.progress(f"staging group {index} of {name.key} {date} from snapshot {base}")
         staged = stage()
-        entry = {"target": staged.target, "branch": staged.branch, "base_snapshot_id": base,
-                 "staged_snapshot_id": staged.staged_snapshot_id,
-                 "replaced_files": len(staged.replaced_files), "new_files": len(staged.new_files),
-                 "dangling_deletes": len(staged.dangling_deletes), "published_snapshot_id": None,
-                 "verdict": "staged", **(staged.codec.to_dict() if staged.codec else {})}
-        outcome.staged.append(entry)
-        _add_seconds(outcome, "rewrite_seconds", t0)
-        try:
+        try:  # from here on the branch is this run's to remove, whatever happens (an interrupt lands anywhere)
+            entry = {"target": staged.target, "branch": staged.branch, "base_snapshot_id": base,
+                     "staged_snapshot_id": staged.staged_snapshot_id,
+                     "replaced_files": len(staged.replaced_files), "new_files": len(staged.new_files),
+                     "dangling_deletes": len(staged.dangling_deletes), "published_snapshot_id": None,
+                     "verdict": "staged", **(staged.codec.to_dict() if staged.codec else {})}
+            outcome.staged.append(entry)
+            _add_seconds(outcome, "rewrite_seconds", t0)
             if staged.target == "data" and not staged.applied_deletes and not staged.dangling_deletes \
                     and len(staged.new_files) >= len(staged.replaced_files):
                 # Nothing gained: publishing would only make a new snapshot whose date is as due as before, so
@@ -367,6 +373,7 @@ class Compactor(ContractOperation):
                                   "main is unchanged")
                 self.progress(f"PROOF FAILED for {name.key} {date}: {outcome.reason}")
                 return False
+            interrupts.check()  # the last moment an operator's Ctrl-C keeps main as it is
             t_pub = time.perf_counter()
             published = staging.publish(staged, {
                 RUN_ID_KEY: request.run_id or "cli", PROOF_KEY: "passed",

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Generic, Iterable, Mapping, TypeVar
 
 from icemaint.safety.audit import INTERRUPTED, STARTED, AuditRecord, audit_call, open_audit
+from icemaint.safety import interrupts
 from icemaint.safety.claims import ClaimBusy
 from icemaint.safety.process import ProcessRef
 from icemaint.domain.decisions import DEFER, FAILED, REFUSE, refusal_for
@@ -157,6 +158,7 @@ class OperatingContract(Generic[Outcome]):
                 sleep(step)
                 waited += step
         try:
+            interrupts.check()  # a Ctrl-C swallowed before the claim was taken still stops the run here
             self._begin(run, outcome, claim.holder, run_id, progress)
             act(run, outcome)
         except Exception as exc:
@@ -165,6 +167,7 @@ class OperatingContract(Generic[Outcome]):
             record(run, outcome)
             raise
         except BaseException as exc:  # an interrupt (Ctrl-C, a terminated run): recorded with what had landed
+            interrupts.requested()  # acted upon here: not raised again at a later boundary
             outcome.decision = INTERRUPTED
             outcome.reason = self._interrupted(run, outcome, exc)
             try:
