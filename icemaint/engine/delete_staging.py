@@ -15,8 +15,7 @@ from __future__ import annotations
 import uuid
 
 from icemaint.domain.rewrite_plan import DeleteGroup, DeleteRef, plan_delete_groups
-from icemaint.engine.java import (_java_list, _with_files, drop_interrupted_call, is_interrupt, java_class,
-                                  java_root_message, listed_java)
+from icemaint.engine.java import _java_list, _with_files, java_class, listed_java
 from icemaint.engine.staging import StagedRewrite, StagingArea, StagingError
 
 PUFFIN = "PUFFIN"
@@ -58,40 +57,33 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
     set_id = f"icemaint-deletes-{uuid.uuid4().hex}"
     branch = area.open_branch(index, base_snapshot_id)
     try:
-        tasks, old_deletes = _delete_tasks(area, deletes_table, group, base_snapshot_id, scan_filter)
-        manager = java_class(jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get()
-        manager.stageTasks(deletes_table, set_id, _java_list(jvm, tasks))
-        area.track_task_set(set_id)
-        deletes_sql = f"{area.name.sql(area.catalog)}.`position_deletes`"
-        rows = area.spark.read.format("iceberg").option("scan-task-set-id", set_id) \
-            .option("split-size", str(group.total_bytes + 1)).option("file-open-cost", "0").load(deletes_sql)
-        rows = rows.sortWithinPartitions("file_path", "pos")
-        codec = area.write_codec(deletes=True)
-        rows.write.format("iceberg").option("rewritten-file-scan-task-set-id", set_id) \
-            .option("target-delete-file-size-bytes", str(int(target_file_size_bytes))) \
-            .options(**codec.options).mode("append").save(deletes_sql)
-        new_deletes = listed_java(jvm, coordinator.fetchNewFiles(deletes_table, set_id))
-        staged = area.commit_to_branch(branch, lambda t: _with_files(_with_files(
-            t.newRewrite().toBranch(branch).validateFromSnapshot(int(base_snapshot_id)), "deleteFile", old_deletes),
-            "addFile", new_deletes))
-        sequence_number = area.sequence_number(base_snapshot_id)
+        with area.branch_removed_on_failure(branch, "the position-delete rewrite"):
+            tasks, old_deletes = _delete_tasks(area, deletes_table, group, base_snapshot_id, scan_filter)
+            manager = java_class(jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get()
+            manager.stageTasks(deletes_table, set_id, _java_list(jvm, tasks))
+            area.track_task_set(set_id)
+            deletes_sql = f"{area.name.sql(area.catalog)}.`position_deletes`"
+            rows = area.spark.read.format("iceberg").option("scan-task-set-id", set_id) \
+                .option("split-size", str(group.total_bytes + 1)).option("file-open-cost", "0").load(deletes_sql)
+            rows = rows.sortWithinPartitions("file_path", "pos")
+            codec = area.write_codec(deletes=True)
+            rows.write.format("iceberg").option("rewritten-file-scan-task-set-id", set_id) \
+                .option("target-delete-file-size-bytes", str(int(target_file_size_bytes))) \
+                .options(**codec.options).mode("append").save(deletes_sql)
+            new_deletes = listed_java(jvm, coordinator.fetchNewFiles(deletes_table, set_id))
+            staged = area.commit_to_branch(branch, lambda t: _with_files(_with_files(
+                t.newRewrite().toBranch(branch).validateFromSnapshot(int(base_snapshot_id)), "deleteFile", old_deletes),
+                "addFile", new_deletes))
+            sequence_number = area.sequence_number(base_snapshot_id)
+            return StagedRewrite(
+                table=area.name.key, branch=branch, base_snapshot_id=int(base_snapshot_id),
+                base_sequence_number=sequence_number, staged_snapshot_id=int(staged),
+                replaced_files=group.delete_files, new_files=tuple(str(f.location()) for f in new_deletes),
+                dangling_deletes=(), replaced_bytes=group.total_bytes, target="position_deletes",
+                _old_tasks=[tasks_by_path[p] for p in group.data_files], _new_files=new_deletes,
+                _removed_deletes=old_deletes, _scan_filter=scan_filter, codec=codec)
+    finally:
         coordinator.clearRewrite(deletes_table, set_id)
-        return StagedRewrite(
-            table=area.name.key, branch=branch, base_snapshot_id=int(base_snapshot_id),
-            base_sequence_number=sequence_number, staged_snapshot_id=int(staged),
-            replaced_files=group.delete_files, new_files=tuple(str(f.location()) for f in new_deletes),
-            dangling_deletes=(), replaced_bytes=group.total_bytes, target="position_deletes",
-            _old_tasks=[tasks_by_path[p] for p in group.data_files], _new_files=new_deletes,
-            _removed_deletes=old_deletes, _scan_filter=scan_filter, codec=codec)
-    except BaseException as exc:  # until the caller holds the StagedRewrite, the branch is removed here
-        if is_interrupt(exc):
-            drop_interrupted_call(area.spark)  # the interrupted call's answer is still on this thread's connection
-        coordinator.clearRewrite(deletes_table, set_id)
-        area.discard(branch)
-        if is_interrupt(exc):
-            raise
-        raise StagingError(f"staging the position-delete rewrite of {area.name.key} failed: "
-                           f"{java_root_message(exc)}") from exc
 
 
 def _delete_tasks(area: StagingArea, deletes_table, group: DeleteGroup, base_snapshot_id: int, scan_filter):

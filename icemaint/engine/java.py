@@ -5,6 +5,8 @@ Shared by the staging, retention and revert engines; no Spark session of its own
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 # Names PySpark looks up on the JVM view in every DataFrame call (`F.expr`, `selectExpr`, ...). Py4J resolves a
 # bare name through the view's star imports one by one, each a failed class lookup that searches every jar on
 # the class path; imported as single classes they resolve at once (measured: `F.expr` 0.45 -> 0.3 ms,
@@ -182,6 +184,18 @@ def drop_interrupted_call(spark) -> None:
             connection.close(False)
     except Exception:  # no gateway (a stopped session): nothing to drop
         pass
+
+
+@contextmanager
+def dropping_interrupted_call(spark):
+    """Inside the block an interrupt first drops the thread's Py4J connection (`drop_interrupted_call`), so whatever
+    cleans up after it (a branch's removal, a task set's release) gets its own answers; then it goes on up."""
+    try:
+        yield
+    except BaseException as exc:
+        if is_interrupt(exc):
+            drop_interrupted_call(spark)
+        raise
 
 
 def handle_swallowed_interrupts() -> None:

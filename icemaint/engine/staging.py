@@ -25,11 +25,12 @@ import datetime as dt
 import logging
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from icemaint.domain.health import MAINTENANCE_TAG, STAGE_PREFIX
 from icemaint.domain.names import TableName
-from icemaint.engine.java import drop_interrupted_call, is_interrupt
+from icemaint.engine.java import dropping_interrupted_call, is_interrupt
 from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list, java_class  # noqa: F401 (re-exported)
 from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
 from icemaint.engine.digest import can_feed
@@ -317,7 +318,7 @@ class StagingArea:
             rows.createOrReplaceTempView(view)
             rows = self.spark.sql(f"SELECT * FROM {view} ORDER BY {order}")
         branch = self.open_branch(index, base_snapshot_id)
-        try:  # everything until the caller holds the StagedRewrite (and so the branch): it removes it from then on
+        with self.branch_removed_on_failure(branch, "the rewrite"):
             new_files = self._write_replacements(rows, set_id, options)
             staged = self.commit_to_branch(branch, lambda t: _with_files(t.newFastAppend().toBranch(branch),
                                                                         "appendFile", new_files))
@@ -333,13 +334,19 @@ class StagingArea:
                 _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id,
                 feed=fed, replaced_rows={f.path: f.record_count for f in group.files} if fed is not None else {},
                 codec=codec)
+
+    @contextmanager
+    def branch_removed_on_failure(self, branch: str, what: str):
+        """Until the caller holds the StagedRewrite (and so the branch, which it removes from then on), any failure or
+        interrupt removes the branch here: an interrupt goes on up as it is, an error as a StagingError."""
+        try:
+            with dropping_interrupted_call(self.spark):  # the interrupted call's answer is still on the connection
+                yield
         except BaseException as exc:
-            if is_interrupt(exc):
-                drop_interrupted_call(self.spark)  # the interrupted call's answer is still on this thread's connection
             self.discard(branch)
             if is_interrupt(exc):
                 raise
-            raise StagingError(f"staging the rewrite of {self.name.key} failed: {java_root_message(exc)}") from exc
+            raise StagingError(f"staging {what} of {self.name.key} failed: {java_root_message(exc)}") from exc
 
     def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
         """min/max of each z-order column over the group's rows (one small aggregate pass)."""

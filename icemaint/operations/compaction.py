@@ -30,7 +30,7 @@ from icemaint.domain.names import TableName
 from icemaint.domain.rewrite_plan import parse_sort_order, plan_groups
 from icemaint.domain.scope import DateScope, parse_date, period_start, span_of
 from icemaint.engine.delete_staging import plan_position_deletes, stage_position_deletes
-from icemaint.engine.java import drop_interrupted_call, is_interrupt
+from icemaint.engine.java import drop_interrupted_call, dropping_interrupted_call, is_interrupt
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ class Compactor(ContractOperation):
         # a dry run only names the staging a dead run left.
         staging = StagingArea(self.spark, self.config.catalog.name, name, request.run_id or uuid.uuid4().hex)
         if not request.dry_run and self._stale_staging_names(name):
-            self._clean_stale_staging(staging, request, identity, outcome)
+            self._clean_stale_staging(name, request, identity, outcome)
         t0 = time.perf_counter()
         health, decision, approved = self._decide(name, date, policy, identity, request.approved)
         outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
@@ -206,13 +206,10 @@ class Compactor(ContractOperation):
 
             import_in_background()  # the JVM starts now: the proof's Great Expectations loads meanwhile
         try:
-            interrupts.check()
-            self._stage_prove_publish(staging, request, name, date, policy, identity, scope, health, decision,
-                                      approved, outcome)
-        except BaseException as exc:
-            if is_interrupt(exc):  # e.g. while planning: the clean-up below must not read the aborted call's answer
-                drop_interrupted_call(self.spark)
-            raise
+            with dropping_interrupted_call(self.spark):  # e.g. while planning: release_reads needs its own answers
+                interrupts.check()
+                self._stage_prove_publish(staging, request, name, date, policy, identity, scope, health, decision,
+                                          approved, outcome)
         finally:
             staging.release_reads()
         if outcome.decision in (RUN, NOT_PUBLISHED):
@@ -424,13 +421,12 @@ class Compactor(ContractOperation):
 
         return sorted(ref for ref in self.reader.load(name.key).metadata.refs if ref.startswith(STAGE_PREFIX))
 
-    def _clean_stale_staging(self, staging: StagingArea, request, identity: str, outcome: CompactionOutcome) -> None:
+    def _clean_stale_staging(self, name: TableName, request, identity: str, outcome: CompactionOutcome) -> None:
         """Under the claim no staging of ours is live: any staging branch left is a dead run's. Remove and audit it."""
         from icemaint.operations.cleanup import clean_stale_staging
 
-        for entry in clean_stale_staging(self.spark, self.config.catalog.name, TableName.parse(outcome.table),
-                                         self.audit, identity=identity, run_id=request.run_id,
-                                         trigger=request.trigger, date=outcome.date):
+        for entry in clean_stale_staging(self.spark, self.config.catalog.name, name, self.audit, identity=identity,
+                                         run_id=request.run_id, trigger=request.trigger, date=outcome.date):
             outcome.cleaned_staging.append({"branch": entry["branch"], "staged_snapshot_id": entry["staged_snapshot_id"]})
 
     def _fill_after(self, outcome: CompactionOutcome, name: TableName, date: str | None) -> None:
