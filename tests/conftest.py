@@ -77,6 +77,16 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.fixture(autouse=True)
+def interrupts_forgotten():
+    """An interrupt a test sent or simulated stops the rest of its process's command (`safety.interrupts`): here
+    the process is the test suite, which goes on to the next test."""
+    yield
+    from icemaint.safety import interrupts
+
+    interrupts.reset()
+
+
 @pytest.fixture
 def isolated_dagster_home(monkeypatch, tmp_path) -> None:
     """The CLI and the Dagster runner point $DAGSTER_HOME at the config's state dir; keep that out of other tests."""

@@ -344,6 +344,26 @@ def test_a_ctrl_c_outside_any_run_is_one_line_and_the_shells_status(capsys, monk
     assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
 
 
+def test_once_a_run_answered_an_interrupt_the_command_starts_no_further_run(capsys, tmp_path, lake_root,
+                                                                           isolated_dagster_home):
+    """A run that recorded itself as interrupted stops the rest of its command (`safety.interrupts`): the runner
+    starts no run and a tick does not even evaluate. A tick's lanes, next batches and next ticks went on before."""
+    from icemaint.safety import interrupts
+
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    assert interrupts.install()
+    assert not interrupts.stopping()
+    interrupts.acknowledge()  # what the contract does as an interrupted run ends
+    assert interrupts.stopping()
+    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle")
+    assert (code, out) == (130, "") and err == "error: interrupted (Ctrl-C): no further run was started\n", err
+    with pytest.raises(interrupts.Stopped):  # what the runner asks before every run
+        interrupts.before_run()
+    assert get_instance(load_config(path)).get_runs() == []
+    interrupts.reset()
+    assert not interrupts.stopping()
+
+
 def test_an_interrupt_python_drops_in_a_finalizer_is_not_reported_and_others_still_are(monkeypatch):
     """Python reports an exception raised in a finalizer through sys.unraisablehook: an interrupt there (which the
     run honours at its next step boundary) is not printed as a traceback; any other exception still is."""

@@ -482,6 +482,7 @@ def test_a_run_interrupted_right_after_its_publish_records_what_landed(spark, co
     it committed and main's move (it said only 'interrupted', with no snapshot), main keeps the proven rewrite and
     every row, and the next run's cleanup of the branch says the rewrite was published, not that main never moved."""
     from icemaint.engine.staging import StagingArea
+    from icemaint.safety import interrupts
 
     writer = simulate(spark, config, table_name, batches=4)
     before = current(spark, config, table_name)
@@ -506,6 +507,7 @@ def test_a_run_interrupted_right_after_its_publish_records_what_landed(spark, co
 
     # the branch left behind (as a kill between publish and its removal leaves it) is named as published
     assert [b for b in CatalogReader(config).load(table_name).metadata.refs if b != "main"]
+    interrupts.reset()  # the next run is the next command's (in this one the interrupt stops every later run)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     [cleanup] = open_audit(config).records(table=table_name, operation="cleanup")
     assert f"its rewrite is on main as snapshot {published}" in cleanup.reason, cleanup.reason

@@ -267,6 +267,17 @@ def cmd_plan(config: MaintenanceConfig, args) -> int:
     return EXIT_FAILED if result["errors"] else EXIT_OK
 
 
+def _print_ticks(reports: list[dict], args) -> None:
+    if args.json:
+        _print_json(reports if args.until_idle else reports[-1])
+        return
+    for n, r in enumerate(reports, 1):
+        if args.until_idle:
+            print(f"-- tick {n}")
+        for line in r["lines"]:
+            print(line)
+
+
 def cmd_tick(config: MaintenanceConfig, args) -> int:
     """One tick; with --until-idle, ticks in this one process (one JVM) until a tick publishes nothing (an
     estate catch-up: a tick launches at most the sensor's budget of runs). A run that keeps failing, or
@@ -277,21 +288,19 @@ def cmd_tick(config: MaintenanceConfig, args) -> int:
         raise ValueError("--max-ticks bounds --until-idle: give both, or neither (one tick)")
     max_ticks = args.max_ticks or DEFAULT_MAX_TICKS
     ticker, reports = Ticker(config, args.config), []
-    while True:
-        report = ticker.tick(dry_run=args.dry_run)
-        reports.append(report)
-        progressed = any(d.get("published") for d in report["decisions"])
-        if not args.until_idle or args.dry_run or not progressed or len(reports) >= max_ticks:
-            break
+    try:
+        while True:
+            report = ticker.tick(dry_run=args.dry_run)
+            reports.append(report)
+            progressed = any(d.get("published") for d in report["decisions"])
+            if not args.until_idle or args.dry_run or not progressed or len(reports) >= max_ticks:
+                break
+    except KeyboardInterrupt:  # the ticks that finished are still reported; the one interrupted is in the audit
+        if reports:
+            _print_ticks(reports, args)
+        raise
     unfinished = args.until_idle and progressed and len(reports) >= max_ticks
-    if args.json:
-        _print_json(reports if args.until_idle else report)
-    else:
-        for n, r in enumerate(reports, 1):
-            if args.until_idle:
-                print(f"-- tick {n}")
-            for line in r["lines"]:
-                print(line)
+    _print_ticks(reports, args)
     if unfinished:
         print(f"error: stopped after --max-ticks {max_ticks} while runs were still publishing: the catch-up "
               "is not finished", file=sys.stderr)
@@ -482,8 +491,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CatalogUnavailable as exc:  # not the user's input: the catalog is down or slow; nothing was done
         print(f"error: {exc}; nothing was done", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:  # outside any run (a run answers an interrupt itself, as a failed run)
-        print("error: interrupted (Ctrl-C)", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # outside any run, or no further run after one (a run answers it as a failed run)
+        print(f"error: {str(exc) or 'interrupted (Ctrl-C)'}", file=sys.stderr)
         return 128 + 2
     except BrokenPipeError:  # the reader left (`icemaint audit | head`): no traceback, the shell's SIGPIPE status
         import os

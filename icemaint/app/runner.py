@@ -17,6 +17,7 @@ from icemaint.engine.long_lived import freeze_loaded
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
+from icemaint.safety import interrupts
 from maint_assets.partitions import TABLE_DIMENSION, TABLE_TAG, TRIGGER_TAG, date_range_tags, slot_tags, \
     table_range_tags, tables_of, tables_range_tags
 
@@ -95,6 +96,7 @@ class MaintenanceRunner:
     # -- runs --------------------------------------------------------------------------------
     def _execute(self, job_name: str, partition_key: str | None, run_config: dict | None = None,
                  tags: dict | None = None, outcome_key: str = "outcome") -> RunReport:
+        interrupts.before_run()  # after an operator's Ctrl-C no further run starts (a tick's lanes, batches, ticks)
         job = self.defs.resolve_job_def(job_name)
         # The queue's slot tags: a daemon-launched run of one of these tables waits while this one runs.
         tags = {**(tags or {}), **slot_tags(tables_of(tags or {}))}

@@ -16,6 +16,7 @@ from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE, RUN
 from icemaint.domain.units import counted
 from icemaint.domain.tick import KeptHealths, date_batches, encode_cursor, table_batches, table_lanes
+from icemaint.safety import interrupts
 
 
 def date_done(outcome: dict) -> bool:
@@ -83,6 +84,7 @@ class Ticker:
 
         from sensors.reaper import reap_dead_runs
 
+        interrupts.before_run()  # `--until-idle`: no tick after an operator's Ctrl-C
         instance = self.runner.instance
         # First: a run left STARTED by a dead process would hold its table's slot in the run queue.
         reaped = [d for d in reap_dead_runs(instance, dry_run=dry_run) if d.reap]

@@ -167,7 +167,7 @@ class OperatingContract(Generic[Outcome]):
             record(run, outcome)
             raise
         except BaseException as exc:  # an interrupt (Ctrl-C, a terminated run): recorded with what had landed
-            interrupts.requested()  # acted upon here: not raised again at a later boundary
+            interrupts.acknowledge()  # acted upon here; the rest of the command stops too
             outcome.decision = INTERRUPTED
             outcome.reason = self._interrupted(run, outcome, exc)
             try:

@@ -6,6 +6,11 @@ the signal arrives. Inside a finalizer or a weakref callback (Py4J's, SQLAlchemy
 (3 of 8 early presses in the crash review). The CLI installs a wakeup pipe: the interpreter writes each signal's
 number to it whatever handler is installed, and the operating contract checks it at its step boundaries (before
 the act, before staging, before each publish), raising the interrupt there if it was lost on the way.
+
+An interrupt stops the whole command, not only the run it lands in: once one is seen (on the pipe, or answered by a
+run that recorded itself as interrupted) the process is *stopping*. A run in flight on another thread (a tick's
+lanes) stops at its next step boundary, and no further run starts (`before_run`): a Ctrl-C in `icemaint tick`
+used to interrupt one run while the tick's other lanes, its next batches and its next ticks went on.
 """
 
 from __future__ import annotations
@@ -17,10 +22,15 @@ import threading
 
 _INTERRUPTS = {int(signal.SIGINT), int(signal.SIGTERM)}
 _read_fd: int | None = None
+_stopping = threading.Event()
 
 
 class InterruptLost(KeyboardInterrupt):
     """A Ctrl-C or termination signal whose exception was swallowed on its way, raised again at a step boundary."""
+
+
+class Stopped(KeyboardInterrupt):
+    """The command is stopping after an interrupt: a run that had not started is not started."""
 
 
 def install() -> bool:
@@ -51,13 +61,42 @@ def requested() -> bool:
         try:
             data = os.read(_read_fd, 4096)
         except BlockingIOError:
-            return seen
+            break
         if not data:
-            return seen
+            break
         seen = seen or any(b in _INTERRUPTS for b in data)
+    if seen:
+        _stopping.set()
+    return seen
+
+
+def acknowledge() -> None:
+    """A run answered an interrupt (it recorded itself as interrupted): the signal behind it is consumed, and the
+    rest of the command stops (in a process with `install` only: a run worker or a test process goes on)."""
+    requested()
+    if _read_fd is not None:
+        _stopping.set()
+
+
+def stopping() -> bool:
+    """Whether this process is stopping after an interrupt."""
+    return requested() or _stopping.is_set()
 
 
 def check() -> None:
-    """Raises `InterruptLost` when an interrupt arrived that nothing has acted on yet (a no-op without `install`)."""
-    if requested():
+    """Raises `InterruptLost` when the process is stopping after an interrupt (a no-op without `install`): at a step
+    boundary of a run on any thread."""
+    if stopping():
         raise InterruptLost("interrupted (Ctrl-C or a termination signal)")
+
+
+def before_run() -> None:
+    """Raises `Stopped` instead of starting a run once the process is stopping after an interrupt."""
+    if stopping():
+        raise Stopped("interrupted (Ctrl-C): no further run was started")
+
+
+def reset() -> None:
+    """Forgets any interrupt seen (a process that goes on after one: the test suite)."""
+    requested()
+    _stopping.clear()
