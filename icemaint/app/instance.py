@@ -8,8 +8,6 @@ from pathlib import Path
 import yaml
 
 from icemaint.config import ConfigError, MaintenanceConfig
-from maint_assets.partitions import PARTITION_TABLE_TAG, TABLE_SLOTS, TABLE_TAG, slot_tag
-
 
 
 def storage_settings(config: MaintenanceConfig) -> dict:
@@ -28,20 +26,13 @@ def instance_settings(config: MaintenanceConfig) -> dict:
                          "config": {"base_dir": str(config.dagster_home.resolve() / "storage")}},
         "telemetry": {"enabled": False},
         "nux": {"enabled": False},
-        # Dagster's queued coordinator, adding `icemaint/table` to runs Dagster creates (backfills, UI).
+        # Dagster's queued coordinator, adding `icemaint/table` to runs Dagster creates (backfills, UI), with one
+        # maintenance run per table at a time (every run carries icemaint/table, or for a run over several tables
+        # icemaint/tables, and a slot tag per table: sensors and the CLI set them, the coordinator adds them to
+        # backfill and UI runs). Its limits are its own (`queue.table_limits`), so this file stays small.
         "run_coordinator": {"module": "icemaint.app.queue", "class": "TableTaggingRunCoordinator"},
-        # One maintenance run per table at a time (every run carries icemaint/table, or for a run over
-        # several tables icemaint/tables, and a slot tag per table: sensors and the CLI set them, the
-        # coordinator adds them to backfill and UI runs), and a global cap for the estate.
-        "concurrency": {"runs": {
-            "max_concurrent_runs": config.max_runs_total,
-            "tag_concurrency_limits": [
-                {"key": TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
-                {"key": PARTITION_TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
-                *({"key": slot_tag(slot), "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
-                  for slot in range(TABLE_SLOTS)),
-            ],
-        }},
+        # A global cap for the estate.
+        "concurrency": {"runs": {"max_concurrent_runs": config.max_runs_total}},
         # Dagster 1.13's DefaultRunLauncher cannot check a run worker's health, so monitoring fails only
         # launched runs that never start (and cancels that never finish); a STARTED run whose process
         # died is the reaper's (sensors/reaper.py). No max runtime: a compaction's length follows its data,

@@ -9,6 +9,12 @@ for runs of a table-partitioned asset only `dagster/partition`, and for a batche
 limit on the other tags covers.
 This coordinator adds the tags from a run's partition or range when it is enqueued, so a retention run and a
 backfill of the same table wait for each other in the queue.
+
+The limits themselves (one per table tag and per slot: 1,026) come from this coordinator's code, not from
+dagster.yaml: written there, they made a 100 KB file that every process opening the instance (the CLI, each
+run worker, the daemon, the webserver) parsed with PyYAML's pure-Python loader, 0.55 s of a 2.3 s
+`icemaint health`. dagster.yaml's `concurrency.runs` keeps `max_concurrent_runs`; without its own
+`tag_concurrency_limits`, Dagster takes the run coordinator's.
 """
 
 from __future__ import annotations
@@ -16,9 +22,16 @@ from __future__ import annotations
 from dagster._core.run_coordinator.queued_run_coordinator import QueuedRunCoordinator
 
 from maint_assets.partitions import (
-    RANGE_START_TAG, SLOT_TAG_PREFIX, TABLE_DIMENSION, TABLE_TAG, TABLES_TAG, range_tables, slot_tags, table_of,
-    tables_of,
+    PARTITION_TABLE_TAG, RANGE_START_TAG, SLOT_TAG_PREFIX, TABLE_DIMENSION, TABLE_SLOTS, TABLE_TAG, TABLES_TAG,
+    range_tables, slot_tag, slot_tags, table_of, tables_of,
 )
+
+
+def table_limits() -> list[dict]:
+    """One run at a time per value of each per-table tag: `icemaint/table`, Dagster's `dagster/partition/table`,
+    and every slot tag."""
+    return [{"key": key, "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+            for key in (TABLE_TAG, PARTITION_TABLE_TAG, *(slot_tag(slot) for slot in range(TABLE_SLOTS)))]
 
 
 def queue_tags(tags, order) -> dict[str, str]:
@@ -39,7 +52,11 @@ def queue_tags(tags, order) -> dict[str, str]:
 
 
 class TableTaggingRunCoordinator(QueuedRunCoordinator):
-    """Dagster's queued run coordinator, with the per-table tags set on every run that maintains a table."""
+    """Dagster's queued run coordinator, with the per-table tags set on every run that maintains a table and
+    the per-table limits on them (after any the coordinator's own config names)."""
+
+    def __init__(self, *args, tag_concurrency_limits=None, **kwargs):
+        super().__init__(*args, tag_concurrency_limits=[*(tag_concurrency_limits or ()), *table_limits()], **kwargs)
 
     def submit_run(self, context):
         run = context.dagster_run
