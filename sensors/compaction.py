@@ -3,11 +3,11 @@
 
 import datetime as dt
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import dagster as dg
 
-from icemaint.safety.approvals import is_approved, reverted_scopes
+from icemaint.safety.approvals import held_runs, is_approved, reverted_scopes
 from icemaint.safety.audit import AuditRecord
 from icemaint.domain.decisions import DEFER, REFUSE
 from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick, \
@@ -25,12 +25,28 @@ MAX_RUNS_PER_TICK = 20
 COMPACTION_JOB, TABLE_COMPACTION_JOB = "compaction_job", "table_compaction_job"
 
 
-def compaction_run_request(decision, health, trigger: str = "sensor") -> dg.RunRequest:
+Attempts = Callable[[str, "str | None"], int]
+
+
+def no_attempts(table: str, date: str | None) -> int:
+    return 0
+
+
+def _retry(n: int) -> str:
+    """The run key's suffix for the n-th retry of a request (none for the first)."""
+    return f":retry{n}" if n else ""
+
+
+def compaction_run_request(decision, health, trigger: str = "sensor", attempts: Attempts = no_attempts
+                           ) -> dg.RunRequest:
     """A dated decision runs `compaction_job` on its (date, table); a table without a time column runs
-    `table_compaction_job` on the table."""
+    `table_compaction_job` on the table. The run key names the table, scope and planned snapshot, and how many
+    runs of the scope deferred at run time (`attempts`): the same request again is skipped by Dagster, a retry
+    after a deferral is not."""
     dated = decision.date is not None
     return dg.RunRequest(
-        run_key=f"compact:{decision.table}:{decision.date or 'partitions'}:{health.snapshot_id}",
+        run_key=(f"compact:{decision.table}:{decision.date or 'partitions'}:{health.snapshot_id}"
+                 f"{_retry(attempts(decision.table, decision.date))}"),
         partition_key=table_date_key(decision.table, decision.date) if dated else decision.table,
         job_name=COMPACTION_JOB if dated else TABLE_COMPACTION_JOB,
         tags={TABLE_TAG: decision.table, TRIGGER_TAG: trigger, **slot_tags([decision.table]),
@@ -39,7 +55,7 @@ def compaction_run_request(decision, health, trigger: str = "sensor") -> dg.RunR
 
 
 def compaction_run_requests(runs, trigger: str = "sensor", order: Sequence[str] = (),
-                            spread: int = 1) -> list[dg.RunRequest]:
+                            spread: int = 1, attempts: Attempts = no_attempts) -> list[dg.RunRequest]:
     """The tick's runs as requests: a table's consecutive due dates as one run over their partition range (at
     most BACKFILL_DATES_PER_RUN dates), and the same dates of tables next to each other in `order` (the `table`
     partitions' order) as one run over theirs (`tick.table_batches`: at most PARTITIONS_PER_RUN table-dates, a
@@ -54,31 +70,33 @@ def compaction_run_requests(runs, trigger: str = "sensor", order: Sequence[str] 
     for batch in batches:
         decision, health = by_key[batch[0]]
         if len(batch) == 1:
-            requests.append(compaction_run_request(decision, health, trigger))
+            requests.append(compaction_run_request(decision, health, trigger, attempts))
             continue
         tables = list(dict.fromkeys(table for table, _ in batch))
         dates = [date for table, date in batch if table == tables[0]]
         first, last = dates[0], dates[-1]
+        retry = _retry(sum(attempts(table, date) for table, date in batch))
         if len(tables) == 1:
-            key = f"compact:{decision.table}:{first}..{last}:{health.snapshot_id}"
+            key = f"compact:{decision.table}:{first}..{last}:{health.snapshot_id}{retry}"
             tags = {TABLE_TAG: decision.table, **date_range_tags(decision.table, first, last)}
         else:
             # The key holds every table's planned snapshot: the same batch after a commit to one is a new run.
             snapshots = ",".join(f"{t}@{by_key[(t, first)][1].snapshot_id}" for t in tables)
             digest = hashlib.sha256(snapshots.encode()).hexdigest()[:16]
-            key = f"compact:{tables[0]}..{tables[-1]}:{first}..{last}:{digest}"
+            key = f"compact:{tables[0]}..{tables[-1]}:{first}..{last}:{digest}{retry}"
             tags = table_range_tags(tables, first, last)
         requests.append(dg.RunRequest(run_key=key, job_name=COMPACTION_JOB,
                                       tags={TRIGGER_TAG: trigger, **tags, **slot_tags(tables)}))
     return requests
 
 
-def batched_run_requests(instance, catalog: IcebergCatalogResource, runs, trigger: str = "sensor"
-                         ) -> list[dg.RunRequest]:
+def batched_run_requests(instance, catalog: IcebergCatalogResource, runs, trigger: str = "sensor",
+                         attempts: Attempts = no_attempts) -> list[dg.RunRequest]:
     """`compaction_run_requests` in the `table` partitions' order, a stretch of tables spread over as many runs
     as the run queue runs at once (its global cap)."""
     order = instance.get_dynamic_partitions(table_partitions.name) if len(runs) > 1 else []
-    return compaction_run_requests(runs, trigger, order=order, spread=catalog.settings.config.max_runs_total)
+    return compaction_run_requests(runs, trigger, order=order, spread=catalog.settings.config.max_runs_total,
+                                   attempts=attempts)
 
 
 class TickHistory:
@@ -108,13 +126,24 @@ class TickHistory:
     def reverted(self, table: str) -> dict:
         return reverted_scopes(self._records(table))
 
+    def held(self, table: str) -> dict:
+        return held_runs(self._records(table))
+
+    def attempts(self, table: str, date: str | None) -> int:
+        """How many runs of the scope deferred at run time: part of its run key, so the retry of a run that
+        deferred is a new request (Dagster skips a run key it has launched before)."""
+        return sum(1 for r in self._records(table) if r.operation == "compact" and r.date == date and r.run_id
+                   and r.decision == "defer")
+
 
 def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: TableClaimResource,
                         audit: AuditResource, cursor_text: str | None, now: dt.datetime, date_keys: set[str],
-                        batch_dates: bool = False, kept: KeptHealths | None = None):
+                        batch_dates: bool = False, kept: KeptHealths | None = None,
+                        history: TickHistory | None = None):
     """The tick's plan: shared by the sensor and `icemaint tick`. With `batch_dates` (`icemaint tick`, which
     runs a table's due dates as one Dagster run) the run budget counts tables, not table-dates. `kept`: the
-    caller's `KeptHealths`, carried from its previous tick (with its cursor)."""
+    caller's `KeptHealths`, carried from its previous tick (with its cursor). `history`: the tick's read of the
+    audit log, when the caller uses it too."""
     config = catalog.settings.config
     tables = instance.get_dynamic_partitions(table_partitions.name)
 
@@ -122,14 +151,14 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
         info = claims.holder_of(table)
         return getattr(info, "holder", None) if info else None
 
-    history = TickHistory(audit.log)
+    history = history or TickHistory(audit.log)
     plan = plan_compaction_tick(
         config, tables, metadata_location=catalog.metadata_location, health=catalog.tick_health,
         read=catalog.read_many,
         claim_holder=holder, approved=history.approved, past_runs=history.past_runs,
         cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
         valid_dates=lambda d: d in date_keys, run_of=(lambda d: d.table) if batch_dates else None, kept=kept,
-        in_flight=lambda: in_flight_jobs_by_table(instance), reverted=history.reverted)
+        in_flight=lambda: in_flight_jobs_by_table(instance), reverted=history.reverted, held=history.held)
     for d in plan.to_record:
         if d.verdict in (DEFER, REFUSE):
             audit.append(AuditRecord(table=d.table, operation="compact", decision=d.verdict, reason=d.reason,
@@ -170,11 +199,12 @@ def build_compaction_sensor(compaction_job, table_compaction_job, date_partition
                           claims: TableClaimResource, audit: AuditResource):
         now = dt.datetime.now(dt.timezone.utc)
         date_keys = set(date_partitions_def.get_partition_keys(current_time=now))
+        history = TickHistory(audit.log)
         plan = evaluate_compaction(context.instance, catalog, claims, audit, context.cursor, now, date_keys,
-                                   batch_dates=True, kept=kept)
+                                   batch_dates=True, kept=kept, history=history)
         summary = plan.summary()
         context.log.info(summary)
-        requests = batched_run_requests(context.instance, catalog, plan.runs)
+        requests = batched_run_requests(context.instance, catalog, plan.runs, attempts=history.attempts)
         # The decisions the audit just recorded (each once per change) also land on their partitions.
         observations = [decision_observation(d) for d in plan.to_record
                         if d.verdict in (DEFER, REFUSE) and (d.date is None or d.date in date_keys)]

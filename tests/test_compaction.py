@@ -76,6 +76,27 @@ def test_happy_path_keeps_every_row_and_compacts_only_that_date(spark, config, t
     assert record.validation["passed"] is True and record.identity == config.identity()
 
 
+def test_after_a_failed_proof_automation_holds_the_date_and_a_person_may_run_it(spark, config, table_name):
+    """A failed proof is not retried by a sensor's or a tick's run (each retry would rewrite the date again, to the
+    same end): the run defers naming the failed run and the approval that lifts the hold, main untouched. A
+    person's own `icemaint compact` is their decision and runs."""
+    from icemaint.safety.audit import AuditRecord
+
+    writer = simulate(spark, config, table_name, batches=4)
+    before = current(spark, config, table_name)
+    open_audit(config).append(AuditRecord(table=table_name, operation="compact", decision="not_published", date=DATE,
+                                          trigger="sensor", run_id="run-1", reason="proof failed: aggregates differ"))
+    held = compactor(config, spark).run(CompactionRequest(table_name, DATE, trigger="sensor", run_id="run-2"))
+    assert held.decision == "defer" and held.reason.startswith("held: run run-1 at "), held.reason
+    assert f"icemaint approve {table_name} --date {DATE}" in held.reason
+    assert current(spark, config, table_name) == before
+    done = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert done.decision == "run" and done.published, done.reason
+    assert sorted(ids(spark, config, table_name)) == sorted(writer.ledger.expected_ids())
+    again = compactor(config, spark).run(CompactionRequest(table_name, DATE, trigger="sensor", run_id="run-3"))
+    assert "held" not in again.reason  # its publish ended the hold
+
+
 def test_failed_proof_publishes_nothing_and_keeps_a_writer_append(spark, config, table_name):
     writer = simulate(spark, config, table_name)
     sql = TableName.parse(table_name).sql(config.catalog.name)

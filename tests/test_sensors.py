@@ -260,6 +260,58 @@ def test_a_run_in_flight_on_the_table_is_waited_for_not_recorded_as_a_busy_claim
     assert request.tags["icemaint/table"] == table
 
 
+def test_a_sensor_run_that_deferred_at_run_time_is_requested_again_and_a_failed_proof_is_held(
+        tmp_path, lake_root, namespace, hot):
+    """The sensor's run can defer at run time (a writer took the claim after the tick) and end without moving the
+    table's metadata. The sensor decides the table again a minute later and requests it under a new run key
+    (Dagster skips a key it has launched). Before, the cursor held the table as unchanged and the key was the
+    same, so the dates stayed uncompacted until the writer's next commit. A failed proof is not retried by
+    automation: its date is held, saying so, until an operator approves it."""
+    from icemaint.app.runner import MaintenanceRunner
+    from icemaint.domain.tick import encode_cursor
+    from icemaint.safety.approvals import approve
+    from icemaint.safety.audit import AuditRecord
+
+    table = hot.name.key
+    loc = location(tmp_path, lake_root, namespace)
+    instance = instance_with(table)
+    first = loc.tick("compaction_sensor", instance)
+    [request] = first.run_requests
+    head = CatalogReader(loc.config).metadata_location(table)
+
+    with open_claims(loc.config).acquire(table, holder="ingest-job"):  # what the launched run meets
+        report = MaintenanceRunner(loc.config, str(loc.path)).compact_dates(table, DATES, trigger="sensor")
+    assert report.success and {o["decision"] for o in report.outcomes.values()} == {"defer"}, report
+    assert CatalogReader(loc.config).metadata_location(table) == head  # nothing moved: the cursor would hold it
+
+    cursor = decode_cursor(first.cursor)
+    assert cursor[table].recheck_at is not None and cursor[table].recheck_at <= time.time() + 61
+    cursor[table].recheck_at = time.time() - 1  # a minute later
+    retry = loc.tick("compaction_sensor", instance, cursor=encode_cursor(cursor))
+    [again] = retry.run_requests
+    assert again.run_key == f"{request.run_key}:retry3", again.run_key  # each of the 3 dates deferred once
+    assert again.partition_key_range == request.partition_key_range
+
+    # a failed proof of the first date (as its run records it): automation holds that date, and says why
+    loc.audit.append(AuditRecord(table=table, operation="compact", decision="not_published", date=DATES[0],
+                                 trigger="sensor", run_id="run-with-a-failed-proof",
+                                 reason="proof failed: aggregates differ"))
+    held = loc.tick("compaction_sensor", instance)
+    [rest] = held.run_requests
+    assert rest.partition_key_range == dg.PartitionKeyRange(f"{DATES[1]}|{table}", f"{DATES[-1]}|{table}")
+    [record] = [r for r in loc.audit.records(table=table, operation="compact") if r.decision == "defer"
+                and r.run_id is None]
+    assert record.date == DATES[0] and record.reason.startswith("held: run run-with-a-failed-proof at ")
+    assert f"icemaint approve {table} --date {DATES[0]}" in record.reason
+    [observed] = held.asset_events
+    assert observed.partition == f"{DATES[0]}|{table}" and observed.metadata["reason_kind"].value == "proof_failed"
+
+    approve(loc.config, loc.audit, table, DATES[0])
+    lifted = loc.tick("compaction_sensor", instance)
+    [whole] = lifted.run_requests
+    assert whole.partition_key_range == request.partition_key_range
+
+
 def test_read_only_table_is_refused_and_the_refusal_recorded(tmp_path, lake_root, namespace, hot):
     table = hot.name.key
     loc = location(tmp_path, lake_root, namespace, tables={table: {"read_only": True}})

@@ -13,8 +13,8 @@ import pytest
 from icemaint.config import parse_config
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN
 from icemaint.domain.health import FileEntry, SnapshotEntry, compute_health
-from icemaint.domain.tick import (RECHECK_APPROVAL_SECONDS, RECHECK_CLAIM_BUSY_SECONDS, KeptHealths, TableCursor,
-                           decode_cursor, encode_cursor, plan_compaction_tick)
+from icemaint.domain.tick import (RECHECK_AFTER_RUN_SECONDS, RECHECK_APPROVAL_SECONDS, RECHECK_CLAIM_BUSY_SECONDS,
+                           KeptHealths, TableCursor, decode_cursor, encode_cursor, plan_compaction_tick)
 
 KiB, MiB = 2**10, 2**20
 NOW = dt.datetime(2024, 6, 10, 12, 0, tzinfo=dt.timezone.utc)
@@ -96,21 +96,41 @@ def test_unchanged_table_is_not_evaluated(tick_config):
     assert first.evaluated == ["t.a", "t.b"] and first.unchanged == []
     assert verdicts(first) == {("t.a", DAY): RUN, ("t.b", DAY): NOOP}
     assert [(d.table, h.snapshot_id) for d, h in first.runs] == [("t.a", 1)]
+    # the table whose run was requested is looked at again a minute later, unless its run moved its metadata
     assert {t: (c.metadata_location, c.recheck_at) for t, c in first.cursor.items()} == {
-        "t.a": ("/wh/t.a/metadata/v1.metadata.json", None), "t.b": ("/wh/t.b/metadata/v1.metadata.json", None)}
+        "t.a": ("/wh/t.a/metadata/v1.metadata.json", (NOW + dt.timedelta(seconds=RECHECK_AFTER_RUN_SECONDS)).timestamp()),
+        "t.b": ("/wh/t.b/metadata/v1.metadata.json", None)}
 
-    second = estate.tick(tick_config, decode_cursor(encode_cursor(first.cursor)), NOW + dt.timedelta(hours=5))
+    second = estate.tick(tick_config, decode_cursor(encode_cursor(first.cursor)), NOW + dt.timedelta(seconds=30))
     assert second.unchanged == ["t.a", "t.b"] and second.evaluated == []
     assert second.decisions == [] and second.runs == []
     assert estate.health_reads == {"t.a": 1, "t.b": 1}  # O(1): only the metadata location was read
     assert second.cursor == first.cursor
 
+    estate.commit("t.a", files=small_files(1))  # its run published: a new metadata location
     estate.commit("t.b", files=small_files(4))
-    third = estate.tick(tick_config, second.cursor)
-    assert third.evaluated == ["t.b"] and third.unchanged == ["t.a"]
-    assert estate.health_reads == {"t.a": 1, "t.b": 2}
-    assert verdicts(third) == {("t.b", DAY): RUN}
+    third = estate.tick(tick_config, second.cursor, NOW + dt.timedelta(seconds=30))
+    assert third.evaluated == ["t.a", "t.b"] and third.unchanged == []
+    assert estate.health_reads == {"t.a": 2, "t.b": 2}
+    assert verdicts(third) == {("t.a", DAY): NOOP, ("t.b", DAY): RUN}
     assert third.cursor["t.b"].metadata_location.endswith("/v2.metadata.json")
+    assert third.cursor["t.a"].recheck_at is None  # nothing requested: only a change brings it back
+
+    fourth = estate.tick(tick_config, third.cursor, NOW + dt.timedelta(hours=5))
+    assert fourth.evaluated == ["t.b"] and fourth.unchanged == ["t.a"]
+
+
+def test_a_requested_run_that_did_not_publish_is_decided_again_not_forgotten(tick_config):
+    """A sensor's run can end without publishing and without moving the table's metadata (it deferred at run time
+    on a busy claim): the table is decided again a minute later and requested again. Before, the cursor held it
+    as unchanged until a writer's next commit, so the date stayed uncompacted."""
+    estate = Estate()
+    estate.add("t.a", small_files(3))
+    first = estate.tick(tick_config)
+    assert verdicts(first) == {("t.a", DAY): RUN}
+    later = estate.tick(tick_config, first.cursor, NOW + dt.timedelta(seconds=RECHECK_AFTER_RUN_SECONDS + 1))
+    assert later.evaluated == ["t.a"] and verdicts(later) == {("t.a", DAY): RUN}
+    assert [d.table for d, _ in later.runs] == ["t.a"]
 
 
 def test_writer_active_table_is_rechecked_when_the_idle_window_ends(tick_config):
@@ -127,7 +147,7 @@ def test_writer_active_table_is_rechecked_when_the_idle_window_ends(tick_config)
     due = estate.tick(tick_config, early.cursor, NOW + dt.timedelta(seconds=201))
     assert due.evaluated == ["t.w"] and estate.health_reads["t.w"] == 2
     assert verdicts(due) == {("t.w", DAY): RUN}
-    assert due.cursor["t.w"].recheck_at is None
+    assert due.cursor["t.w"].recheck_at == (NOW + dt.timedelta(seconds=201 + RECHECK_AFTER_RUN_SECONDS)).timestamp()
 
 
 @pytest.mark.parametrize("setup, reason, recheck_at", [
@@ -230,7 +250,7 @@ def test_tick_budget_defers_the_lower_ranked_and_looks_again_next_tick(tick_conf
     few = next(d for d in plan.decisions if d.table == "t.few")
     assert few.verdict == DEFER and few.reason == "tick budget: at most 1 run per tick; ranked lower"
     assert plan.cursor["t.few"].recheck_at == NOW.timestamp()
-    assert plan.cursor["t.many"].recheck_at is None
+    assert plan.cursor["t.many"].recheck_at == NOW.timestamp() + RECHECK_AFTER_RUN_SECONDS  # unless its run publishes
 
     nxt = estate.tick(tick_config, plan.cursor, NOW + dt.timedelta(seconds=30), max_runs=1)
     assert nxt.evaluated == ["t.few"] and [d.table for d, _ in nxt.runs] == ["t.few"]
@@ -265,6 +285,7 @@ def test_a_kept_health_is_not_used_after_a_commit_or_a_policy_change(tick_config
     estate.add("t.few", small_files(3))
     plan = estate.tick(tick_config, max_runs=1, kept=kept)
     assert [t for t, _, _ in kept.entries] == ["t.few"]
+    estate.commit("t.many", files=small_files(1))  # its run published
     estate.commit("t.few", files=small_files(4))
     reads = estate.health_reads["t.few"]
     nxt = estate.tick(tick_config, plan.cursor, NOW + dt.timedelta(seconds=30), max_runs=1, kept=kept)
@@ -309,6 +330,12 @@ def test_summary_counts_each_verdict(tick_config):
                               "1 nothing to do")
     assert f"t.w {DAY}: defer: writer active" in summary
     assert f"t.locked {DAY}: refuse: maintenance is disabled" in summary
+    # the next tick decides nothing again (no table moved), and still says why the held ones are held
+    again = estate.tick(tick_config, plan.cursor, NOW + dt.timedelta(seconds=1)).summary()
+    assert again.startswith("0 tables evaluated, 4 unchanged")
+    assert f"t.locked (unchanged) {DAY}: refuse: maintenance is disabled" in again
+    assert f"t.w (unchanged) {DAY}: defer: writer active" in again
+    assert "t.a (unchanged)" not in again and "t.n (unchanged)" not in again
 
 
 def test_policy_change_reevaluates_an_unchanged_table(tick_config, tmp_path):

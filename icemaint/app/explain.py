@@ -79,6 +79,11 @@ class ReadOnlyEstate:
 
         return reverted_scopes(self.records(table))
 
+    def held(self, table: str) -> dict:
+        from icemaint.safety.approvals import held_runs
+
+        return held_runs(self.records(table))
+
     def approved(self, table: str, date: str | None) -> bool:
         from icemaint.safety.approvals import is_approved
 
@@ -148,6 +153,9 @@ def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approv
     if decision.date in gates.reverted:
         out.append(Gate("revert", "pass" if approved else "blocks",
                         gates.reverted[decision.date] + ("; approved since" if approved else "")))
+    if decision.date in gates.held:
+        out.append(Gate("past runs", "blocks", f"{gates.held[decision.date].note} (automation's runs; a person's "
+                                                "own run is not held)"))
     if gates.runs_in_flight:
         out.append(Gate("runs in flight", "blocks", f"queued or running: {', '.join(sorted(gates.runs_in_flight))}"))
     out.append(Gate("claim", "blocks" if gates.claim_holder else "pass",
@@ -178,7 +186,7 @@ def explain(config: MaintenanceConfig, table: str, date: str | None = None, esta
     running = frozenset(estate.in_flight().get(key, set()))
     gates = Gates(now=now, identity=config.identity(), claim_holder=holder,
                   bytes_per_second=measured_throughput(estate.past_runs(key)), runs_in_flight=running,
-                  reverted=estate.reverted(key))
+                  reverted=estate.reverted(key), held=estate.held(key))
     overridden = key in config.policies.tables
     out = Explanation(key, health.maintained_as, "per-table policy (tables: in the config)" if overridden
                       else "the defaults (no per-table policy)")
@@ -217,7 +225,7 @@ def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dic
         read=estate.reader.read_many,
         claim_holder=estate.holder, approved=estate.approved, past_runs=estate.past_runs, cursor={}, now=now,
         max_runs=MAX_RUNS_PER_TICK, valid_dates=lambda d: config.dates_start.isoformat() <= d <= tomorrow,
-        run_of=lambda d: d.table, in_flight=estate.in_flight, reverted=estate.reverted)
+        run_of=lambda d: d.table, in_flight=estate.in_flight, reverted=estate.reverted, held=estate.held)
     retention = plan_retention_tick(
         tables, policy_of=config.policy, policy_fingerprint=policy_fingerprint, identity=config.identity(),
         metadata_location=estate.reader.metadata_location,

@@ -56,6 +56,9 @@ class ReasonKind(Word):
     POSITION_DELETES_DUE = "position_deletes_due"
     # an operator reverted the scope's published compaction: held until they approve compacting it again
     REVERTED = "reverted"
+    # automation's last run of the scope failed its proof, or its last runs all failed: held until approved
+    PROOF_FAILED = "proof_failed"
+    RUNS_FAILED = "runs_failed"
 
 
 class Operation(Word):
@@ -127,6 +130,17 @@ class Gates:
     # Scopes (a date; None: a table without a time column) whose published compaction an operator reverted, with
     # who reverted what and when (`safety.approvals.reverted_scopes`): held until an approval newer than the revert.
     reverted: Mapping[str | None, str] = field(default_factory=dict)
+    # Scopes automation leaves alone after runs a retry would repeat (`safety.approvals.held_runs`): a failed
+    # proof, or several runs in a row that failed. Held until an approval; a person's own run is not held.
+    held: Mapping[str | None, "RunHold"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunHold:
+    """Why automation does not run a scope again: `kind` PROOF_FAILED or RUNS_FAILED, `note` which run, when, why."""
+
+    kind: ReasonKind
+    note: str
 
 
 def _refusal(policy: TablePolicy, operation: str, identity: str) -> str | None:
@@ -183,6 +197,18 @@ def _held_by_revert(base: Decision, gates: Gates) -> Decision | None:
                    reason=f"held after a revert: {note}; to compact it again: {approve}")
 
 
+def _held_by_runs(base: Decision, gates: Gates) -> Decision | None:
+    """The deferral of a scope whose last runs a retry would repeat (a failed proof, runs that kept failing), else
+    None. The hold is read from the runs since the scope's latest approval, so an approval lifts it (for one more
+    run): `needs_approval` only makes the tick look again for one."""
+    hold = gates.held.get(base.date)
+    if hold is None:
+        return None
+    approve = f"icemaint approve {base.table}" + (f" --date {base.date}" if base.date else "")
+    return replace(base, verdict=DEFER, needs_approval=True, kind=hold.kind,
+                   reason=f"held: {hold.note}; to let automation run it again: {approve}")
+
+
 def _busy(base: Decision, policy: TablePolicy, gates: Gates) -> Decision | None:
     """The deferral when a writer is still active, a run is in flight on the table or someone holds the claim,
     else None."""
@@ -218,7 +244,7 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     if part is None or part.data_files == 0:
         reason = f"no data files on {date}" + (_undated(health) if health.undated_files else "")
         return replace(base, reason=reason, kind=ReasonKind.NO_DATA)
-    held = _held_by_revert(base, gates)
+    held = _held_by_revert(base, gates) or _held_by_runs(base, gates)
     if held:
         return held
     due = partition_due(part, policy, position_deletes=position_deletes_maintained(health))
@@ -361,7 +387,7 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
         return replace(base, verdict=REFUSE, kind=ReasonKind.NO_TIME_COLUMN, reason=health.time_column_problem)
     if not any(p.data_files for p in health.partitions):
         return replace(base, reason="no data files", kind=ReasonKind.NO_DATA)
-    held = _held_by_revert(base, gates)
+    held = _held_by_revert(base, gates) or _held_by_runs(base, gates)
     if held:
         return held
     choice = choose_partitions(health.partitions, policy, gates.approved)

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, \
+from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, RunHold, \
     decide_with_approvals, measured_throughput, rank_within_budget, refusal_for
 from icemaint.domain.health import TableHealth
 from icemaint.domain.policy import TablePolicy
@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 # How long to wait before re-evaluating an unchanged table whose decision was a defer.
 RECHECK_CLAIM_BUSY_SECONDS = 60.0
 RECHECK_APPROVAL_SECONDS = 300.0
+# How long after requesting a table's run to decide it again if its metadata has not moved: a published run moves
+# it; one that did not publish is retried (a run-time deferral) or held (`Gates.held`), never just forgotten.
+RECHECK_AFTER_RUN_SECONDS = 60.0
 
 
 @dataclass
@@ -79,6 +82,9 @@ class TickPlan:
                 f"{len(self.runs)} due to run; {counts[DEFER]} deferred, {counts[REFUSE]} refused, "
                 f"{counts[NOOP]} nothing to do")
         reasons = [f"{d.table} {d.scope}: {d.verdict}: {d.reason}" for d in self.decisions if d.verdict in (DEFER, REFUSE)]
+        # A table held back tick after tick is not decided again while it is unchanged: its last word still says why.
+        reasons += [f"{t} (unchanged) {said}" for t in self.unchanged
+                    if (said := self.cursor[t].said) and (f": {DEFER}: " in said or f": {REFUSE}: " in said)]
         if self.errors:
             reasons += [f"{t}: ERROR {e}" for t, e in self.errors.items()]
         return text + ("\n" + "\n".join(reasons[:50]) if reasons else "")
@@ -178,6 +184,7 @@ def plan_compaction_tick(
     kept: KeptHealths | None = None,
     in_flight: Callable[[], Mapping[str, set]] | None = None,
     reverted: Callable[[str], Mapping[str | None, str]] | None = None,
+    held: Callable[[str], Mapping[str | None, RunHold]] | None = None,
 ) -> TickPlan:
     """Observe and decide compaction for every table; returns the runs to request and the new cursor.
 
@@ -188,7 +195,10 @@ def plan_compaction_tick(
     previous tick's budget deferrals, used instead of a read while their table has not moved, then replaced.
     `in_flight`: table -> jobs with a run queued or running on it (read once, when a table is decided): such a
     table's dates wait for them, and that wait is not recorded (its own run is no one else's claim). `reverted`:
-    the table's scopes an operator reverted (`Gates.reverted`), held until approved again.
+    the table's scopes an operator reverted (`Gates.reverted`), held until approved again. `held`: the table's
+    scopes whose last runs a retry would repeat (`Gates.held`). A table with a run requested is looked at again
+    `RECHECK_AFTER_RUN_SECONDS` later even if its metadata has not moved: a run that did not publish (it
+    deferred at run time, failed, or was interrupted) is decided again, not forgotten.
     Claim and audit outages still raise; a table whose metadata cannot be read is reported in
     `errors` and keeps no cursor entry, so the next tick reads it again.
     """
@@ -239,7 +249,8 @@ def plan_compaction_tick(
         gates = Gates(now=now, identity=identity, claim_holder=claim_holder(table),
                       bytes_per_second=measured_throughput(past_runs(table)),
                       runs_in_flight=frozenset(running.get(table, ())),
-                      reverted=reverted(table) if reverted is not None else {})
+                      reverted=reverted(table) if reverted is not None else {},
+                      held=held(table) if held is not None else {})
         table_decisions = decide_with_approvals(h, policy, gates, lambda date: approved(table, date),
                                                 [p.date for p in h.partitions if valid_dates(p.date)])
         candidates.extend(table_decisions)
@@ -256,6 +267,8 @@ def plan_compaction_tick(
         plan.decisions.append(d)
         if d.verdict == RUN:
             plan.runs.append((d, healths[d.table]))
+            entry = plan.cursor[d.table]
+            entry.recheck_at = min(entry.recheck_at or float("inf"), now.timestamp() + RECHECK_AFTER_RUN_SECONDS)
         elif d.kind == ReasonKind.TICK_BUDGET:
             plan.cursor[d.table].recheck_at = now.timestamp()  # look again next tick
     if kept is not None:

@@ -20,9 +20,9 @@ from typing import Callable
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractOperation, ContractRun
 from icemaint.safety import interrupts
-from icemaint.safety.approvals import is_approved, reverted_scopes
-from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, Operation, ReasonKind, \
-    choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, measured_throughput
+from icemaint.safety.approvals import held_runs, is_approved, reverted_scopes
+from icemaint.domain.decisions import AUTOMATIC_TRIGGERS, DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, \
+    Operation, ReasonKind, choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, measured_throughput
 from icemaint.domain.layout import describe_all, partition_key, partitions_of
 from icemaint.domain.health import TableHealth
 from icemaint.observe.catalog import CatalogReader
@@ -141,11 +141,12 @@ class Compactor(ContractOperation):
                                   f"is maintained, keyed by its first day {outcome.period_key}]")
 
     # -- steps ------------------------------------------------------------------------------
-    def _decide(self, name: TableName, date: str | None, policy, identity: str, approved: bool
-                ) -> tuple[TableHealth, Decision, bool]:
+    def _decide(self, name: TableName, date: str | None, policy, identity: str, approved: bool,
+                trigger: str | None = None) -> tuple[TableHealth, Decision, bool]:
         """Health now, the decision for the period holding `date` (`decision.date` is its key), or
         with no date for the partitions of a table without a time column, and whether the run is approved (at
-        launch, or by an operator's `icemaint approve`): the plan chooses partitions with the same approval."""
+        launch, or by an operator's `icemaint approve`): the plan chooses partitions with the same approval.
+        An automatic trigger's run is also held where automation's runs would repeat a failure (`held_runs`)."""
         health = self.reader.health(name.key)
         records = self.audit.records(table=name.key)
         past = [r.details for r in records if r.operation == "compact" and r.decision == RUN
@@ -155,7 +156,8 @@ class Compactor(ContractOperation):
         # An operator's `icemaint approve` (newer than the scope's last run) counts as the launch's approval.
         approved = approved or is_approved(records, date)
         gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=identity, approved=approved,
-                      bytes_per_second=measured_throughput(past), reverted=reverted_scopes(records))
+                      bytes_per_second=measured_throughput(past), reverted=reverted_scopes(records),
+                      held=held_runs(records) if trigger in AUTOMATIC_TRIGGERS else {})
         if date is None:
             if health.dated:
                 return health, Decision(table=name.key, operation=Operation.COMPACT, verdict=REFUSE, kind=ReasonKind.POLICY,
@@ -171,7 +173,7 @@ class Compactor(ContractOperation):
         if not request.dry_run and self._stale_staging_names(name):
             self._clean_stale_staging(name, request, identity, outcome)
         t0 = time.perf_counter()
-        health, decision, approved = self._decide(name, date, policy, identity, request.approved)
+        health, decision, approved = self._decide(name, date, policy, identity, request.approved, request.trigger)
         outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
         if date is not None and decision.date != date:
             # A month (year) partition is maintained whole, keyed by its first day.
@@ -272,7 +274,7 @@ class Compactor(ContractOperation):
                                       "by the conflicting publish")
                     return
                 self.sleep(policy.retry_backoff_seconds * 2 ** (attempts - 1))
-                health, decision, approved = self._decide(name, date, policy, identity, request.approved)
+                health, decision, approved = self._decide(name, date, policy, identity, request.approved, request.trigger)
                 outcome.replanned = f"re-planned after a publish conflict on attempt {attempts}: {exc}"
                 if decision.verdict != RUN:
                     if not outcome.committed_snapshot_ids:

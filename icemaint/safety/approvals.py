@@ -3,14 +3,18 @@
 An approval is an audit record (operation `approve`, decision `approved`) for a table and date (no
 date: the partitions of a table without a time column); it holds until a compaction of that scope runs.
 The same approval lets a scope be compacted again after an operator reverted its compaction
-(`reverted_scopes`): automation does not redo what a person undid.
+(`reverted_scopes`): automation does not redo what a person undid. And after runs a retry would repeat
+(`held_runs`): a proof that failed, or runs that kept failing, are not retried by automation until approved.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from icemaint.domain.decisions import refusal_for
+from icemaint.domain.decisions import ReasonKind, RunHold, refusal_for
+
+# Runs in a row that failed or were interrupted before automation stops requesting the scope.
+MAX_FAILED_RUNS = 3
 
 
 class ApprovalRefused(PermissionError):
@@ -72,3 +76,36 @@ def reverted_scopes(records) -> dict[str | None, str]:
     return {scope: f"{revert.identity} reverted snapshot {revert.details['reverted_snapshot_id']} at "
                    f"{revert.ts:%Y-%m-%d %H:%M} UTC"
             for scope, revert in held.items() if since.get(scope) is None or since[scope] <= revert.ts}
+
+
+def held_runs(records, max_failed: int = MAX_FAILED_RUNS) -> dict[str | None, RunHold]:
+    """One table's scopes whose runs since their latest approval or publish a retry would repeat: a failed proof
+    (the staged rewrite differed from the rows it replaced: data or a bug to look at, and each retry rewrites the
+    scope again), or `max_failed` runs in a row that failed or were interrupted. A run that deferred (a busy claim,
+    a writer's conflicting commit) is not counted: automation tries it again."""
+    ended: dict[str | None, list] = {}
+    for r in sorted(records, key=lambda r: r.ts):
+        if r.details.get("dry_run"):
+            continue
+        if (r.operation == "approve" and r.decision == "approved") or (r.operation == "compact" and r.decision == "run"):
+            ended[r.date] = []
+        elif r.operation == "compact" and r.run_id and r.decision in ("not_published", "failed", "interrupted"):
+            ended.setdefault(r.date, []).append(r)
+    held = {}
+    for scope, runs in ended.items():
+        proofs = [r for r in runs if r.decision == "not_published"]
+        if proofs:
+            last = proofs[-1]
+            held[scope] = RunHold(ReasonKind.PROOF_FAILED, (
+                f"run {last.run_id} at {last.ts:%Y-%m-%d %H:%M} UTC: {_first_line(last.reason)}"))
+        elif len(runs) >= max_failed:
+            last = runs[-1]
+            held[scope] = RunHold(ReasonKind.RUNS_FAILED, (
+                f"its last {len(runs)} runs failed or were interrupted, the last ({last.run_id}) at "
+                f"{last.ts:%Y-%m-%d %H:%M} UTC: {_first_line(last.reason)}"))
+    return held
+
+
+def _first_line(text: str | None, limit: int = 200) -> str:
+    line = (str(text or "").strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[:limit - 3] + "..."
