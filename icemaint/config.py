@@ -21,7 +21,7 @@ import yaml
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.policy import POLICY_KEYS, PolicyBook, PolicyError, TablePolicy, apply_overrides
 from icemaint.domain.scope import parse_date
-from icemaint.domain.units import parse_duration, parse_size
+from icemaint.domain.units import human_size, parse_duration, parse_size
 
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "glue")
 CLAIM_BACKENDS = ("file", "postgres")
@@ -255,21 +255,40 @@ def _string_map(value: Any, where: str) -> dict[str, str]:
     return out
 
 
+# Catalog properties the config's own keys set (for Spark and pyiceberg alike).
+RESERVED_CATALOG_PROPERTIES = {"warehouse": "catalog.warehouse", "uri": "catalog.uri", "type": "catalog.type",
+                               "catalog-impl": "catalog.type", "cache-enabled": "icemaint (always false)"}
+
+
 def _local_directory(path: str, where: str) -> str:
-    """A local path that, if it exists, is a directory (a file there would fail every run much later)."""
-    if "://" not in path and Path(path).exists() and not Path(path).is_dir():
+    """A local path that is a directory or can become one (a file there, or above it, would fail every run much
+    later, in a traceback)."""
+    if "://" in path:
+        return path
+    target = Path(path)
+    if target.exists() and not target.is_dir():
         raise ConfigError(f"{where}: {path} is a file, not a directory")
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{where}: {path} cannot be created: {parent} is a file, not a directory")
+            break
     return path
 
 
 def _check_bounds(policy: TablePolicy, where: str) -> None:
-    """Sizes that fit a Java long (they reach Iceberg as one) and ages date arithmetic can hold."""
+    """Sizes that fit a Java long (they reach Iceberg as one) and ages date arithmetic can hold; a file group that
+    can hold a small file."""
     for key, (attr, parse) in POLICY_KEYS.items():
         value = getattr(policy, attr)
         if parse is parse_size and isinstance(value, int) and value > MAX_SIZE_BYTES:
             raise ConfigError(f"{where}.{key}: {value} bytes is too large; at most {MAX_SIZE_BYTES} (a Java long)")
         if parse is parse_duration and isinstance(value, (int, float)) and value > MAX_DURATION_SECONDS:
             raise ConfigError(f"{where}.{key}: {value:g} seconds is too long; at most 100 years")
+    if policy.max_file_group_size_bytes < policy.small_file_size_bytes:
+        raise ConfigError(f"{where}.max_file_group_size_bytes: {human_size(policy.max_file_group_size_bytes)} is "
+                          f"below small_file_size_bytes ({human_size(policy.small_file_size_bytes)}): a group could "
+                          "not hold the small files it exists for, and due dates would never be compacted")
 
 
 def _resolve(path: str, base: Path) -> str:
@@ -354,6 +373,9 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     if catalog_type in ("jdbc", "rest") and not uri:
         raise ConfigError(f"catalog.uri: required for catalog.type {catalog_type!r}")
     for key in _string_map(cat.get("properties"), "catalog.properties"):
+        if key in RESERVED_CATALOG_PROPERTIES:
+            raise ConfigError(f"catalog.properties.{key}: set by icemaint from {RESERVED_CATALOG_PROPERTIES[key]}; "
+                              "given here too, Spark and pyiceberg would read different catalogs: remove it")
         if any(s in key.lower() for s in ("password", "secret", "token", "credential")):
             raise ConfigError(
                 f"catalog.properties.{key}: secrets are not read from the file; set "
@@ -389,11 +411,11 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     cl = _mapping(doc.get("claims"), "claims")
     _only(cl, ("backend", "dsn_env"), "claims")
     claims = ClaimsConfig(_choice(cl.get("backend", "file"), CLAIM_BACKENDS, "claims.backend"),
-                          _string(cl.get("dsn_env", "ICEMAINT_PG_DSN"), "claims.dsn_env"))
+                          _env_name_plain(cl.get("dsn_env", "ICEMAINT_PG_DSN"), "claims.dsn_env"))
     au = _mapping(doc.get("audit"), "audit")
     _only(au, ("sink", "dsn_env"), "audit")
     audit = AuditConfig(_choice(au.get("sink", "file"), AUDIT_SINKS, "audit.sink"),
-                        _string(au.get("dsn_env", "ICEMAINT_PG_DSN"), "audit.dsn_env"))
+                        _env_name_plain(au.get("dsn_env", "ICEMAINT_PG_DSN"), "audit.dsn_env"))
 
     quarantine = doc.get("quarantine_dir")
     if quarantine is not None:
@@ -458,7 +480,24 @@ def config_path(explicit: str | os.PathLike | None = None) -> Path:
 
 class _ConfigLoader(yaml.SafeLoader):
     """YAML's safe loader, reading a date such as `dates_start: 2020-13-01` as text: the key's own check then
-    names it (YAML's date constructor only says "month must be in 1..12")."""
+    names it (YAML's date constructor only says "month must be in 1..12"), and refusing a key given twice in one
+    mapping (YAML keeps the last silently: a policy edited in two places would apply only one of them)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: keys after it override the base's
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: the constructor below names it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 _ConfigLoader.yaml_implicit_resolvers = {

@@ -364,6 +364,77 @@ def test_once_a_run_answered_an_interrupt_the_command_starts_no_further_run(caps
     assert not interrupts.stopping()
 
 
+def test_a_missing_warehouse_is_an_error_not_an_empty_estate(capsys, tmp_path, isolated_dagster_home):
+    """A mistyped or unmounted warehouse listed no table, so the tick removed every known table from the `table`
+    partitions and exited 0."""
+    path = write_config(tmp_path / "maintenance.yaml", tmp_path, state_dir=str(tmp_path / "state"),
+                        catalog={"warehouse": str(tmp_path / "not-mounted")})
+    instance = get_instance(load_config(path))
+    instance.add_dynamic_partitions("table", ["db.events", "db.orders"])
+    code, out, err = run_cli(capsys, "--config", str(path), "tick")
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"error: catalog 'lake': its warehouse {tmp_path / 'not-mounted'} does not exist"), err
+    assert sorted(get_instance(load_config(path)).get_dynamic_partitions("table")) == ["db.events", "db.orders"]
+
+
+def test_stored_text_is_printed_on_its_own_line_and_notes_are_bounded(capsys, tmp_path, lake_root, spark):
+    """An approval's note and an identity are stored text: `explain` prints them escaped, as `audit` does (a note
+    could forge an audit line or send terminal escapes), and a note is at most 1,000 characters."""
+    name = f"db.notes_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE TABLE lake.{name} (id BIGINT, ts TIMESTAMP) USING iceberg PARTITIONED BY (days(ts))")
+    spark.sql(f"INSERT INTO lake.{name} VALUES (1, TIMESTAMP '2026-01-01 10:00:00')")
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    forged = "evil\n2026-01-01 00:00:00 db.events compact run FAKE\x1b[31m"
+    code, out, err = run_cli(capsys, "--config", str(path), "approve", name, "--date", "2026-01-01",
+                             "--note", forged)
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "--config", str(path), "explain", name, "--date", "2026-01-01")
+    assert code == 0, err
+    assert "\x1b" not in out and not any(line.startswith("2026-01-01 00:00:00") for line in out.splitlines())
+    assert "evil\\n2026-01-01 00:00:00 db.events compact run FAKE\\x1b[31m" in out
+    code, out, err = run_cli(capsys, "--config", str(path), "approve", name, "--date", "2026-01-01",
+                             "--note", "x" * 1001)
+    assert code == 2 and "a note is at most 1000 characters (this one has 1001)" in err
+
+
+@pytest.mark.parametrize("port", ["-1", "0", "65536", "http"])
+def test_a_webserver_port_outside_1_to_65535_is_refused_before_anything_starts(capsys, port):
+    code, out, err = run_cli(capsys, "ui", "--port", port)
+    assert code == 2 and f"{port!r} is not a TCP port (1-65535)" in err
+
+
+def test_a_java_failure_is_named_by_its_root_cause_not_by_py4j():
+    from icemaint.app.runner import java_cause
+
+    raised = ("An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n"
+              ": org.apache.spark.SparkException: Could not parse Master URL: 'local[abc]'\n\tat org.apache.x(y:1)")
+    assert java_cause(raised) == "SparkException: Could not parse Master URL: 'local[abc]'"
+    caused = raised + "\nCaused by: java.lang.NumberFormatException: For input string: \"9\"\n\tat z"
+    assert java_cause(caused) == 'NumberFormatException: For input string: "9"'
+    assert java_cause("no Java here") is None
+
+
+def test_a_termination_signal_is_named_as_one_not_as_a_ctrl_c(capsys, monkeypatch):
+    import os
+    import signal
+
+    import icemaint.app.cli as cli
+    from icemaint.safety import interrupts
+
+    def terminated(path):
+        os.kill(os.getpid(), signal.SIGTERM)  # the wakeup pipe records it; here a handler raises as Dagster's does
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "load_config", terminated)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        assert cli.main(["audit"]) == 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert capsys.readouterr().err == "error: terminated (SIGTERM)\n"
+    interrupts.reset()
+
+
 def test_an_interrupt_python_drops_in_a_finalizer_is_not_reported_and_others_still_are(monkeypatch):
     """Python reports an exception raised in a finalizer through sys.unraisablehook: an interrupt there (which the
     run honours at its next step boundary) is not printed as a traceback; any other exception still is."""

@@ -73,6 +73,15 @@ BAD_CONFIGS = [
     ("catalog timeout not a duration", {"catalog": {"timeout": "soon"}}, ["catalog.timeout", "'soon'"]),
     ("retain_last 0", {"defaults": {"retain_last": 0}},
      ["defaults.retain_last", "0", "at least 1"]),
+    ("retain_last above a Java int", {"defaults": {"retain_last": 99999999999}},
+     ["defaults.retain_last", "99999999999", "at most 2147483647"]),
+    ("metadata_versions_max above a Java int", {"tables": {"t.events": {"metadata_versions_max": 99999999999}}},
+     ["tables.t.events.metadata_versions_max", "99999999999", "maximum 2147483647"]),
+    ("a file group that cannot hold a small file", {"defaults": {"partial_progress": True,
+                                                                 "max_file_group_size_bytes": 0}},
+     ["defaults.max_file_group_size_bytes", "0 B", "below small_file_size_bytes (32 MiB)", "never be compacted"]),
+    ("a catalog property the config sets itself", {"catalog": {"properties": {"warehouse": "/elsewhere"}}},
+     ["catalog.properties.warehouse", "set by icemaint from catalog.warehouse", "remove it"]),
     ("min_input_files 1", {"defaults": {"min_input_files": 1}},
      ["defaults.min_input_files", "1", "minimum 2"]),
     ("min_position_delete_files 1", {"tables": {"t.events": {"min_position_delete_files": 1}}},
@@ -104,6 +113,10 @@ BAD_CONFIGS = [
     ("dagster dsn in the file", {"dagster": {"storage": "postgres", "dsn_env": "postgresql://u:p@h/db"}},
      ["dagster.dsn_env", "not an environment variable name"]),
     ("dagster unknown key", {"dagster": {"url": "x"}}, ["dagster.url", "unknown key", "storage, dsn_env"]),
+    ("claims dsn_env not a variable name", {"claims": {"dsn_env": "X; rm -rf /"}},
+     ["claims.dsn_env", "'X; rm -rf /'", "not an environment variable name"]),
+    ("audit dsn in the file", {"audit": {"dsn_env": "postgresql://u:p@h/db"}},
+     ["audit.dsn_env", "not an environment variable name"]),
     ("concurrent reads zero", {"catalog": {"concurrent_reads": 0}},
      ["catalog.concurrent_reads", "0", "from 1 to 64"]),
     ("concurrent reads not a number", {"catalog": {"concurrent_reads": "many"}},
@@ -190,6 +203,30 @@ def test_uris_and_absolute_paths_are_kept(tmp_path):
                           tmp_path / "elsewhere")
     assert config.catalog.warehouse == "s3://bucket/wh"
     assert config.state_dir == str(tmp_path / "s")
+
+
+def test_a_key_given_twice_in_the_file_is_refused_naming_it(tmp_path):
+    """YAML keeps the last of two equal keys silently: a policy edited in two places applied only one of them."""
+    path = tmp_path / "maintenance.yaml"
+    path.write_text("defaults:\n  min_input_files: 3\n  writer_idle: 5m\n  min_input_files: 10\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path}: not valid YAML at line 4, column 3: the key 'min_input_files' is given "
+                               "twice in one mapping")
+    path.write_text("base: &base {min_input_files: 3}\ndefaults:\n  <<: *base\n  writer_idle: 5m\n")
+    with pytest.raises(ConfigError, match="config.base"):  # merge keys still read; the unknown key is named
+        load_config(path)
+
+
+def test_a_state_dir_that_cannot_be_created_is_named_at_load(tmp_path):
+    """A state dir below a regular file failed every command later, in a NotADirectoryError traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError) as info:
+        parse_config({"state_dir": str(blocker / "state")}, tmp_path)
+    assert str(info.value) == f"state_dir: {blocker / 'state'} cannot be created: {blocker} is a file, not a directory"
+    with pytest.raises(ConfigError, match="catalog.warehouse: .* cannot be created"):
+        parse_config({"catalog": {"warehouse": str(blocker / "deep" / "wh")}}, tmp_path)
 
 
 def test_yaml_syntax_error_names_the_file(tmp_path):

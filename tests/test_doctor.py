@@ -227,9 +227,18 @@ def _unwritable(tmp_path: Path, how: str) -> Path:
     return Path("/proc/icemaint-doctor-test/state")  # unwritable even for root
 
 
+def test_a_state_dir_below_a_file_is_named_when_the_config_loads(capsys, tmp_path):
+    """Every command, doctor too, refuses it in one line before it does anything (others failed later, in a
+    NotADirectoryError traceback)."""
+    state = _unwritable(tmp_path, "file")
+    code, lines, out, err = doctor(capsys, estate(tmp_path, state_dir=str(state)))
+    assert code == 2 and out == ""
+    assert err.strip().endswith(f"state_dir: {state} cannot be created: {state.parent} is a file, not a directory")
+    assert err.count("\n") == 1
+
+
 @pytest.mark.parametrize("how, expected", [
     ("chmod", "is not writable by this user"),
-    ("file", "a-file is not a directory"),
     ("proc", "does not exist and cannot be created: /proc is not writable"),
 ])
 def test_a_state_dir_that_cannot_be_written_fails(capsys, tmp_path, how, expected):

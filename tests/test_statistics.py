@@ -189,6 +189,19 @@ def test_statistics_hold_each_columns_distinct_count_and_change_no_row(spark, st
     assert reader.load(table_name).metadata_location == after.metadata_location
 
 
+def test_statistics_of_columns_named_with_dots_back_quotes_and_keywords(spark, stats_config, table_name):
+    """Iceberg allows any column name; a sketch per column is over that column, never parsed as a path (`a.b` was
+    read as a struct field and `x``y` failed to parse, so statistics of such a table could never run)."""
+    config = stats_config()
+    sql = TableName.parse(table_name).sql("lake")
+    spark.sql(f"CREATE TABLE {sql} (id bigint, `a.b` string, `x``y` int, `select` int) USING iceberg")
+    spark.sql(f"INSERT INTO {sql} SELECT id, concat('v', id % 5), CAST(id % 7 AS INT), CAST(id % 3 AS INT) "
+              "FROM range(100)")
+    outcome = housekeeper(config, spark).compute_statistics(StatisticsRequest(table_name, run_id="r-odd"))
+    assert outcome.decision == RUN, outcome.reason
+    assert outcome.evidence["ndv"] == {"id": 100, "a.b": 5, "x`y": 7, "select": 3}
+
+
 def reader_records(config, table):
     from icemaint.safety.audit import open_audit
 

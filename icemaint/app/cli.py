@@ -192,6 +192,27 @@ def cmd_revert(config: MaintenanceConfig, args) -> int:
     return EXIT_OK if outcome.decision == "run" else EXIT_FAILED
 
 
+def _port(text: str) -> int:
+    """A TCP port for the webserver (Dagster's own failure on a bad one left its daemon running without a UI)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return port
+
+
+MAX_NOTE_CHARS = 1000
+
+
+def _note(text: str) -> str:
+    """An approval's note: stored in the audit log, so bounded."""
+    if len(text) > MAX_NOTE_CHARS:
+        raise argparse.ArgumentTypeError(f"a note is at most {MAX_NOTE_CHARS} characters (this one has {len(text)})")
+    return text
+
+
 def cmd_approve(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.approvals import approve
     from icemaint.safety.audit import open_audit
@@ -216,7 +237,7 @@ def cmd_approve(config: MaintenanceConfig, args) -> int:
     except ApprovalRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"approved compaction of {record.table} {record.date or '(its partitions)'} by {record.identity}")
+    print(f"approved compaction of {record.table} {record.date or '(its partitions)'} by {printable(record.identity)}")
     return EXIT_OK
 
 
@@ -252,7 +273,7 @@ def cmd_explain(config: MaintenanceConfig, args) -> int:
     if args.json:
         _print_json(result.to_dict())
     else:
-        print("\n".join(explanation_lines(result)))
+        print("\n".join(printable(line) for line in explanation_lines(result)))  # audit text quoted: one line each
     return EXIT_OK
 
 
@@ -263,7 +284,7 @@ def cmd_plan(config: MaintenanceConfig, args) -> int:
     if args.json:
         _print_json(result)
     else:
-        print("\n".join(plan_lines(result)))
+        print("\n".join(printable(line) for line in plan_lines(result)))
     return EXIT_FAILED if result["errors"] else EXIT_OK
 
 
@@ -275,7 +296,7 @@ def _print_ticks(reports: list[dict], args) -> None:
         if args.until_idle:
             print(f"-- tick {n}")
         for line in r["lines"]:
-            print(line)
+            print(printable(line))
 
 
 def cmd_tick(config: MaintenanceConfig, args) -> int:
@@ -423,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("approve", help="approve a compaction over the table's cost ceiling")
     s.add_argument("table")
     s.add_argument("--date", help="the date to approve; omit it for a table without a time column")
-    s.add_argument("--note")
+    s.add_argument("--note", type=_note)
     s.set_defaults(func=cmd_approve)
 
     s = sub.add_parser("audit", help="print the audit trail")
@@ -455,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("ui", help="open this instance in the Dagster UI (dagster dev on 127.0.0.1)")
-    s.add_argument("--port", type=int, default=3000)
+    s.add_argument("--port", type=_port, default=3000)
     s.set_defaults(func=cmd_ui)
 
     s = sub.add_parser("demo", help="build the demo warehouse and run the maintenance loop on it")
@@ -492,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}; nothing was done", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:  # outside any run, or no further run after one (a run answers it as a failed run)
-        print(f"error: {str(exc) or 'interrupted (Ctrl-C)'}", file=sys.stderr)
+        print(f"error: {str(exc) or interrupts.described()}", file=sys.stderr)
         return 128 + 2
     except BrokenPipeError:  # the reader left (`icemaint audit | head`): no traceback, the shell's SIGPIPE status
         import os
@@ -500,6 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
         return 128 + signal.SIGPIPE
+    except OSError as exc:  # outside any run (a run reports its own): the state dir, a config path, the disk
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

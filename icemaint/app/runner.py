@@ -55,6 +55,10 @@ def error_line(error) -> str:
         error = error.cause
     if error.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
         return "interrupted (Ctrl-C, or the run was terminated) before it finished"
+    if error.cls_name == "Py4JJavaError":  # "An error occurred while calling o57.sql." names no cause: the JVM's does
+        root = java_cause(error.message or "")
+        if root:
+            return root[:400]
     message = (error.message or "").strip().splitlines()
     if not message:
         return error.cls_name or "step failed"
@@ -62,6 +66,19 @@ def error_line(error) -> str:
     if error.cls_name and head.endswith(error.cls_name):  # `pkg.module.Class: text` -> `Class: text`
         return f"{error.cls_name}: {rest}"[:400]
     return message[0][:400]
+
+
+def java_cause(text: str) -> str | None:
+    """The root Java exception in a Py4JJavaError's text, as `Class: message` (the last `Caused by:`, else the
+    exception the call raised), or None when the text holds none."""
+    lines = text.splitlines()
+    causes = [ln[len("Caused by: "):] for ln in lines if ln.startswith("Caused by: ")]
+    raised = [ln[2:] for ln in lines if ln.startswith(": ")]
+    root = (causes or raised or [None])[-1 if causes else 0]
+    if not root:
+        return None
+    name, sep, rest = root.partition(": ")
+    return f"{name.rsplit('.', 1)[-1]}{sep}{rest}".strip()
 
 
 class MaintenanceRunner:

@@ -100,12 +100,18 @@ def _bool(v: Any) -> bool:
     return v
 
 
+# Whole-number keys reach Iceberg and Spark as Java ints (retain_last, previous-versions-max, min-input-files, ...).
+MAX_WHOLE = 2**31 - 1
+
+
 def _int(minimum: int):
     def parse(v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"{shown(v)} is not a whole number")
         if v < minimum:
             raise ValueError(f"{shown(v)} is below the minimum {minimum}")
+        if v > MAX_WHOLE:
+            raise ValueError(f"{shown(v)} is above the maximum {MAX_WHOLE} (a Java int)")
         return v
     return parse
 
@@ -176,9 +182,9 @@ def _sort_order(v: Any) -> str:
 
 
 def _retain_last(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{shown(v)} is not allowed; retain_last must be a whole number of at least 1 "
-                         "(the current snapshot is always kept)")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v > MAX_WHOLE:
+        raise ValueError(f"{shown(v)} is not allowed; retain_last must be a whole number of at least 1 (the "
+                         f"current snapshot is always kept) and at most {MAX_WHOLE}")
     return v
 
 

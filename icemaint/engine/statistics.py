@@ -49,13 +49,17 @@ def _schema_fields(jtable, snapshot) -> list[tuple[str, bool]]:
 
 def _sketches(spark, table_sql: str, snapshot_id: int, columns: tuple[str, ...]) -> list[bytes]:
     """One theta sketch per column over the snapshot's rows (one Spark job)."""
-    from pyspark.sql import Column
+    from pyspark.sql import Column, functions as F
+
+    from icemaint.engine.digest import ident
 
     jvm = spark._jvm
     aggregate = java_class(jvm, "org.apache.spark.sql.stats.ThetaSketchAgg")
     jcolumn = java_class(jvm, "org.apache.spark.sql.Column")
-    # ThetaSketchAgg(name) quotes the name as one attribute: any column name Iceberg allows, no SQL text.
-    aggregates = [Column(jcolumn(aggregate(name).toAggregateExpression())) for name in columns]
+    # Over each column as one back-quoted identifier: any name Iceberg allows ("a.b", "x`y", "select"), no SQL text.
+    # (ThetaSketchAgg(name) parses the name as an attribute path: "a.b" is a struct field, "x`y" a syntax error.)
+    aggregates = [Column(jcolumn(aggregate(F.col(ident(name))._jc.expr(), 0, 0).toAggregateExpression()))
+                  for name in columns]
     row = spark.read.option("snapshot-id", str(snapshot_id)).table(table_sql).select(*aggregates).first()
     return [bytes(value) for value in row]
 

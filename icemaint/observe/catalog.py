@@ -16,6 +16,7 @@ from urllib.parse import quote
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
 from icemaint.domain.health import TableHealth, compute_health
 from icemaint.domain.names import InvalidTableName, TableName
+from icemaint.domain.units import printable
 from icemaint.domain.screen import Screened, screen_compaction
 from icemaint.observe.manifests import (
     current_manifests, manifest_summaries, metadata_log_bytes, read_file_entries, read_snapshots, time_partitioning,
@@ -157,13 +158,16 @@ class CatalogReader:
         """Every table in the catalog, as `namespace.table` keys (names we cannot handle are skipped)."""
         if self.config.catalog.type == "hadoop":
             root = Path(self.config.catalog.warehouse)
+            if not root.is_dir():
+                # A mistyped or unmounted warehouse is not an empty estate: discovery would drop every known table.
+                raise CatalogUnavailable(f"catalog {self.config.catalog.name!r}: its warehouse {root} does not exist "
+                                         "(a mistyped path, or a volume not mounted); no table was listed")
             found = []
-            if root.is_dir():
-                # A commit replaces the version hint (delete, then rename): a table is also known by its
-                # metadata files, so discovery never drops a live table for the instant of a commit.
-                for marker in (*root.glob("**/metadata/version-hint.text"), *root.glob("**/metadata/v*.metadata.json")):
-                    parts = marker.parent.parent.relative_to(root).parts
-                    found.append(".".join(parts))
+            # A commit replaces the version hint (delete, then rename): a table is also known by its
+            # metadata files, so discovery never drops a live table for the instant of a commit.
+            for marker in (*root.glob("**/metadata/version-hint.text"), *root.glob("**/metadata/v*.metadata.json")):
+                parts = marker.parent.parent.relative_to(root).parts
+                found.append(".".join(parts))
         else:
             catalog = self._pyiceberg_catalog()
             found = []
@@ -177,7 +181,7 @@ class CatalogReader:
             try:
                 tables.append(TableName.parse(key).key)
             except InvalidTableName as exc:
-                log.warning("skipping table %s: %s", key, exc)
+                log.warning("skipping table %s: %s", printable(key), printable(str(exc)))
         return tables
 
     def metadata_location(self, table: str) -> str:

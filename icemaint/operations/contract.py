@@ -292,5 +292,11 @@ def _count(value) -> int:
 
 
 def first_line(exc: BaseException, limit: int = 500) -> str:
+    """The line that says what failed: for a Java exception its root cause (Py4J's own first line, "An error
+    occurred while calling o57.sql.", names none)."""
+    if getattr(exc, "java_exception", None) is not None:
+        from icemaint.engine.java import java_root_message
+
+        return java_root_message(exc)[:limit]
     text = str(exc)
     return text.splitlines()[0][:limit] if text else ""

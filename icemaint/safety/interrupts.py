@@ -23,6 +23,7 @@ import threading
 _INTERRUPTS = {int(signal.SIGINT), int(signal.SIGTERM)}
 _read_fd: int | None = None
 _stopping = threading.Event()
+_last_signal: int | None = None  # the latest interrupt seen on the pipe, for the message
 
 
 class InterruptLost(KeyboardInterrupt):
@@ -54,6 +55,7 @@ def install() -> bool:
 
 def requested() -> bool:
     """Whether a Ctrl-C or termination signal arrived since the last look (each is reported once)."""
+    global _last_signal
     if _read_fd is None:
         return False
     seen = False
@@ -64,10 +66,20 @@ def requested() -> bool:
             break
         if not data:
             break
-        seen = seen or any(b in _INTERRUPTS for b in data)
+        for b in data:
+            if b in _INTERRUPTS:
+                seen, _last_signal = True, b
     if seen:
         _stopping.set()
     return seen
+
+
+def described() -> str:
+    """What stopped the command, as its last line says it: a Ctrl-C, or a termination signal (`kill`, `timeout`)."""
+    requested()
+    if _last_signal == int(signal.SIGTERM):
+        return "terminated (SIGTERM)"
+    return "interrupted (Ctrl-C)"
 
 
 def acknowledge() -> None:
@@ -93,10 +105,12 @@ def check() -> None:
 def before_run() -> None:
     """Raises `Stopped` instead of starting a run once the process is stopping after an interrupt."""
     if stopping():
-        raise Stopped("interrupted (Ctrl-C): no further run was started")
+        raise Stopped(f"{described()}: no further run was started")
 
 
 def reset() -> None:
     """Forgets any interrupt seen (a process that goes on after one: the test suite)."""
+    global _last_signal
     requested()
     _stopping.clear()
+    _last_signal = None
