@@ -155,7 +155,8 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
 
     A run of one partition materializes through its output; a batched run (several dates of a table, or the
     same dates of several tables: the tick's catch-up) materializes each partition on its own, and fails at the
-    end naming every partition that was not done.
+    end naming every partition that was not done. Only a published rewrite (or a person's "nothing to do")
+    materializes: a failed proof is observed, with its failed checks, so its partition shows failed, not green.
     """
     if not config.dry_run:
         spark.start_in_background()  # the JVM starts while the claims are taken and the targets decided
@@ -188,10 +189,9 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
         context.log.info(f"{table} {date or '(partitions)'}: {outcome.decision}: {outcome.reason}")
         failure = run_failure(request.trigger, outcome.decision, refused=f"refused: {outcome.reason}",
                               not_done=f"not done: {outcome.reason}")
-        materialize = materializes(request.trigger, outcome.decision, outcome.dry_run,
-                                   done=outcome.decision in (RUN, NOT_PUBLISHED))
+        materialize = materializes(request.trigger, outcome.decision, outcome.dry_run, done=outcome.decision == RUN)
         metadata = outcome_metadata(outcome)
-        if materialize:
+        if materialize or outcome.decision == NOT_PUBLISHED:  # a proof to report, passed or not
             proven.append((key, outcome.to_dict()))
         if batched and outcome.decision == NOT_PUBLISHED:  # the run's failure names the dates its proofs failed
             failures.append(f"{label(table, date)}: proof failed, nothing published: {outcome.reason}")
@@ -206,13 +206,18 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
                 spark.settings.config.state_dir, key, outcome.to_dict()))
         if failure:
             failures.append(f"{label(table, date)}: {failure}")
-    if proven:  # the proofs of what was materialized, as this run's blocking check results
+    if proven:  # the proofs of what was done or refused publication, as this run's blocking check results
         if batched or not context.has_partition_key:
             for key, outcome_doc in proven:
                 for name in VALIDATION_CHECKS:
                     yield partition_evaluation(check_result(name, outcome_doc, asset_key), asset_key, key)
         for name in VALIDATION_CHECKS:
             yield combined_check_result(name, [doc for _, doc in proven], asset_key)
+        unproven = [doc for _, doc in proven if doc.get("decision") == NOT_PUBLISHED]
+        checked = {k.name for k in context.selected_asset_check_keys}
+        if unproven and not failures and not set(VALIDATION_CHECKS) <= checked:
+            # Without its checks in the selection a failed proof would not fail the step: fail it here.
+            raise dg.Failure(description="; ".join(str(doc.get("reason")) for doc in unproven))
     if failures:
         raise dg.Failure(description=f"{len(failures)} of {len(targets)} {'partitions' if several_tables else 'dates'} "
                                      "not done: " + "; ".join(failures))
@@ -290,8 +295,8 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
             description="Rewrites one date of one table's small files under the table's claim: stages the new "
                         "files on a branch at the planned snapshot, proves them with Great Expectations against the "
                         "files they replace, and publishes one forward replace commit only when the proof passed. "
-                        "Materializes when a rewrite was staged (published or not); defers and refusals are "
-                        "observations.")],
+                        "Materializes when a rewrite was published; a failed proof (its checks failed, the run "
+                        "failed, main unchanged), defers and refusals are observations.")],
         partitions_def=partitions_def,
         check_specs=validation_check_specs("compaction", partitions_def),
         can_subset=True,

@@ -1,8 +1,8 @@
 """The alert sensors: one message per failed proof and per failed maintenance run, routed by table owner.
 
-A failed proof materializes its `not_published` outcome and then fails its run (the blocking GX
-checks fail), so `alert_on_failed_run` sees it; `alert_on_unpublished_proof` covers the one way it
-can end green (a selection without the checks). A run ends in one status and each sensor's cursor
+A failed proof observes its `not_published` outcome and fails its run (the blocking GX checks fail;
+without them in the selection the step fails itself), so `alert_on_failed_run` sees it;
+`alert_on_unpublished_proof` covers any run that still ends green with one (a job of another shape). A run ends in one status and each sensor's cursor
 moves past it, so every failed proof gives one message, and a run whose failure is only its failed
 proofs gets no second, `run_failed` one (`icemaint.safety.alerts.alerts_for_run`).
 """

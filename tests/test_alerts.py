@@ -417,6 +417,16 @@ def test_a_forced_proof_failure_sends_exactly_one_webhook_message(spark, tmp_pat
 
     assert not report.success and report.outcome["decision"] == "not_published", report
     assert "main is unchanged" in report.failure_line
+    # the partition is not materialized (it showed green before): observed, with its proofs failed on it
+    partition = f"{DATE}|{table_name}"
+    assert partition not in runner.instance.get_materialized_partitions(dg.AssetKey("compaction"))
+    events = runner.instance.all_logs(report.run_id)
+    [observed] = [e.dagster_event.event_specific_data.asset_observation for e in events
+                  if e.dagster_event and e.dagster_event.event_type_value == "ASSET_OBSERVATION"]
+    assert observed.partition == partition and observed.metadata["published"].value is False
+    checks = [e.dagster_event.event_specific_data for e in events
+              if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert {c.check_name for c in checks if not c.passed} >= {"column_aggregates"}
     cursors = ticks(sensors, runner.instance, resources, cursors)
     ticks(sensors, runner.instance, resources, cursors)
     assert len(webhook.messages) == 1, webhook.messages

@@ -212,8 +212,15 @@ def test_a_failed_proof_in_a_batch_leaves_its_table_as_it_was_and_the_others_pub
         assert _ids(reader, key) == _expected(names, key)
     from icemaint.app.instance import get_instance
 
-    run = get_instance(config).get_run_by_id(runs[(broken, DATE)]["run_id"])
+    instance = get_instance(config)
+    run = instance.get_run_by_id(runs[(broken, DATE)]["run_id"])
     assert not run.is_success  # the run does not report success for work not done
+    # ...and neither does the partition: the published ones are materialized, the failed proof's is not
+    import dagster as dg
+
+    materialized = instance.get_materialized_partitions(dg.AssetKey("compaction"))
+    assert {f"{DATE}|{names[0]}", f"{DATE}|{names[2]}"} <= materialized
+    assert f"{DATE}|{broken}" not in materialized
 
 
 @pytest.mark.usefixtures("isolated_dagster_home")
