@@ -264,8 +264,11 @@ def write_report(state_dir: str, key: str, outcome: dict) -> dict:
               "published": outcome.get("published"), "staged": outcome.get("staged", [])}
     report_path.write_text(json.dumps(report, indent=2, default=str))
     commits = outcome["validation"].get("commits", [])
+    # A date with nothing rewritten needed no proof: it passes, as its checks say ("nothing was rewritten").
+    passed = outcome["validation"].get("passed") if commits else outcome.get("decision") == NOOP
     return {
-        "passed": dg.MetadataValue.bool(bool(outcome["validation"].get("passed"))),
+        "passed": dg.MetadataValue.bool(bool(passed)),
+        "proofs": dg.MetadataValue.int(len(commits)),
         "before_snapshot_id": dg.MetadataValue.text(str(outcome["before_snapshot_id"])),
         "after_snapshot_id": dg.MetadataValue.text(str(outcome["after_snapshot_id"])),
         "validation_seconds": dg.MetadataValue.float(float(sum(c.get("duration_seconds", 0) for c in commits))),

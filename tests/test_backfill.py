@@ -109,3 +109,15 @@ def test_asset_backfill_compacts_each_date_with_its_own_proof(spark, lake_root, 
     assert len({r.after_snapshot_id for r in audit}) == 3
     ids = sorted(r[0] for r in spark.sql(f"SELECT event_id FROM {writer.table_sql}").collect())
     assert ids == sorted(writer.ledger.expected_ids())
+
+
+def test_a_date_with_nothing_to_rewrite_reports_its_proof_as_not_needed_not_failed(tmp_path):
+    """Its checks pass ("nothing was rewritten: no proof needed"); its report said passed: false beside them."""
+    from maint_assets.compaction import write_report
+
+    noop = {"decision": "noop", "before_snapshot_id": 1, "after_snapshot_id": 1, "validation": {"passed": None}}
+    meta = write_report(str(tmp_path), "2026-01-05|db.t", noop)
+    assert meta["passed"].value is True and meta["proofs"].value == 0
+    ran = {**noop, "decision": "run", "validation": {"passed": False, "commits": [{"passed": False}]}}
+    meta = write_report(str(tmp_path), "2026-01-05|db.t", ran)
+    assert meta["passed"].value is False and meta["proofs"].value == 1
