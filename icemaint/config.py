@@ -266,6 +266,10 @@ def _local_directory(path: str, where: str) -> str:
     if "://" in path:
         return path
     target = Path(path)
+    try:
+        target.resolve()
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError in Python 3.11)
+        raise ConfigError(f"{where}: {path} cannot be used: {exc}") from None
     if target.exists() and not target.is_dir():
         raise ConfigError(f"{where}: {path} is a file, not a directory")
     for parent in target.parents:
@@ -298,7 +302,7 @@ def _resolve(path: str, base: Path) -> str:
     return str(p if p.is_absolute() else (base / p).resolve())
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # whole: "$" would let "AB\n" by
 _URL_IN_FILE = ("the webhook URL is a secret and is not read from the file; set it in the environment and "
                 "name the variable in")
 
@@ -306,7 +310,7 @@ _URL_IN_FILE = ("the webhook URL is a secret and is not read from the file; set 
 def _env_name(value: Any, where: str) -> str:
     if isinstance(value, str) and "://" in value:  # the URL itself: never repeat it in a message
         raise ConfigError(f"{where}: {_URL_IN_FILE} {where} (a variable name such as ICEMAINT_ALERT_WEBHOOK)")
-    if not isinstance(value, str) or not _ENV_NAME.match(value):
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
         raise ConfigError(f"{where}: {_shown.repr(value)} is not an environment variable name (the webhook "
                           "URL itself stays in that variable, never in the file)")
     return value
@@ -314,7 +318,7 @@ def _env_name(value: Any, where: str) -> str:
 
 def _env_name_plain(value: Any, where: str) -> str:
     """A variable's name (the DSN itself stays in the environment, never in the file)."""
-    if not isinstance(value, str) or not _ENV_NAME.match(value):
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
         raise ConfigError(f"{where}: {_shown.repr(value)} is not an environment variable name (the DSN itself "
                           "stays in that variable, never in the file)")
     return value

@@ -2,15 +2,30 @@
 
 import dagster as dg
 
+from icemaint.observe.catalog import CatalogUnavailable, WarehouseMissing
 from maint_assets.health import HEALTH_TABLES_PER_RUN
 from maint_assets.partitions import TABLE_TAG, table_partitions, tables_range_tags
 from resources.catalog import IcebergCatalogResource
 
 
 def discover_tables(instance, catalog: IcebergCatalogResource) -> tuple[list[str], list[str]]:
-    """(added, removed) tables versus the known `table` partitions. Shared by the sensor and `icemaint tick`."""
-    found = set(catalog.list_tables())
+    """(added, removed) tables versus the known `table` partitions. Shared by the sensor and `icemaint tick`.
+
+    A catalog that lists no table while tables are known is not taken as "every table was dropped": an unmounted or
+    emptied warehouse looks just so, and removing every `table` partition would stop all maintenance. It raises
+    instead, removing nothing (a deployment whose tables really are all gone removes them in the UI). A warehouse
+    that does not exist yet, with no table known, is a fresh deployment: nothing to discover."""
     known = set(instance.get_dynamic_partitions(table_partitions.name))
+    try:
+        found = set(catalog.list_tables())
+    except WarehouseMissing as exc:
+        if not known:
+            return [], []
+        raise WarehouseMissing(f"{exc}, while {len(known)} known tables are registered: none was removed") from None
+    if known and not found:
+        raise CatalogUnavailable(f"catalog {catalog.settings.config.catalog.name!r} lists no table while "
+                                 f"{len(known)} are registered (an empty or unmounted warehouse?): none was removed; "
+                                 "if every table was dropped, delete the `table` partitions in the Dagster UI")
     return sorted(found - known), sorted(known - found)
 
 

@@ -377,6 +377,24 @@ def test_a_missing_warehouse_is_an_error_not_an_empty_estate(capsys, tmp_path, i
     assert sorted(get_instance(load_config(path)).get_dynamic_partitions("table")) == ["db.events", "db.orders"]
 
 
+def test_an_empty_warehouse_removes_no_known_table_and_a_fresh_one_is_no_error(capsys, tmp_path,
+                                                                              isolated_dagster_home):
+    """An empty warehouse directory (a volume not mounted) looked like "every table dropped": the tick removed every
+    `table` partition and exited 0. A deployment with no table yet (no warehouse yet) is not an error."""
+    (tmp_path / "empty").mkdir()
+    path = write_config(tmp_path / "maintenance.yaml", tmp_path, state_dir=str(tmp_path / "state"),
+                        catalog={"warehouse": str(tmp_path / "empty")})
+    get_instance(load_config(path)).add_dynamic_partitions("table", ["db.events"])
+    code, out, err = run_cli(capsys, "--config", str(path), "tick")
+    assert code == 1 and "lists no table while 1 are registered" in err and "none was removed" in err, err
+    assert get_instance(load_config(path)).get_dynamic_partitions("table") == ["db.events"]
+
+    fresh = write_config(tmp_path / "fresh.yaml", tmp_path, state_dir=str(tmp_path / "fresh-state"),
+                         catalog={"warehouse": str(tmp_path / "not-yet")})
+    code, out, err = run_cli(capsys, "--config", str(fresh), "tick")
+    assert code == 0 and "0 tables evaluated" in out, out + err
+
+
 def test_stored_text_is_printed_on_its_own_line_and_notes_are_bounded(capsys, tmp_path, lake_root, spark):
     """An approval's note and an identity are stored text: `explain` prints them escaped, as `audit` does (a note
     could forge an audit line or send terminal escapes), and a note is at most 1,000 characters."""
@@ -401,6 +419,21 @@ def test_stored_text_is_printed_on_its_own_line_and_notes_are_bounded(capsys, tm
 def test_a_webserver_port_outside_1_to_65535_is_refused_before_anything_starts(capsys, port):
     code, out, err = run_cli(capsys, "ui", "--port", port)
     assert code == 2 and f"{port!r} is not a TCP port (1-65535)" in err
+
+
+def test_a_webserver_port_in_use_is_refused_before_dagster_starts_its_daemon(capsys, tmp_path, lake_root,
+                                                                             isolated_dagster_home):
+    """Dagster's webserver failed on it while `dagster dev` kept its daemon running, maintaining with no UI."""
+    import socket
+
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = run_cli(capsys, "--config", str(path), "ui", "--port", str(port))
+    assert code == 2 and f"error: port {port} on 127.0.0.1 cannot be used (Address already in use)" in err, err
+    assert "Dagster UI on" not in out
 
 
 def test_a_java_failure_is_named_by_its_root_cause_not_by_py4j():
@@ -428,7 +461,7 @@ def test_a_termination_signal_is_named_as_one_not_as_a_ctrl_c(capsys, monkeypatc
     monkeypatch.setattr(cli, "load_config", terminated)
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        assert cli.main(["audit"]) == 130
+        assert cli.main(["audit"]) == 128 + signal.SIGTERM  # 143, the shell's status for it
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert capsys.readouterr().err == "error: terminated (SIGTERM)\n"

@@ -115,6 +115,8 @@ BAD_CONFIGS = [
     ("dagster unknown key", {"dagster": {"url": "x"}}, ["dagster.url", "unknown key", "storage, dsn_env"]),
     ("claims dsn_env not a variable name", {"claims": {"dsn_env": "X; rm -rf /"}},
      ["claims.dsn_env", "'X; rm -rf /'", "not an environment variable name"]),
+    ("dsn_env with a trailing newline", {"dagster": {"dsn_env": "AB\n"}},
+     ["dagster.dsn_env", "'AB\\n'", "not an environment variable name"]),
     ("audit dsn in the file", {"audit": {"dsn_env": "postgresql://u:p@h/db"}},
      ["audit.dsn_env", "not an environment variable name"]),
     ("concurrent reads zero", {"catalog": {"concurrent_reads": 0}},
@@ -227,6 +229,10 @@ def test_a_state_dir_that_cannot_be_created_is_named_at_load(tmp_path):
     assert str(info.value) == f"state_dir: {blocker / 'state'} cannot be created: {blocker} is a file, not a directory"
     with pytest.raises(ConfigError, match="catalog.warehouse: .* cannot be created"):
         parse_config({"catalog": {"warehouse": str(blocker / "deep" / "wh")}}, tmp_path)
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    with pytest.raises(ConfigError, match="state_dir: .*loop1/state cannot be used: Symlink loop"):
+        parse_config({"state_dir": str(tmp_path / "loop1" / "state")}, tmp_path)
 
 
 def test_yaml_syntax_error_names_the_file(tmp_path):

@@ -344,6 +344,14 @@ def cmd_ui(config: MaintenanceConfig, args) -> int:
     if not workspace.is_file():
         raise ConfigError(f"{workspace} not found: `icemaint ui` serves the project's workspace.yaml beside "
                           "maint_assets/; run it from a checkout of the project")
+    import socket
+
+    with socket.socket() as probe:  # Dagster's webserver would fail on it and leave its daemon running without a UI
+        try:
+            probe.bind(("127.0.0.1", args.port))
+        except OSError as exc:
+            raise ConfigError(f"port {args.port} on 127.0.0.1 cannot be used ({exc.strerror}): give another with "
+                              "--port") from None
     dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
     env = {**os.environ, "DAGSTER_HOME": str(home), "ICEMAINT_CONFIG": str(Path(config.source or "maintenance.yaml").resolve())}
     print(f"Dagster UI on http://127.0.0.1:{args.port} (instance {home}); Ctrl-C stops it", flush=True)
@@ -514,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt as exc:  # outside any run, or no further run after one (a run answers it as a failed run)
         print(f"error: {str(exc) or interrupts.described()}", file=sys.stderr)
-        return 128 + 2
+        return 128 + interrupts.signal_number()
     except BrokenPipeError:  # the reader left (`icemaint audit | head`): no traceback, the shell's SIGPIPE status
         import os
         import signal

@@ -9,6 +9,7 @@ numbers compared; `plan` ranks what the next tick would do across the estate.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from icemaint.domain.decisions import (DEFER, REFUSE, Decision, Gates, decide_ta
 from icemaint.domain.health import TableHealth
 from icemaint.domain.names import TableName
 from icemaint.domain.units import counted, human_duration, human_size
+
+log = logging.getLogger(__name__)
 
 # The tick's own bound on runs requested at once (sensors/compaction.py MAX_RUNS_PER_TICK); a run is a
 # table's consecutive due dates, so the bound counts tables, as the sensor and `icemaint tick` count them.
@@ -97,7 +100,11 @@ class ReadOnlyEstate:
             if (home / "dagster.yaml").exists():
                 from dagster import DagsterInstance
 
-                self._instance = DagsterInstance.from_config(str(home))
+                try:
+                    self._instance = DagsterInstance.from_config(str(home))
+                except Exception as exc:  # read-only: an instance it cannot open (a read-only state dir) is none
+                    log.warning("the Dagster instance at %s cannot be opened (%s): runs in flight are not known",
+                                home, type(exc).__name__)
         return self._instance
 
     def latest_mark(self, operation: str, table: str) -> int | None:

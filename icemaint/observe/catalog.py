@@ -33,6 +33,11 @@ class CatalogUnavailable(RuntimeError):
     """The catalog could not be reached or did not answer in time (named with its URI, never a secret)."""
 
 
+class WarehouseMissing(CatalogUnavailable):
+    """A hadoop catalog's warehouse directory does not exist: none created yet, a mistyped path or a volume not
+    mounted (only the tables known before tell them apart)."""
+
+
 class CatalogDenied(CatalogUnavailable):
     """The catalog answered but refused our credentials (named with its URI and the variables, never a secret)."""
 
@@ -160,8 +165,8 @@ class CatalogReader:
             root = Path(self.config.catalog.warehouse)
             if not root.is_dir():
                 # A mistyped or unmounted warehouse is not an empty estate: discovery would drop every known table.
-                raise CatalogUnavailable(f"catalog {self.config.catalog.name!r}: its warehouse {root} does not exist "
-                                         "(a mistyped path, or a volume not mounted); no table was listed")
+                raise WarehouseMissing(f"catalog {self.config.catalog.name!r}: its warehouse {root} does not exist "
+                                       "(a mistyped path, or a volume not mounted); no table was listed")
             found = []
             # A commit replaces the version hint (delete, then rename): a table is also known by its
             # metadata files, so discovery never drops a live table for the instant of a commit.

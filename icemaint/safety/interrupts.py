@@ -74,6 +74,12 @@ def requested() -> bool:
     return seen
 
 
+def signal_number() -> int:
+    """The signal that stopped the command (SIGINT unless a SIGTERM was seen): its exit status is 128 + it."""
+    requested()
+    return int(signal.SIGTERM) if _last_signal == int(signal.SIGTERM) else int(signal.SIGINT)
+
+
 def described() -> str:
     """What stopped the command, as its last line says it: a Ctrl-C, or a termination signal (`kill`, `timeout`)."""
     requested()
