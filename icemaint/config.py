@@ -282,17 +282,16 @@ def _local_directory(path: str, where: str) -> str:
 
 def _check_bounds(policy: TablePolicy, where: str) -> None:
     """Sizes that fit a Java long (they reach Iceberg as one) and ages date arithmetic can hold; a file group that
-    can hold a small file."""
+    can hold a file."""
     for key, (attr, parse) in POLICY_KEYS.items():
         value = getattr(policy, attr)
         if parse is parse_size and isinstance(value, int) and value > MAX_SIZE_BYTES:
             raise ConfigError(f"{where}.{key}: {value} bytes is too large; at most {MAX_SIZE_BYTES} (a Java long)")
         if parse is parse_duration and isinstance(value, (int, float)) and value > MAX_DURATION_SECONDS:
             raise ConfigError(f"{where}.{key}: {value:g} seconds is too long; at most 100 years")
-    if policy.max_file_group_size_bytes < policy.small_file_size_bytes:
-        raise ConfigError(f"{where}.max_file_group_size_bytes: {human_size(policy.max_file_group_size_bytes)} is "
-                          f"below small_file_size_bytes ({human_size(policy.small_file_size_bytes)}): a group could "
-                          "not hold the small files it exists for, and due dates would never be compacted")
+    if policy.max_file_group_size_bytes <= 0:
+        raise ConfigError(f"{where}.max_file_group_size_bytes: {human_size(policy.max_file_group_size_bytes)} holds "
+                          "no file: with partial_progress no date would ever be compacted; give a size such as 10GiB")
 
 
 def _resolve(path: str, base: Path) -> str:

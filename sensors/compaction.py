@@ -20,6 +20,8 @@ from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 
 MAX_RUNS_PER_TICK = 20
+# How a run of a scope ends when it publishes nothing (its audit record's decision).
+UNPUBLISHED_RUN_ENDS = frozenset({"defer", "not_published", "failed", "interrupted"})
 
 
 COMPACTION_JOB, TABLE_COMPACTION_JOB = "compaction_job", "table_compaction_job"
@@ -41,8 +43,8 @@ def compaction_run_request(decision, health, trigger: str = "sensor", attempts: 
                            ) -> dg.RunRequest:
     """A dated decision runs `compaction_job` on its (date, table); a table without a time column runs
     `table_compaction_job` on the table. The run key names the table, scope and planned snapshot, and how many
-    runs of the scope deferred at run time (`attempts`): the same request again is skipped by Dagster, a retry
-    after a deferral is not."""
+    runs of the scope ended without publishing (`attempts`): the same request again is skipped by Dagster, the
+    one after such a run (a retry, or a run an operator's approval lets go) is not."""
     dated = decision.date is not None
     return dg.RunRequest(
         run_key=(f"compact:{decision.table}:{decision.date or 'partitions'}:{health.snapshot_id}"
@@ -130,10 +132,11 @@ class TickHistory:
         return held_runs(self._records(table))
 
     def attempts(self, table: str, date: str | None) -> int:
-        """How many runs of the scope deferred at run time: part of its run key, so the retry of a run that
-        deferred is a new request (Dagster skips a run key it has launched before)."""
+        """How many runs of the scope ended without publishing (deferred at run time, proof failed, failed,
+        interrupted): part of its run key, so the next request after one (a retry, or a run an approval let go)
+        is a new request; Dagster skips a run key it has launched before."""
         return sum(1 for r in self._records(table) if r.operation == "compact" and r.date == date and r.run_id
-                   and r.decision == "defer")
+                   and r.decision in UNPUBLISHED_RUN_ENDS and not r.details.get("dry_run"))
 
 
 def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: TableClaimResource,

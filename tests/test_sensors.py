@@ -310,6 +310,8 @@ def test_a_sensor_run_that_deferred_at_run_time_is_requested_again_and_a_failed_
     lifted = loc.tick("compaction_sensor", instance)
     [whole] = lifted.run_requests
     assert whole.partition_key_range == request.partition_key_range
+    # a new key: the failed run counts too, so Dagster does not skip the run the approval lets go
+    assert whole.run_key == f"{request.run_key}:retry4", whole.run_key
 
 
 def test_read_only_table_is_refused_and_the_refusal_recorded(tmp_path, lake_root, namespace, hot):

@@ -512,6 +512,18 @@ def test_retention_keeps_a_live_staging_refs_files_and_expiry_removes_a_dead_run
     assert len(got) == len(set(got)) and set(got) == writer.ledger.expected_ids()
 
 
+def test_partial_progress_with_groups_too_small_for_two_files_says_so(spark, lake_root, tmp_path, table_name):
+    """Its reason said the date had no two small files (it had six): it names max_file_group_size_bytes now."""
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"),
+                         tables={table_name: {"partial_progress": True, "max_file_group_size_bytes": "1B"}})
+    streaming_table(spark, config.catalog.name, table_name, batches=6, rows_per_day=10, delete_every=0)
+    location = CatalogReader(config).metadata_location(table_name)
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.decision == "noop" and "no file group of at most max_file_group_size_bytes 1 B holds two of" \
+        in outcome.reason and outcome.reason.endswith("candidate files: raise it"), outcome.reason
+    assert CatalogReader(config).metadata_location(table_name) == location
+
+
 def test_partial_progress_publishes_each_group_with_its_own_proof(spark, lake_root, tmp_path, table_name):
     config = make_config(lake_root, state_dir=str(tmp_path / "state"),
                          tables={table_name: {"partial_progress": True, "max_file_group_size_bytes": "3KiB"}})

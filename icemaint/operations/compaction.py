@@ -25,6 +25,7 @@ from icemaint.domain.decisions import AUTOMATIC_TRIGGERS, DEFER, NOOP, NOT_PUBLI
     Operation, ReasonKind, choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, measured_throughput
 from icemaint.domain.layout import describe_all, partition_key, partitions_of
 from icemaint.domain.health import TableHealth
+from icemaint.domain.units import counted, human_size
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.rewrite_plan import parse_sort_order, plan_groups
@@ -256,6 +257,11 @@ class Compactor(ContractOperation):
                                       f"{'the date' if scope else 'the table'} has " + (
                                           "two or more position-delete files" if deletes_only else
                                           "two or more small files or a file with deletes to apply"))
+                    if len(candidates) >= 2 and policy.partial_progress and not deletes_only:
+                        outcome.reason = (f"nothing to rewrite on snapshot {base}: with partial_progress, no file "
+                                          f"group of at most max_file_group_size_bytes "
+                                          f"{human_size(policy.max_file_group_size_bytes)} holds two of the "
+                                          f"{counted(len(candidates), 'candidate file')}: raise it")
                 return
             try:
                 for group in groups:
