@@ -142,13 +142,14 @@ class TickHistory:
 def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: TableClaimResource,
                         audit: AuditResource, cursor_text: str | None, now: dt.datetime, date_keys: set[str],
                         batch_dates: bool = False, kept: KeptHealths | None = None,
-                        history: TickHistory | None = None):
+                        history: TickHistory | None = None, tables: list[str] | None = None, record: bool = True):
     """The tick's plan: shared by the sensor and `icemaint tick`. With `batch_dates` (`icemaint tick`, which
     runs a table's due dates as one Dagster run) the run budget counts tables, not table-dates. `kept`: the
     caller's `KeptHealths`, carried from its previous tick (with its cursor). `history`: the tick's read of the
-    audit log, when the caller uses it too."""
+    audit log, when the caller uses it too. `tables`: instead of the `table` partitions (a dry run's, with what
+    discovery would add); `record` false: a dry run's deferrals and refusals are not written to the audit."""
     config = catalog.settings.config
-    tables = instance.get_dynamic_partitions(table_partitions.name)
+    tables = instance.get_dynamic_partitions(table_partitions.name) if tables is None else tables
 
     def holder(table):
         info = claims.holder_of(table)
@@ -162,7 +163,7 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
         cursor=decode_cursor(cursor_text), now=now, max_runs=MAX_RUNS_PER_TICK,
         valid_dates=lambda d: d in date_keys, run_of=(lambda d: d.table) if batch_dates else None, kept=kept,
         in_flight=lambda: in_flight_jobs_by_table(instance), reverted=history.reverted, held=history.held)
-    for d in plan.to_record:
+    for d in plan.to_record if record else ():
         if d.verdict in (DEFER, REFUSE):
             audit.append(AuditRecord(table=d.table, operation="compact", decision=d.verdict, reason=d.reason,
                                      date=d.date, trigger="sensor", identity=config.identity(),

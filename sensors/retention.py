@@ -33,8 +33,10 @@ def _latest_materialization(instance, asset: str, table: str) -> Optional[int]:
 
 
 def evaluate_retention(instance, catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource,
-                       cursor_text: Optional[str], now: dt.datetime) -> RetentionTickPlan:
-    """The tick's retention plan: shared by the sensor and `icemaint tick`."""
+                       cursor_text: Optional[str], now: dt.datetime, tables: Optional[list[str]] = None,
+                       record: bool = True) -> RetentionTickPlan:
+    """The tick's retention plan: shared by the sensor and `icemaint tick` (`tables` and `record` as in
+    `evaluate_compaction`: a dry run's)."""
     config = catalog.settings.config
     identity = config.identity()
 
@@ -43,14 +45,14 @@ def evaluate_retention(instance, catalog: IcebergCatalogResource, claims: TableC
         return info.holder if info else None
 
     plan = plan_retention_tick(
-        instance.get_dynamic_partitions(table_partitions.name),
+        instance.get_dynamic_partitions(table_partitions.name) if tables is None else tables,
         policy_of=config.policy, policy_fingerprint=policy_fingerprint, identity=identity,
         metadata_location=catalog.metadata_location,
         read_signals=lambda table, policy: read_retention_signals(catalog.reader.load(table), table, policy),
         claim_holder=holder, in_flight_jobs=lambda: in_flight_jobs_by_table(instance),
         latest_mark=lambda operation, table: _latest_materialization(instance, RETENTION_ASSET_OF[operation], table),
         cursor=decode_cursor(cursor_text), now=now)
-    for d in plan.to_record:
+    for d in plan.to_record if record else ():
         audit.append(AuditRecord(table=d.table, operation=str(d.operation), decision=str(d.verdict), reason=d.reason,
                                  trigger="sensor", identity=identity))
     return plan

@@ -395,6 +395,26 @@ def test_an_empty_warehouse_removes_no_known_table_and_a_fresh_one_is_no_error(c
     assert code == 0 and "0 tables evaluated" in out, out + err
 
 
+def test_a_dry_run_tick_decides_what_a_tick_would_and_writes_nothing(capsys, spark, tmp_path, lake_root):
+    """On a fresh instance a dry run evaluated no table (discovery's additions were not applied, so nothing was
+    there to decide) while `plan` listed them due; and its deferrals were written to the audit."""
+    from conftest import streaming_table
+
+    name = f"dry_{uuid.uuid4().hex[:8]}"
+    streaming_table(spark, "lake", f"{name}.due", batches=3, days=1, rows_per_day=6, delete_every=0)
+    streaming_table(spark, "lake", f"{name}.busy", batches=3, days=1, rows_per_day=6, delete_every=0)
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        scope={"include": [f"{name}.*"]}, tables={f"{name}.busy": {"writer_idle": "1h"}})
+    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--dry-run")
+    assert code == 0, err
+    assert "2 tables evaluated" in out and "1 table-date due (dry run: nothing launched)" in out, out
+    assert f"{name}.busy" in out and "writer active" in out
+    config = load_config(path)
+    assert get_instance(config).get_dynamic_partitions("table") == []
+    assert open_audit(config).records() == []
+    assert not (tmp_path / "state" / "tick_cursor.json").exists()
+
+
 def test_stored_text_is_printed_on_its_own_line_and_notes_are_bounded(capsys, tmp_path, lake_root, spark):
     """An approval's note and an identity are stored text: `explain` prints them escaped, as `audit` does (a note
     could forge an audit line or send terminal escapes), and a note is at most 1,000 characters."""

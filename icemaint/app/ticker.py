@@ -99,8 +99,12 @@ class Ticker:
         if added or removed:
             lines.append(f"discovery: added {added or '[]'}, removed {removed or '[]'}")
         date_keys = set(date_partitions(self.config.dates_start).get_partition_keys(current_time=now))
+        # A dry run writes nothing (no partition, audit record or cursor) and decides what a real tick would.
+        tables = sorted((set(instance.get_dynamic_partitions(table_partitions.name)) | set(added)) - set(removed)) \
+            if dry_run else None
         plan = evaluate_compaction(instance, self.catalog, self.claims, self.audit, self._cursor("compaction"),
-                                   now, date_keys, batch_dates=True, kept=self.kept)
+                                   now, date_keys, batch_dates=True, kept=self.kept, tables=tables,
+                                   record=not dry_run)
         decisions, quiet = [], {}
         launched = {} if dry_run else self._compact_in_batches([(d.table, d.date) for d in plan.decisions
                                                                 if d.verdict == RUN])
@@ -148,7 +152,7 @@ class Ticker:
             lines.append(f"{table}: unchanged since the last tick, {plan.cursor[table].said or 'no decision yet'}")
         lines.append(f"tick: {counted(len(plan.evaluated), 'table')} evaluated, {len(plan.unchanged)} unchanged, "
                      + _ran(decisions, dry_run) + (f", errors: {plan.errors}" if plan.errors else ""))
-        retention, retention_lines, retention_failed, retention_errors = self._tick_retention(dry_run)
+        retention, retention_lines, retention_failed, retention_errors = self._tick_retention(dry_run, tables)
         decisions += retention
         lines += retention_lines
         errors = {**plan.errors, **retention_errors}
@@ -225,13 +229,15 @@ class Ticker:
                 out[(table, operation)] = (report, outcome, ok)
         return out
 
-    def _tick_retention(self, dry_run: bool) -> tuple[list[dict], list[str], bool, dict]:
+    def _tick_retention(self, dry_run: bool, tables: list[str] | None = None
+                        ) -> tuple[list[dict], list[str], bool, dict]:
         """Retention after compaction (which may just have superseded files): expiry, orphans, manifests."""
         from icemaint.domain.retention_tick import encode_cursor
         from sensors.retention import evaluate_retention
 
         plan = evaluate_retention(self.runner.instance, self.catalog, self.claims, self.audit,
-                                  self._cursor("retention"), dt.datetime.now(dt.timezone.utc))
+                                  self._cursor("retention"), dt.datetime.now(dt.timezone.utc), tables=tables,
+                                  record=not dry_run)
         done = {} if dry_run else self._retention_in_batches(plan.runs)
         entries, lines, failed = [], [], False
         for d in plan.decisions:
