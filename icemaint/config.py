@@ -367,6 +367,11 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     warehouse = cat.get("warehouse")
     if catalog_type == "hadoop" and warehouse is None:
         warehouse = ".icemaint/warehouse"
+    if catalog_type == "hadoop" and isinstance(warehouse, str) and ":" in warehouse.split("/", 1)[0]:
+        if not warehouse.startswith("file:"):
+            raise ConfigError(f"catalog.warehouse: {_shown.repr(warehouse)}: a hadoop catalog is read here from a "
+                              "local warehouse directory; for an object store use a rest, jdbc or glue catalog")
+        warehouse = "/" + warehouse[len("file:"):].lstrip("/")  # file:///x, file:/x: the local path /x
     if warehouse is not None and catalog_type in ("hadoop", "jdbc"):  # a path: relative to this file
         warehouse = _local_directory(_resolve(_string(warehouse, "catalog.warehouse"), base_dir),
                                      "catalog.warehouse")
@@ -487,9 +492,14 @@ class _ConfigLoader(yaml.SafeLoader):
     mapping (YAML keeps the last silently: a policy edited in two places would apply only one of them)."""
 
     def construct_mapping(self, node, deep=False):
-        seen = set()
+        seen, merges = set(), 0
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: keys after it override the base's
+                merges += 1
+                if merges > 1:  # YAML would apply the first alone (merge several with `<<: [*a, *b]`)
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "the merge key '<<' is given twice in one mapping; merge several with "
+                        "<<: [*a, *b]", key_node.start_mark)
                 continue
             key = self.construct_object(key_node, deep=True)
             try:

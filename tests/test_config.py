@@ -79,6 +79,8 @@ BAD_CONFIGS = [
      ["tables.t.events.metadata_versions_max", "99999999999", "maximum 2147483647"]),
     ("a file group that holds no file", {"defaults": {"partial_progress": True, "max_file_group_size_bytes": 0}},
      ["defaults.max_file_group_size_bytes", "0 B holds no file", "no date would ever be compacted"]),
+    ("a hadoop warehouse on an object store", {"catalog": {"warehouse": "s3a://bucket/wh"}},
+     ["catalog.warehouse", "'s3a://bucket/wh'", "local warehouse directory", "rest, jdbc or glue"]),
     ("a catalog property the config sets itself", {"catalog": {"properties": {"warehouse": "/elsewhere"}}},
      ["catalog.properties.warehouse", "set by icemaint from catalog.warehouse", "remove it"]),
     ("min_input_files 1", {"defaults": {"min_input_files": 1}},
@@ -200,8 +202,8 @@ def test_spark_jars_resolve_against_the_file_directory_and_urls_are_kept(tmp_pat
 
 
 def test_uris_and_absolute_paths_are_kept(tmp_path):
-    config = parse_config({"catalog": {"warehouse": "s3://bucket/wh"}, "state_dir": str(tmp_path / "s")},
-                          tmp_path / "elsewhere")
+    config = parse_config({"catalog": {"type": "jdbc", "uri": "jdbc:postgresql://h/db", "warehouse": "s3://bucket/wh"},
+                           "state_dir": str(tmp_path / "s")}, tmp_path / "elsewhere")
     assert config.catalog.warehouse == "s3://bucket/wh"
     assert config.state_dir == str(tmp_path / "s")
 
@@ -214,9 +216,17 @@ def test_a_key_given_twice_in_the_file_is_refused_naming_it(tmp_path):
         load_config(path)
     assert str(info.value) == (f"{path}: not valid YAML at line 4, column 3: the key 'min_input_files' is given "
                                "twice in one mapping")
+    path.write_text("defaults:\n  <<: {min_input_files: 3}\n  <<: {min_input_files: 7}\n")
+    with pytest.raises(ConfigError, match="the merge key '<<' is given twice"):
+        load_config(path)
     path.write_text("base: &base {min_input_files: 3}\ndefaults:\n  <<: *base\n  writer_idle: 5m\n")
     with pytest.raises(ConfigError, match="config.base"):  # merge keys still read; the unknown key is named
         load_config(path)
+
+
+def test_a_hadoop_warehouse_given_as_a_file_uri_is_its_local_path(tmp_path):
+    for uri in (f"file://{tmp_path}/wh", f"file:{tmp_path}/wh"):
+        assert parse_config({"catalog": {"warehouse": uri}}, tmp_path).catalog.warehouse == f"{tmp_path}/wh"
 
 
 def test_a_state_dir_that_cannot_be_created_is_named_at_load(tmp_path):
