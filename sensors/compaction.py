@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import dagster as dg
 
-from icemaint.safety.approvals import held_runs, is_approved, reverted_scopes
+from icemaint.safety.approvals import UNPUBLISHED_RUN_ENDS, held_runs, is_approved, reverted_scopes
 from icemaint.safety.audit import AuditRecord
 from icemaint.domain.decisions import DEFER, REFUSE
 from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick, \
@@ -20,8 +20,6 @@ from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 
 MAX_RUNS_PER_TICK = 20
-# How a run of a scope ends when it publishes nothing (its audit record's decision).
-UNPUBLISHED_RUN_ENDS = frozenset({"defer", "not_published", "failed", "interrupted"})
 
 
 COMPACTION_JOB, TABLE_COMPACTION_JOB = "compaction_job", "table_compaction_job"

@@ -15,6 +15,9 @@ from icemaint.domain.decisions import ReasonKind, RunHold, refusal_for
 
 # Runs in a row that failed or were interrupted before automation stops requesting the scope.
 MAX_FAILED_RUNS = 3
+# How a compaction run ends (its audit record's decision) when it publishes nothing: failed, and also deferred.
+FAILED_RUN_ENDS = frozenset({"not_published", "failed", "interrupted"})
+UNPUBLISHED_RUN_ENDS = FAILED_RUN_ENDS | {"defer"}
 
 
 class ApprovalRefused(PermissionError):
@@ -89,7 +92,7 @@ def held_runs(records, max_failed: int = MAX_FAILED_RUNS) -> dict[str | None, Ru
             continue
         if (r.operation == "approve" and r.decision == "approved") or (r.operation == "compact" and r.decision == "run"):
             ended[r.date] = []
-        elif r.operation == "compact" and r.run_id and r.decision in ("not_published", "failed", "interrupted"):
+        elif r.operation == "compact" and r.run_id and r.decision in FAILED_RUN_ENDS:
             ended.setdefault(r.date, []).append(r)
     held = {}
     for scope, runs in ended.items():

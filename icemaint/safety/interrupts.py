@@ -82,10 +82,7 @@ def signal_number() -> int:
 
 def described() -> str:
     """What stopped the command, as its last line says it: a Ctrl-C, or a termination signal (`kill`, `timeout`)."""
-    requested()
-    if _last_signal == int(signal.SIGTERM):
-        return "terminated (SIGTERM)"
-    return "interrupted (Ctrl-C)"
+    return "terminated (SIGTERM)" if signal_number() == int(signal.SIGTERM) else "interrupted (Ctrl-C)"
 
 
 def acknowledge() -> None:
