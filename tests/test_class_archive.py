@@ -140,13 +140,14 @@ def test_a_later_session_maps_the_classes_an_earlier_one_recorded_and_nobody_see
         pytest.skip("this JDK cannot record a class archive")
     cache, log = tmp_path / "cache", tmp_path / "cds.log"
 
-    def session(java_options: str = "") -> subprocess.CompletedProcess:
+    def session(java_options: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
         spark = {"master": "local[1]", "conf": {"spark.ui.enabled": "false"}}
         if java_options:
             spark["conf"]["spark.driver.extraJavaOptions"] = java_options
         path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"), spark=spark)
-        proc = subprocess.run([sys.executable, "-c", SESSION, str(path)], cwd=REPO, capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "ICEMAINT_CACHE_DIR": str(cache)})
+        proc = subprocess.run([sys.executable, "-c", SESSION, str(path)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300,  # a crashed JVM leaves its hs_err files in the cwd
+                              env={**os.environ, "ICEMAINT_CACHE_DIR": str(cache), **(env or {})})
         assert proc.returncode == 0 and "rows 10" in proc.stdout, proc.stderr[-3000:]
         assert "[cds]" not in proc.stdout + proc.stderr and "[class,path]" not in proc.stdout + proc.stderr
         return proc
@@ -169,3 +170,44 @@ def test_a_later_session_maps_the_classes_an_earlier_one_recorded_and_nobody_see
     text = log.read_text()
     assert "Mapped dynamic region" in text and "mismatch" not in text, text[-3000:]
     assert list(cache.glob(f"{ca.ARCHIVE_DIR}/*.jsa")) and not list(cache.glob(f"{ca.ARCHIVE_DIR}/*.recording"))
+
+    # With the archive in place, a JVM that starts a flight recording or a Java agent leaves it unmapped: mapping
+    # it crashed JDK 17 (SIGSEGV in KlassFactory::check_shared_class_file_load_hook) in every such session.
+    session(env={"JAVA_TOOL_OPTIONS": f"-XX:StartFlightRecording=filename={tmp_path / 'r.jfr'}"})
+    agent = java_agent_jar(tmp_path / "agent")
+    if agent is not None:
+        session(f"-javaagent:{agent}")  # each session asserts its JVM answered (a crashed one never does)
+
+
+AGENT = """package probe;
+public class Agent {
+  public static void premain(String args, java.lang.instrument.Instrumentation inst) {
+    inst.addTransformer(new java.lang.instrument.ClassFileTransformer() {  // sees every class, changes none
+      public byte[] transform(ClassLoader loader, String name, Class<?> cls, java.security.ProtectionDomain domain,
+                              byte[] bytes) { return null; }
+    }, true);
+  }
+}
+"""
+
+
+def java_agent_jar(folder: Path) -> Path | None:
+    """A Java agent that hooks every class load and changes none (what an APM agent does first); None without
+    a JDK's compiler."""
+    import shutil
+    import zipfile
+
+    javac = shutil.which("javac")
+    if javac is None:
+        return None
+    (folder / "probe").mkdir(parents=True)
+    (folder / "probe" / "Agent.java").write_text(AGENT)
+    subprocess.run([javac, "-d", str(folder / "classes"), str(folder / "probe" / "Agent.java")], check=True,
+                   capture_output=True, timeout=120)
+    jar = folder / "agent.jar"
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nPremain-Class: probe.Agent\n"
+                                           "Can-Retransform-Classes: true\n")
+        for cls in (folder / "classes").rglob("*.class"):
+            z.write(cls, str(cls.relative_to(folder / "classes")))
+    return jar

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from icemaint.config import SECRET_ENV_PREFIX, MaintenanceConfig, catalog_secret_properties, secret_env_name
 from icemaint.engine.spark_session import (ICEBERG_JAR, POSTGRES_JDBC_JAR, SUPPORTED_ICEBERG, TESTED_ICEBERG,
-                                           brings_own_iceberg)
+                                           brings_own_iceberg, deployment_conf)
 
 MIN_JAVA = 17
 NETWORK_TIMEOUT_S = 10.0
@@ -193,8 +193,9 @@ def check_local_files(config: MaintenanceConfig) -> Check:
     process for every file created."""
     from icemaint.engine.local_fs import FS_IMPL_KEY, concerns, local_fs
 
-    if not concerns(config.spark.master, config.spark.conf):
-        return _ok("local files", f"{FS_IMPL_KEY} is the deployment's: {config.spark.conf[FS_IMPL_KEY]}")
+    own = deployment_conf(config)
+    if not concerns(config.spark.master, own):
+        return _ok("local files", f"{FS_IMPL_KEY} is the deployment's: {own[FS_IMPL_KEY]}")
     built = local_fs()
     if built.jar is None:
         return _warn("local files", f"{built.reason}: Hadoop runs chmod in a child process for every file a local "
@@ -206,7 +207,7 @@ def check_class_archive(config: MaintenanceConfig) -> Check:
     """The driver JVM's class archive (icemaint/engine/class_archive.py): mapped at start-up, still to be
     recorded, or off and why. Reads files only."""
     from icemaint.domain.units import human_size
-    from icemaint.engine.class_archive import JAVA_OPTIONS_KEY, archive_file, own_sharing
+    from icemaint.engine.class_archive import DEFAULT_OPTIONS_KEY, JAVA_OPTIONS_KEY, archive_file, java_agent, own_sharing
     from icemaint.engine.spark_session import archive_settings
 
     if not config.spark.class_archive:
@@ -214,6 +215,10 @@ def check_class_archive(config: MaintenanceConfig) -> Check:
     conf = archive_settings(config)
     if own_sharing(conf):
         return _ok("class archive", f"the deployment's own class-data sharing ({JAVA_OPTIONS_KEY})")
+    agent = java_agent({**conf, DEFAULT_OPTIONS_KEY: deployment_conf(config).get(DEFAULT_OPTIONS_KEY, "")})
+    if agent:
+        return _ok("class archive", f"off: the driver JVM starts with a Java agent or a flight recording ({agent}), "
+                   "and Java crashes mapping an archive with one")
     archive = archive_file(conf)
     if archive is None:
         return _ok("class archive", "none: recording one needs Java 13 or later")
@@ -280,8 +285,8 @@ def _runtime_problems(artifact_name: str, version: str | None) -> list[str]:
 
 
 def _named_runtimes(config: MaintenanceConfig) -> list[tuple[str, str, str | None]]:
-    """The Iceberg runtimes the config names: (setting, artifact or path, version or None)."""
-    conf = config.spark.conf
+    """The Iceberg runtimes the deployment names: (setting, artifact or path, version or None)."""
+    conf = deployment_conf(config)
     named = []
     for coord in filter(None, (c.strip() for c in conf.get("spark.jars.packages", "").split(","))):
         parts = coord.split(":")
@@ -335,7 +340,7 @@ def check_iceberg_runtime(config: MaintenanceConfig) -> Check:
 
 
 def _jar_entries(config: MaintenanceConfig) -> list[str]:
-    return [j.strip() for j in config.spark.conf.get("spark.jars", "").split(",") if j.strip()]
+    return [j.strip() for j in deployment_conf(config).get("spark.jars", "").split(",") if j.strip()]
 
 
 def _local_path(jar: str) -> str | None:
@@ -371,7 +376,7 @@ def check_spark_jars(config: MaintenanceConfig) -> Check:
 
 def check_jdbc_driver(config: MaintenanceConfig) -> Check:
     """A JDBC catalog on PostgreSQL needs the driver on Spark's classpath."""
-    conf = config.spark.conf
+    conf = deployment_conf(config)
     named = ",".join((conf.get("spark.jars", ""), conf.get("spark.jars.packages", ""))).lower()
     if "postgresql" in named:
         return _ok("jdbc driver", "PostgreSQL driver named in spark.jars / spark.jars.packages")

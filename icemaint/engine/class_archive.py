@@ -20,8 +20,12 @@ times: `archive_key`), under the user's cache like the compiled file system (`lo
   foreign archive costs the speed-up, never the run. Its messages about the archive are turned off, so nothing
   reaches the user's terminal.
 
-Off with `spark.class_archive: false`, on a JDK before 13 (none can record), and where the deployment's own
-`spark.driver.extraJavaOptions` already configures class-data sharing.
+Off with `spark.class_archive: false`, on a JDK before 13 (none can record), where the deployment's own
+`spark.driver.extraJavaOptions` already configures class-data sharing, and where the driver JVM starts with a
+Java agent or a flight recording (`java_agent`): JDK 17 crashed (SIGSEGV in
+`KlassFactory::check_shared_class_file_load_hook`) in every session that mapped the archive with a no-op
+`-javaagent` or `-XX:StartFlightRecording`, from the Java options or from `JAVA_TOOL_OPTIONS`, the way APM
+agents are commonly injected. A recording started later (`jcmd JFR.start`) did not crash.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from icemaint.engine.local_fs import cache_dir
 log = logging.getLogger(__name__)
 
 JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
+DEFAULT_OPTIONS_KEY = "spark.driver.defaultJavaOptions"  # an administrator's, put before the Java options
+ENV_OPTIONS = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")  # options every JVM started here reads
 ARCHIVE_DIR = "jvm-classes"
 SETTLE_S = 30.0  # a recording unchanged this long is finished (the JVM writes it in a second or two at exit)
 RECORDING_WINDOW_S = 600.0  # another process records only when no recording started within this window
@@ -49,6 +55,8 @@ MIN_JAVA = 13  # dynamic class-data sharing (ArchiveClassesAtExit)
 # The JVM reports an archive it cannot use (another class path, a damaged file) as warnings on stdout.
 QUIET = "-Xlog:cds*=off -Xlog:class+path=off"
 _OWN_SHARING = re.compile(r"-Xshare|SharedArchiveFile|ArchiveClassesAtExit|SharedClassListFile")
+# A JVMTI or Java agent (its class-file load hook is what the crash is in), or a recording started with the JVM.
+_AGENT = re.compile(r"(?:^|\s)(?:-javaagent:|-agentlib:|-agentpath:|-Xrun|-XX:StartFlightRecording)")
 
 
 def java_home() -> Path | None:
@@ -150,6 +158,18 @@ def own_sharing(conf: dict[str, str]) -> bool:
     return bool(_OWN_SHARING.search(conf.get(JAVA_OPTIONS_KEY, "")))
 
 
+def java_agent(conf: dict[str, str], environ: dict[str, str] | None = None) -> str | None:
+    """The setting or environment variable that starts the driver JVM with an agent or a flight recording (then
+    no archive is mapped or recorded: the JDK crashes mapping one with an agent), else None."""
+    env = os.environ if environ is None else environ
+    places = [(key, conf.get(key, "")) for key in (JAVA_OPTIONS_KEY, DEFAULT_OPTIONS_KEY)]
+    places += [(name, env.get(name, "")) for name in ENV_OPTIONS]
+    for where, options in places:
+        if _AGENT.search(options):
+            return where
+    return None
+
+
 def archive_file(conf: dict[str, str], folder: Path | None = None) -> Path | None:
     """Where the archive for sessions with settings `conf` is (or would be) kept; None on a JDK that cannot
     record one. Touches nothing."""
@@ -170,7 +190,7 @@ def archive_options(conf: dict[str, str], enabled: bool = True, *, folder: Path 
     """The Java options that map this machine's archive, or record one; '' when there is none to use or record.
 
     `conf` is the session's other settings (its jars and the deployment's own Java options)."""
-    if not enabled or own_sharing(conf):
+    if not enabled or own_sharing(conf) or java_agent(conf):
         return ""
     archive = archive_file(conf, folder)
     if archive is None or re.search(r"""[\s'"]""", str(archive)):

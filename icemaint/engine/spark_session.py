@@ -21,8 +21,9 @@ from pathlib import Path
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
 from icemaint.engine.java import answer_without_delay, import_hot_classes, java_class
-from icemaint.engine.local_fs import local_fs_conf
-from icemaint.engine.class_archive import JAVA_OPTIONS_KEY, archive_conf
+from icemaint.engine.local_fs import CLASSPATH_KEY, local_fs_conf
+from icemaint.engine.class_archive import DEFAULT_OPTIONS_KEY, JAVA_OPTIONS_KEY, archive_conf, java_agent
+from icemaint.engine.spark_defaults import deployment_defaults
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -93,25 +94,48 @@ def secret_spark_conf(config: MaintenanceConfig) -> dict[str, str]:
     return {f"{prefix}.{k}": v for k, v in catalog_secret_properties(config.catalog).items()}
 
 
-def brings_own_iceberg(config: MaintenanceConfig) -> bool:
-    """Whether the deployment supplies the Iceberg runtime (so the bundled jar must not be added)."""
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+# Settings icemaint adds to rather than sets: they start from the deployment's own value.
+ADDED_TO = (JAVA_OPTIONS_KEY, CLASSPATH_KEY)
+
+
+def deployment_conf(config: MaintenanceConfig) -> dict[str, str]:
+    """The deployment's own Spark settings: its spark-defaults.conf (`spark_defaults`) with the config's
+    `spark.conf` over it, which is what spark-submit applies where icemaint names nothing."""
+    return {**deployment_defaults(), **config.spark.conf}
+
+
+def with_iceberg_extensions(extensions: str | None) -> str:
+    """The SQL extensions with Iceberg's first (its CALL procedures and branch DDL are what the engine runs);
+    the deployment's own are kept after it."""
+    named = [e.strip() for e in (extensions or "").split(",") if e.strip() and e.strip() != ICEBERG_EXTENSIONS]
+    return ",".join([ICEBERG_EXTENSIONS, *named])
+
+
+def brings_own_iceberg(config: MaintenanceConfig, conf: dict[str, str] | None = None) -> bool:
+    """Whether the deployment supplies the Iceberg runtime (so the bundled jar must not be added); `conf` is
+    `deployment_conf(config)` when the caller has it."""
     if config.spark.iceberg_runtime != "auto":
         return config.spark.iceberg_runtime == "provided"
-    conf = config.spark.conf
+    conf = deployment_conf(config) if conf is None else conf
     named = ",".join((conf.get("spark.jars.packages", ""), conf.get("spark.jars", "")))
     return "iceberg-spark-runtime" in named
 
 
 def session_conf(config: MaintenanceConfig) -> dict[str, str]:
-    """The builder's settings: everything but the secrets."""
-    jars = [] if brings_own_iceberg(config) else [iceberg_jar_path()]
+    """The builder's settings: everything but the secrets.
+
+    Where icemaint adds to a setting the deployment already has (the driver's Java options and class path, the
+    jars, the SQL extensions), it adds to the deployment's value, from the config or its spark-defaults.conf:
+    spark-submit applies the file only to settings the command line does not name."""
+    own = deployment_conf(config)
+    jars = [] if brings_own_iceberg(config, own) else [iceberg_jar_path()]
     # Debian's JDBC driver (libpostgresql-jdbc-java), whenever installed: a JdbcCatalog on PostgreSQL
     # can then be used, also as a second catalog added to a running session.
     if os.path.exists(POSTGRES_JDBC_JAR):
         jars.append(POSTGRES_JDBC_JAR)
     conf = {
         **({"spark.jars": ",".join(jars)} if jars else {}),
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.session.timeZone": "UTC",
@@ -121,13 +145,16 @@ def session_conf(config: MaintenanceConfig) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         **catalog_spark_conf(config, secrets=False),
     }
-    extra_jars = config.spark.conf.get("spark.jars")
     conf.update(config.spark.conf)
-    if extra_jars:
-        conf["spark.jars"] = ",".join(jars + [extra_jars])
-    conf.update(local_fs_conf(config.spark.master, conf))
+    conf.update({key: own[key] for key in ADDED_TO if own.get(key)})
+    conf["spark.sql.extensions"] = with_iceberg_extensions(own.get("spark.sql.extensions"))
+    if own.get("spark.jars"):
+        conf["spark.jars"] = ",".join(jars + [own["spark.jars"]])
+    conf.update(local_fs_conf(config.spark.master, {**own, **conf}))
     conf.update(worker_threads_conf(conf))
-    conf.update(archive_conf(conf, config.spark.class_archive))  # last: it is keyed by the jars above
+    # Last: it is keyed by the jars above. Never with an agent (`class_archive.java_agent`).
+    with_agent = java_agent({**conf, DEFAULT_OPTIONS_KEY: own.get(DEFAULT_OPTIONS_KEY, "")})
+    conf.update(archive_conf(conf, config.spark.class_archive and not with_agent))
     return conf
 
 

@@ -1,0 +1,153 @@
+"""The deployment's own Spark around icemaint's session: its spark-defaults.conf is kept where icemaint adds to
+the same settings, and a driver JVM that starts with a Java agent or a flight recording never maps the class
+archive (JDK 17 crashed mapping one with either)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import make_config, write_config
+from icemaint.engine import class_archive as ca
+from icemaint.engine.spark_defaults import defaults_path, deployment_defaults, parse_properties
+from icemaint.engine.spark_session import ICEBERG_EXTENSIONS, brings_own_iceberg, session_conf
+
+REPO = Path(__file__).resolve().parent.parent
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def test_the_defaults_file_is_read_as_java_reads_a_properties_file():
+    text = textwrap.dedent("""\
+        # a comment
+        ! another
+          spark.driver.extraJavaOptions   -Dfoo=1 \\
+              -Dbar=2
+        spark.jars=/opt/a.jar,/opt/b.jar
+        spark.sql.extensions:io.delta.sql.DeltaSparkSessionExtension   
+        key\\ with\\ space  value
+        spark.unicode \\u00e9t\\u00e9
+        spark.empty
+        """)
+    assert parse_properties(text) == {
+        JAVA_OPTIONS: "-Dfoo=1 -Dbar=2", "spark.jars": "/opt/a.jar,/opt/b.jar",
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension", "key with space": "value",
+        "spark.unicode": "\u00e9t\u00e9", "spark.empty": ""}
+
+
+def test_the_file_is_found_where_spark_submit_looks(tmp_path):
+    conf_dir, home = tmp_path / "conf_dir", tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    conf_dir.mkdir()
+    (home / "conf" / "spark-defaults.conf").write_text("spark.from home\n")
+    assert defaults_path({"SPARK_HOME": str(home)}) == home / "conf" / "spark-defaults.conf"
+    assert defaults_path({"SPARK_HOME": str(home), "SPARK_CONF_DIR": str(conf_dir)}) is None, "the conf dir wins"
+    (conf_dir / "spark-defaults.conf").write_text("spark.from conf_dir\n")
+    assert deployment_defaults({"SPARK_HOME": str(home), "SPARK_CONF_DIR": str(conf_dir)}) == {"spark.from": "conf_dir"}
+    assert deployment_defaults({"SPARK_CONF_DIR": str(tmp_path / "missing")}) == {}
+
+
+@pytest.fixture
+def spark_defaults(tmp_path, monkeypatch):
+    """Writes the deployment's spark-defaults.conf ($SPARK_CONF_DIR) and keeps the class archive's cache here."""
+    folder = tmp_path / "spark-conf"
+    folder.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(folder))
+    monkeypatch.setenv("ICEMAINT_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ca.ENV_OPTIONS:
+        monkeypatch.delenv(name, raising=False)
+
+    def write(**settings) -> None:
+        (folder / "spark-defaults.conf").write_text("".join(f"{k.replace('_', '.')} {v}\n" for k, v in settings.items()))
+    return write
+
+
+def test_the_deployments_java_options_jars_and_extensions_are_added_to_not_replaced(tmp_path, spark_defaults):
+    spark_defaults(spark_driver_extraJavaOptions="-Dkrb.conf=/etc/krb5.conf", spark_jars="/opt/gcs-connector.jar",
+                   spark_sql_extensions="io.delta.sql.DeltaSparkSessionExtension")
+    conf = session_conf(make_config(tmp_path))
+    assert conf[JAVA_OPTIONS].startswith("-Dkrb.conf=/etc/krb5.conf "), conf[JAVA_OPTIONS]
+    assert "-Diceberg.worker.num-threads=" in conf[JAVA_OPTIONS]
+    jars = conf["spark.jars"].split(",")
+    assert "/opt/gcs-connector.jar" in jars and any("iceberg-spark-runtime" in j for j in jars), jars
+    assert conf["spark.sql.extensions"] == f"{ICEBERG_EXTENSIONS},io.delta.sql.DeltaSparkSessionExtension"
+
+
+def test_the_configs_own_settings_win_over_the_file_as_on_spark_submits_command_line(tmp_path, spark_defaults):
+    spark_defaults(spark_driver_extraJavaOptions="-Dfrom.file=1")
+    conf = session_conf(make_config(tmp_path, spark={"master": "local[1]", "conf": {
+        JAVA_OPTIONS: "-Dfrom.config=1", "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension"}}))
+    assert conf[JAVA_OPTIONS].startswith("-Dfrom.config=1") and "from.file" not in conf[JAVA_OPTIONS]
+    assert conf["spark.sql.extensions"].split(",")[0] == ICEBERG_EXTENSIONS, "the engine needs Iceberg's"
+
+
+def test_an_iceberg_runtime_the_file_names_is_the_deployments(tmp_path, spark_defaults):
+    spark_defaults(spark_jars_packages="org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0")
+    config = make_config(tmp_path)
+    assert brings_own_iceberg(config)
+    assert not any("iceberg-spark-runtime" in j for j in session_conf(config).get("spark.jars", "").split(","))
+
+
+@pytest.mark.parametrize("where, value", [
+    ("JAVA_TOOL_OPTIONS", "-javaagent:/opt/dd-java-agent.jar"),
+    ("JDK_JAVA_OPTIONS", "-agentpath:/opt/libasyncProfiler.so=start"),
+    ("_JAVA_OPTIONS", "-Xmx2g -XX:StartFlightRecording=filename=/tmp/r.jfr"),
+    (JAVA_OPTIONS, "-Dx=1 -agentlib:jdwp=transport=dt_socket,server=y,suspend=n"),
+    ("spark.driver.defaultJavaOptions", "-javaagent:/opt/otel.jar"),
+])
+def test_a_java_agent_anywhere_the_driver_jvm_reads_options_keeps_the_archive_off(tmp_path, monkeypatch, where, value):
+    for name in ca.ENV_OPTIONS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    (tmp_path / "release").write_text('JAVA_VERSION="17.0.15"\n')
+    folder = tmp_path / "cache"
+    conf = {}
+    if where.startswith("spark."):
+        conf[where] = value
+    else:
+        monkeypatch.setenv(where, value)
+    assert ca.java_agent(conf) == where
+    for now in (1.0, 2.0, 3.0):  # met, would record, would map: never with the agent
+        assert ca.archive_options(conf, folder=folder, now=now) == ""
+    assert ca.java_agent({JAVA_OPTIONS: "-Dmy.javaagent.path=/x -XX:FlightRecorderOptions=stackdepth=96"}, {}) is None
+
+
+def test_doctor_says_why_the_archive_is_off_with_an_agent(tmp_path, monkeypatch):
+    from icemaint.app.doctor import check_class_archive
+
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-javaagent:/opt/dd-java-agent.jar")
+    check = check_class_archive(make_config(tmp_path))
+    assert check.status.value.strip() == "ok" and "JAVA_TOOL_OPTIONS" in check.detail and check.detail.startswith("off"), check
+
+
+PROPERTIES = textwrap.dedent("""
+    import json, sys
+    from icemaint.config import load_config
+    from icemaint.engine.spark_session import get_spark
+    spark = get_spark(load_config(sys.argv[1]))
+    system = spark._jvm.java.lang.System
+    print(json.dumps({"krb": system.getProperty("java.security.krb5.conf"),
+                      "threads": system.getProperty("iceberg.worker.num-threads"),
+                      "rows": spark.sql("SELECT count(*) FROM range(3)").first()[0]}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.java
+def test_a_real_driver_keeps_the_java_options_of_the_deployments_spark_defaults(tmp_path, lake_root):
+    folder = tmp_path / "spark-conf"
+    folder.mkdir()
+    (folder / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Djava.security.krb5.conf=/etc/k.conf\n")
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        spark={"master": "local[1]", "conf": {"spark.ui.enabled": "false"}})
+    proc = subprocess.run([sys.executable, "-c", PROPERTIES, str(path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "SPARK_CONF_DIR": str(folder)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["krb"] == "/etc/k.conf", "the file's Java option reached the driver (it was dropped before)"
+    assert seen["threads"] and seen["rows"] == 3
