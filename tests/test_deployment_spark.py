@@ -139,15 +139,22 @@ PROPERTIES = textwrap.dedent("""
 
 @pytest.mark.slow
 @pytest.mark.java
-def test_a_real_driver_keeps_the_java_options_of_the_deployments_spark_defaults(tmp_path, lake_root):
+def test_a_real_driver_keeps_the_deployments_java_options_and_prints_nothing_on_the_commands_output(tmp_path, lake_root):
+    """The file's options reach the driver; what its JVM prints to standard output (here the GC log the
+    deployment asked for) goes to <state_dir>/logs/jvm.out, not into the command's output, which `--json`
+    callers parse."""
     folder = tmp_path / "spark-conf"
     folder.mkdir()
-    (folder / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Djava.security.krb5.conf=/etc/k.conf\n")
+    (folder / "spark-defaults.conf").write_text(
+        "spark.driver.extraJavaOptions -Djava.security.krb5.conf=/etc/k.conf -Xlog:gc\n")
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         spark={"master": "local[1]", "conf": {"spark.ui.enabled": "false"}})
     proc = subprocess.run([sys.executable, "-c", PROPERTIES, str(path)], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "SPARK_CONF_DIR": str(folder)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, lines[:5]
+    seen = json.loads(lines[0])
     assert seen["krb"] == "/etc/k.conf", "the file's Java option reached the driver (it was dropped before)"
     assert seen["threads"] and seen["rows"] == 3
+    assert "[gc]" in (tmp_path / "state" / "logs" / "jvm.out").read_text()

@@ -230,6 +230,33 @@ def log_to_file(config: MaintenanceConfig, conf: dict[str, str]) -> dict[str, st
     return {**conf, JAVA_OPTIONS_KEY: f"{options} -Dlog4j2.configurationFile=file:{properties}".strip()}
 
 
+JVM_OUTPUT = "jvm.out"
+
+
+def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
+    """Starts the driver JVM as pyspark would, but with its standard output in <state_dir>/logs/jvm.out.
+
+    The JVM inherited the command's standard output, so what the JVM prints there (a flight recording's start,
+    `-verbose:gc` or `-Xlog` from the deployment's Java options, an agent's banner) went into `--json` output
+    and broke it for whoever parses it. Its standard error is still the command's. pyspark then uses this JVM
+    (`SparkContext._ensure_initialized` takes a gateway already set); one already running is left alone."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if getattr(SparkContext, "_gateway", None) is not None:
+            return
+        conf = SparkConf(loadDefaults=False).setMaster(config.spark.master).setAppName("icemaint")
+        for key, value in settings.items():
+            conf.set(key, value)
+        logs = Path(config.state_dir, "logs").resolve()
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / JVM_OUTPUT, "ab") as out:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": out})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+
 def get_spark(config: MaintenanceConfig):
     """The process's SparkSession, created on first use with the config's catalog and settings.
 
@@ -255,9 +282,11 @@ def get_spark(config: MaintenanceConfig):
             active._jvm.SparkSession.setActiveSession(active._jsparkSession)
             answer_without_delay(active._jvm, active.sparkContext._gateway)  # this thread's connection too
             return active
+        settings = log_to_file(config, session_conf(config))
         builder = SparkSession.builder.master(config.spark.master).appName("icemaint")
-        for key, value in log_to_file(config, session_conf(config)).items():
+        for key, value in settings.items():
             builder = builder.config(key, value)
+        start_jvm(config, settings)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         import_hot_classes(spark._jvm)
