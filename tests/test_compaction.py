@@ -370,15 +370,35 @@ def test_zorder_over_a_column_with_nan_infinities_and_the_widest_range_keeps_eve
     assert len(CatalogReader(config).load(table_name).scan().to_arrow()) == len(values)
 
 
-def test_a_sort_order_the_rows_cannot_take_fails_before_the_staging_branch(spark, lake_root, tmp_path, table_name):
-    """Planning the rows to write (read, digest, order) comes before the branch: a failure there leaves the table's
-    metadata as it was, no branch behind."""
+def test_a_sort_order_naming_no_column_is_refused_before_any_run(spark, lake_root, tmp_path, table_name):
+    """The policy's sort order is checked against the table's schema when deciding: refused, said why, nothing
+    read or written (it used to fail a run at every tick)."""
     from conftest import make_config
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"),
-                         tables={table_name: {"strategy": "sort", "sort_order": "no_such_column"}})
+                         tables={table_name: {"strategy": "sort", "sort_order": "no_such_column DESC"}})
     writer = simulate(spark, config, table_name, batches=4)
     location = CatalogReader(config).metadata_location(table_name)
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.decision == "refuse" and "'no_such_column' is not a column of the table" in outcome.reason, outcome
+    assert open_audit(config).records(table=table_name)[-1].decision == "refuse"
+    tbl = CatalogReader(config).load(table_name)
+    assert tbl.metadata_location == location and set(tbl.metadata.refs) == {"main"}
+    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+
+
+def test_a_sort_the_rows_cannot_take_fails_before_the_staging_branch(spark, lake_root, tmp_path, table_name,
+                                                                      monkeypatch):
+    """Planning the rows to write (read, digest, order) comes before the branch: a failure there (injected: an
+    ORDER BY Spark cannot resolve) leaves the table's metadata as it was, no branch behind."""
+    import icemaint.domain.rewrite_plan
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"),
+                         tables={table_name: {"strategy": "sort", "sort_order": "event_id"}})
+    writer = simulate(spark, config, table_name, batches=4)
+    location = CatalogReader(config).metadata_location(table_name)
+    monkeypatch.setattr(icemaint.domain.rewrite_plan, "order_by_sql", lambda keys: "`no_such_column` ASC")
     with pytest.raises(Exception, match="no_such_column"):
         compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert open_audit(config).records(table=table_name)[-1].decision == "failed"

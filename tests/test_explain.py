@@ -70,6 +70,22 @@ def test_explain_names_each_gate_with_its_numbers_and_the_audit(capsys, estate):
     assert estate["compacted"].decision in text.split("audit (latest first):")[1]
 
 
+def test_explain_says_when_the_policy_does_not_fit_the_table(capsys, estate, tmp_path, lake_root):
+    """A sort order naming no column blocks at the policy gate (the decision refuses it before any run); a
+    time_column on a table dated by its partition is named as unused instead of silently ignored."""
+    path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(estate["root"] / "state"),
+                        scope={"include": [estate["done"]]},
+                        tables={estate["done"]: {"time_column": "updated_at", "strategy": "sort",
+                                                 "sort_order": "nope DESC"}})
+    code, out, err = run_cli(capsys, "--config", str(path), "explain", estate["done"], "--json")
+    assert code == 0, err
+    [decision, *_] = json.loads(out)["compaction"]
+    gates = {g["name"]: g for g in decision["gates"]}
+    assert decision["verdict"] == "refuse" and "'nope' is not a column of the table" in decision["reason"]
+    assert gates["policy"]["status"] == "blocks" and "'nope' is not a column" in gates["policy"]["detail"]
+    assert "time_column 'updated_at' is not used: the table is dated by its partition" in gates["scope"]["detail"]
+
+
 def test_explain_says_who_holds_the_claim(capsys, estate):
     with table_claim(estate["config"], estate["flat"], holder="nightly-ingest"):
         code, out, err = run_cli(capsys, "--config", estate["path"], "explain", estate["flat"], "--json")

@@ -124,3 +124,26 @@ def test_zorder_scales_a_range_as_wide_as_the_doubles_without_overflow_and_ignor
     assert literals and all(math.isfinite(x) for x in literals) and "inf" not in widest and "nan" not in widest
     for bounds in [(float("-inf"), 1.0), (0.0, float("nan")), (None, 2.0)]:
         assert zorder_sql((SortKey("d"),), {"d": "number"}, {"d": bounds}).count("CAST(0 AS BIGINT)") > 0
+
+
+COLUMNS = {"event_id": "long", "ts": "timestamptz", "payload": "string", "price": "decimal(10, 2)",
+           "flag": "boolean", "st": "struct<1: x: optional int>", "st.x": "int", "tags": "list<string>"}
+
+
+@pytest.mark.parametrize("strategy, sort_order, problem", [
+    ("binpack", None, None),
+    ("sort", "event_id DESC NULLS LAST, ts", None),
+    ("sort", "EVENT_ID, Ts", None),  # Spark resolves a sort key in any case
+    ("zorder", "zorder(event_id, ts, payload, price)", None),
+    ("sort", "event_id, no_such", "'no_such' is not a column of the table (event_id, flag, payload, price, st, tags, ts)"),
+    ("zorder", "event_id, nope", "'nope' is not a column"),
+    ("zorder", "EVENT_ID, ts", "must name a top-level column exactly as the table does ('event_id')"),
+    ("zorder", "ts, st", "'st' has type struct"),
+    ("zorder", "ts, flag", "'flag' has type boolean; z-order takes numbers"),
+    ("zorder", "ts, tags", "'tags' has type list<string>"),
+])
+def test_a_sort_order_is_checked_against_the_tables_columns(strategy, sort_order, problem):
+    from icemaint.domain.rewrite_plan import sort_order_problem
+
+    found = sort_order_problem(COLUMNS, strategy, sort_order)
+    assert (found is None) if problem is None else (problem in (found or "")), found

@@ -133,11 +133,15 @@ def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approv
     """Every gate of one compaction decision, each with the numbers it compares (the same functions
     the decision used; the decision itself stays authoritative for the verdict)."""
     out = []
-    refused = refusal_for(policy, "compact", gates.identity)
+    refused = refusal_for(policy, "compact", gates.identity) or health.sort_order_problem
     out.append(Gate("policy", "blocks" if refused else "pass", refused or (
         f"enabled, compaction allowed for {gates.identity}")))
     scope_problem = health.time_column_problem or (None if decision.kind.value != "unsupported" else decision.reason)
-    out.append(Gate("scope", "blocks" if scope_problem else "pass", scope_problem or f"maintained {health.maintained_as}"))
+    unused = (f"; the policy's time_column {policy.time_column!r} is not used: the table is dated by its partition"
+              if policy.time_column and health.time_column not in (None, policy.time_column)
+              and health.time_transform != "bounds" else "")
+    out.append(Gate("scope", "blocks" if scope_problem else "pass",
+                    scope_problem or f"maintained {health.maintained_as}{unused}"))
     part = health.partition(decision.date) if decision.date else None
     if decision.date and part is not None:
         due = partition_due(part, policy, position_deletes=position_deletes_maintained(health))

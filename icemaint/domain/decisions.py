@@ -229,7 +229,7 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     """Whether one date partition of a table should be compacted now, and why (or why not)."""
     base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="", date=date,
                     writer_check=writer_check(health, policy))
-    refused = _refusal(policy, "compact", gates.identity)
+    refused = _refusal(policy, "compact", gates.identity) or health.sort_order_problem
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
     if health.time_column is None:
@@ -380,7 +380,7 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
     within the cost ceiling (`Decision.date` is None; `rationale["partitions"]` names them)."""
     base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="",
                     writer_check=writer_check(health, policy))
-    refused = _refusal(policy, "compact", gates.identity)
+    refused = _refusal(policy, "compact", gates.identity) or health.sort_order_problem
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
     if health.time_column_problem:

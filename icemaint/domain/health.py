@@ -126,6 +126,8 @@ class TableHealth:
     undated_records: int = 0
     # Why the policy's `time_column` cannot date-scope the table (not a column, not a date/timestamp type).
     time_column_problem: str | None = None
+    # Why the policy's `sort_order` cannot be applied to the table (`rewrite_plan.sort_order_problem`).
+    sort_order_problem: str | None = None
     equality_delete_files: int = 0
     equality_delete_records: int = 0
     deletion_vectors: int = 0
@@ -232,6 +234,7 @@ def compute_health(
     time_column_type: str | None = None,
     format_version: int = 2,
     time_column_problem: str | None = None,
+    sort_order_problem: str | None = None,
     manifest_lengths: Sequence[int],
     snapshots: Sequence[SnapshotEntry],
     metadata_files: int,
@@ -294,6 +297,7 @@ def compute_health(
         undated_files=undated_files,
         undated_records=undated_records,
         time_column_problem=time_column_problem,
+        sort_order_problem=sort_order_problem,
         data_files=len(data_sizes),
         small_files=sum(1 for s in data_sizes if s < small_file_size_bytes),
         total_bytes=total,

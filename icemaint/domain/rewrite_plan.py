@@ -227,6 +227,35 @@ def parse_sort_order(text: str, strategy: str) -> tuple[SortKey, ...]:
     return tuple(keys)
 
 
+# Iceberg types a z-order key can interleave (`engine.staging.zorder_kinds` reads them from Spark's schema).
+_ZORDER_TYPE = re.compile(r"(int|long|float|double|decimal\(.*\)|date|timestamp(tz)?(_ns)?|string|binary|fixed\[\d+\]|uuid)")
+
+
+def sort_order_problem(columns: dict[str, str], strategy: str, sort_order: str | None) -> str | None:
+    """Why the policy's sort order cannot be applied to a table with these columns (each column or struct field
+    path with its Iceberg type), else None: a key naming no column, or a z-order key that is nested, named in
+    another case or of a type z-order cannot interleave. Found before a run is launched, so a table whose policy
+    does not fit it is refused, instead of failing a run at every tick."""
+    if strategy == "binpack" or not sort_order:
+        return None
+    folded = {name.lower(): name for name in columns}
+    for key in parse_sort_order(sort_order, strategy):
+        name = key.column if key.column in columns else folded.get(key.column.lower())
+        if name is None:
+            shown = ", ".join(sorted(n for n in columns if "." not in n)[:8])
+            return (f"policy sort_order column {key.column!r} is not a column of the table ({shown}"
+                    f"{', ...' if len([n for n in columns if '.' not in n]) > 8 else ''}): name one of its columns, "
+                    "or set strategy: binpack")
+        if strategy == "zorder":
+            if name != key.column or "." in name:
+                return (f"policy sort_order z-order key {key.column!r} must name a top-level column exactly as the "
+                        f"table does ({name!r})")
+            if not _ZORDER_TYPE.fullmatch(columns[name]):
+                return (f"policy sort_order z-order key {key.column!r} has type {columns[name]}; z-order takes "
+                        "numbers, dates, timestamps, strings and binary")
+    return None
+
+
 def order_by_sql(keys: tuple[SortKey, ...]) -> str:
     parts = []
     for k in keys:

@@ -15,11 +15,13 @@ from urllib.parse import quote
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
 from icemaint.domain.health import TableHealth, compute_health
+from icemaint.domain.rewrite_plan import sort_order_problem
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.units import printable
 from icemaint.domain.screen import Screened, screen_compaction
 from icemaint.observe.manifests import (
-    current_manifests, manifest_summaries, metadata_log_bytes, read_file_entries, read_snapshots, time_partitioning,
+    current_manifests, manifest_summaries, metadata_log_bytes, read_file_entries, read_snapshots, schema_columns,
+    time_partitioning,
 )
 
 log = logging.getLogger(__name__)
@@ -266,6 +268,7 @@ class CatalogReader:
             time_column_type=timing.column_type,
             format_version=int(tbl.metadata.format_version),
             time_column_problem=timing.source if policy.time_column and not timing.found else None,
+            sort_order_problem=sort_order_problem(schema_columns(tbl.schema()), policy.strategy, policy.sort_order),
             files=files,
             manifest_lengths=[m.manifest_length for m in manifests],
             snapshots=read_snapshots(tbl),

@@ -83,6 +83,13 @@ def time_partitioning(table, time_column: str | None = None) -> TimePartitioning
     return TimePartitioning(None, None, "no day/hour/month/year partition and no time_column in policy")
 
 
+def schema_columns(schema) -> dict[str, str]:
+    """Every column and struct field path of a pyiceberg schema, with its Iceberg type (`decimal(10, 2)`)."""
+    from pyiceberg.schema import index_by_name
+
+    return {name: str(schema.find_type(field_id)) for name, field_id in index_by_name(schema).items()}
+
+
 def metadata_log_bytes(tbl) -> int:
     """Bytes of the table's current metadata.json and of those in its metadata log that still exist."""
     total = 0
