@@ -43,6 +43,10 @@ def estate(spark, lake_root, tmp_path_factory):
                            config=load_config(path), lake_root=lake_root)
 
 
+def dagster_runs(estate) -> list:
+    return get_instance(estate.config).get_run_records()
+
+
 def metadata_location(estate) -> str:
     return CatalogReader(estate.config).metadata_location(estate.table)
 
@@ -97,6 +101,18 @@ def test_compact_dry_run_changes_nothing(capsys, spark, estate):
                              "--from", "2026-01-01", "--to", "2026-01-02", "--dry-run", "--json")
     assert code == 0, err
     assert [o["date"] for o in json.loads(out)] == ["2026-01-01", "2026-01-02"]
+
+    # a range of years runs the dates that hold data, not a Dagster run per day
+    with_data = sorted(p["date"] for p in json.loads(run_cli(capsys, "--config", estate.path, "health", estate.table,
+                                                             "--json")[1])["partitions"] if p["data_files"])
+    runs_before = len(dagster_runs(estate))
+    code, out, err = run_cli(capsys, "--config", estate.path, "compact", estate.table, "--from", "2020-01-01",
+                             "--to", "2026-01-05", "--dry-run", "--json")
+    assert code == 0, err
+    assert [o["date"] for o in json.loads(out)] == [d for d in with_data if "2020-01-01" <= d <= "2026-01-05"]
+    days = (dt.date(2026, 1, 5) - dt.date(2020, 1, 1)).days + 1
+    assert f"{days - len(with_data)} of the {days} dates from 2020-01-01 to 2026-01-05 hold no data files" in err
+    assert len(dagster_runs(estate)) - runs_before == len(with_data)
 
 
 def test_compact_dry_run_of_a_due_date_needs_no_spark_and_leaves_a_dead_runs_staging(spark, estate, tmp_path):

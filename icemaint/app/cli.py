@@ -35,14 +35,35 @@ def _dates(args, runner) -> list[str]:
         start, end = dt.date.fromisoformat(runner.check_date(args.date_from)), dt.date.fromisoformat(runner.check_date(args.date_to))
         if end < start:
             raise ValueError(f"--to {end} is before --from {start}")
-        dates += [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
-    if not dates:
+        dates += _range_with_data(runner, args.table, start, end)
+    if not dates and not args.date_from:
         health = runner.reader.health(runner.check_table(args.table))
         if not health.dated:
             return [None]  # a table without a time column: its due partitions, in one run
         raise ValueError(f"{health.table} is maintained per date ({health.time_column} by {health.time_transform}): "
                          "give at least one --date YYYY-MM-DD (or --from/--to)")
     return list(dict.fromkeys(runner.check_date(d) for d in dates))  # a date named twice runs once
+
+
+def _range_with_data(runner, table: str, start: dt.date, end: dt.date) -> list[str]:
+    """The periods of [start, end] that hold data files of the table (a month or year partition once, by its
+    key), read from its metadata: a range of years runs the dates with data, not a Dagster run per day. Says on
+    standard error how many periods of the range hold none."""
+    from icemaint.domain.scope import period_start, span_of
+
+    health = runner.reader.health(runner.check_table(table))
+    if not health.dated:
+        raise ValueError(f"{health.table} has no dates ({health.maintained_as}): compact it without --from/--to")
+    span = span_of(health.time_transform)
+    periods = list(dict.fromkeys(period_start(start + dt.timedelta(days=i), span).isoformat()
+                                 for i in range((end - start).days + 1)))
+    with_data = {p.key for p in health.partitions if p.data_files}
+    held = [p for p in periods if p in with_data]
+    if len(held) < len(periods):
+        unit = {"day": "dates", "month": "months", "year": "years"}[span]
+        print(f"{len(periods) - len(held)} of the {len(periods)} {unit} from {start} to {end} hold no data files of "
+              f"{health.table}: no run for them", file=sys.stderr)
+    return held
 
 
 def cmd_health(config: MaintenanceConfig, args) -> int:
