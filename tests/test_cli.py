@@ -524,3 +524,24 @@ def test_an_interrupt_python_drops_in_a_finalizer_is_not_reported_and_others_sti
         sys.unraisablehook(types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=None,
                                                  err_msg=None, object=finalizer))
     assert reported == [ValueError]
+
+
+def test_a_range_runs_each_period_with_data_once_from_inside_the_range(capsys):
+    """Month partitions: a range that starts mid-month runs January as its first day in the range (the month's
+    key may be before dates_start, which the run date is not), a named date of the same month does not run it
+    twice, and the months without data are counted."""
+    from icemaint.app.cli import _range_with_data
+
+    part = lambda key, n: SimpleNamespace(key=key, data_files=n)  # noqa: E731
+    health = SimpleNamespace(dated=True, table="db.m", maintained_as="per month", time_transform="month",
+                             partitions=[part("2024-01-01", 4), part("2024-02-01", 0), part("2024-03-01", 2),
+                                         part("2024-05-01", 1)])
+    dates = _range_with_data(health, ["2024-03-15"], dt.date(2024, 1, 10), dt.date(2024, 4, 20))
+    assert dates == ["2024-03-15", "2024-01-10"]
+    assert "2 of the 4 months from 2024-01-10 to 2024-04-20 hold no data files of db.m" in capsys.readouterr().err
+    days = SimpleNamespace(**{**vars(health), "time_transform": "day",
+                              "partitions": [part("2024-01-09", 1), part("2024-01-10", 1), part("2024-01-12", 3)]})
+    assert _range_with_data(days, [], dt.date(2024, 1, 10), dt.date(2024, 1, 12)) == ["2024-01-10", "2024-01-12"]
+    with pytest.raises(ValueError, match="has no dates"):
+        _range_with_data(SimpleNamespace(dated=False, table="db.f", maintained_as="per partition"), [],
+                         dt.date(2024, 1, 1), dt.date(2024, 1, 2))

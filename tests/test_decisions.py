@@ -436,3 +436,23 @@ def test_a_position_delete_rewrite_has_its_own_kind_cost_and_no_place_on_bound_d
     # A v3 table takes deletion vectors only: its Parquet position deletes are not rewritten as such.
     v3 = replace(health(files), format_version=3)
     assert decide_compaction(v3, DAY, POLICY, Gates(now=NOW, identity="m")).verdict == NOOP
+
+
+def test_a_sort_order_that_does_not_fit_refuses_data_rewrites_only():
+    """A policy sort order naming no column refuses a date whose data files are rewritten (it would fail the run),
+    and leaves a merge of position deletes alone, which sorts nothing; the same for a table without dates."""
+    from dataclasses import replace as with_
+    from icemaint.domain.decisions import ReasonKind
+
+    problem = "policy sort_order column 'nope' is not a column of the table (id, ts)"
+    gates = Gates(now=NOW, identity="m")
+    small = with_(health(SMALL3), sort_order_problem=problem)
+    refused = decide_compaction(small, DAY, POLICY, gates)
+    assert (refused.verdict, refused.kind, refused.reason) == (REFUSE, ReasonKind.POLICY, problem)
+    merges = with_(health(data(2, 4 * MiB, records=10000) + deletes(5, n=12)), sort_order_problem=problem)
+    assert decide_compaction(merges, DAY, POLICY, gates).kind == ReasonKind.POSITION_DELETES_DUE
+    quiet = with_(health(data(1, 4 * MiB)), sort_order_problem=problem)
+    assert decide_compaction(quiet, DAY, POLICY, gates).verdict == NOOP, "nothing due: nothing to refuse"
+    flat = with_(health(SMALL3, time_column=None), sort_order_problem=problem)
+    [layout_decision] = decide_table_compactions(flat, POLICY, gates)
+    assert (layout_decision.verdict, layout_decision.reason) == (REFUSE, problem)

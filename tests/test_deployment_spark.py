@@ -33,11 +33,15 @@ def test_the_defaults_file_is_read_as_java_reads_a_properties_file():
         key\\ with\\ space  value
         spark.unicode \\u00e9t\\u00e9
         spark.empty
+        spark.ff a\fb
+        spark.trim \u00a0x\u00a0
         """)
     assert parse_properties(text) == {
         JAVA_OPTIONS: "-Dfoo=1 -Dbar=2", "spark.jars": "/opt/a.jar,/opt/b.jar",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension", "key with space": "value",
-        "spark.unicode": "\u00e9t\u00e9", "spark.empty": ""}
+        "spark.unicode": "\u00e9t\u00e9", "spark.empty": "",
+        "spark.ff": "a\fb",  # Java ends a line at \n and \r only
+        "spark.trim": "\u00a0x\u00a0"}  # and trims characters up to the space only
 
 
 def test_the_file_is_found_where_spark_submit_looks(tmp_path):
@@ -50,6 +54,23 @@ def test_the_file_is_found_where_spark_submit_looks(tmp_path):
     (conf_dir / "spark-defaults.conf").write_text("spark.from conf_dir\n")
     assert deployment_defaults({"SPARK_HOME": str(home), "SPARK_CONF_DIR": str(conf_dir)}) == {"spark.from": "conf_dir"}
     assert deployment_defaults({"SPARK_CONF_DIR": str(tmp_path / "missing")}) == {}
+    # pyspark's own --properties-file replaces spark-defaults.conf, as for spark-submit
+    named = tmp_path / "my.properties"
+    named.write_text("spark.from named\n")
+    args = f"--master local[1] --properties-file '{named}' pyspark-shell"
+    assert deployment_defaults({"SPARK_CONF_DIR": str(conf_dir), "PYSPARK_SUBMIT_ARGS": args}) == {"spark.from": "named"}
+
+
+def test_an_unreadable_conf_dir_is_no_file(tmp_path):
+    locked = tmp_path / "locked"
+    (locked / "inner").mkdir(parents=True)
+    locked.chmod(0)
+    try:
+        if os.access(locked / "inner", os.F_OK):
+            pytest.skip("running as root: permissions do not hide a directory")
+        assert deployment_defaults({"SPARK_CONF_DIR": str(locked / "inner")}) == {}
+    finally:
+        locked.chmod(0o755)
 
 
 @pytest.fixture
@@ -86,11 +107,21 @@ def test_the_configs_own_settings_win_over_the_file_as_on_spark_submits_command_
     assert conf["spark.sql.extensions"].split(",")[0] == ICEBERG_EXTENSIONS, "the engine needs Iceberg's"
 
 
-def test_an_iceberg_runtime_the_file_names_is_the_deployments(tmp_path, spark_defaults):
-    spark_defaults(spark_jars_packages="org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0")
+@pytest.mark.parametrize("setting", ["spark_jars_packages", "spark_driver_extraClassPath"])
+def test_an_iceberg_runtime_the_file_names_is_the_deployments(tmp_path, spark_defaults, setting):
+    value = ("org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0" if setting == "spark_jars_packages"
+             else "/opt/spark/extra/iceberg-spark-runtime-3.5_2.12-1.10.0.jar")
+    spark_defaults(**{setting: value})
     config = make_config(tmp_path)
     assert brings_own_iceberg(config)
     assert not any("iceberg-spark-runtime" in j for j in session_conf(config).get("spark.jars", "").split(","))
+
+
+def test_a_jar_url_with_credentials_is_refused_not_put_on_a_command_line(tmp_path, spark_defaults):
+    spark_defaults(spark_jars="/opt/a.jar,https://deploy:s3cr3t@repo.example.com/x.jar")
+    with pytest.raises(ValueError) as caught:
+        session_conf(make_config(tmp_path))
+    assert "repo.example.com with credentials" in str(caught.value) and "s3cr3t" not in str(caught.value)
 
 
 @pytest.mark.parametrize("where, value", [
@@ -99,6 +130,11 @@ def test_an_iceberg_runtime_the_file_names_is_the_deployments(tmp_path, spark_de
     ("_JAVA_OPTIONS", "-Xmx2g -XX:StartFlightRecording=filename=/tmp/r.jfr"),
     (JAVA_OPTIONS, "-Dx=1 -agentlib:jdwp=transport=dt_socket,server=y,suspend=n"),
     ("spark.driver.defaultJavaOptions", "-javaagent:/opt/otel.jar"),
+    ("SPARK_SUBMIT_OPTS", "-agentlib:jdwp=transport=dt_socket,server=y,suspend=n,address=5005"),
+    ("PYSPARK_SUBMIT_ARGS", "--driver-java-options '-javaagent:/opt/jmx exporter.jar=9404:c.yaml' pyspark-shell"),
+    (JAVA_OPTIONS, '"-javaagent:/opt/my agent/a.jar"'),
+    (JAVA_OPTIONS, "-Xmx1g @/etc/spark/driver.args"),
+    ("JDK_JAVA_OPTIONS", "-XX:VMOptionsFile=/etc/jvm.options"),
 ])
 def test_a_java_agent_anywhere_the_driver_jvm_reads_options_keeps_the_archive_off(tmp_path, monkeypatch, where, value):
     for name in ca.ENV_OPTIONS:
@@ -141,8 +177,8 @@ PROPERTIES = textwrap.dedent("""
 @pytest.mark.java
 def test_a_real_driver_keeps_the_deployments_java_options_and_prints_nothing_on_the_commands_output(tmp_path, lake_root):
     """The file's options reach the driver; what its JVM prints to standard output (here the GC log the
-    deployment asked for) goes to <state_dir>/logs/jvm.out, not into the command's output, which `--json`
-    callers parse."""
+    deployment asked for) goes to the command's standard error, not into its output, which `--json` callers
+    parse."""
     folder = tmp_path / "spark-conf"
     folder.mkdir()
     (folder / "spark-defaults.conf").write_text(
@@ -157,4 +193,4 @@ def test_a_real_driver_keeps_the_deployments_java_options_and_prints_nothing_on_
     seen = json.loads(lines[0])
     assert seen["krb"] == "/etc/k.conf", "the file's Java option reached the driver (it was dropped before)"
     assert seen["threads"] and seen["rows"] == 3
-    assert "[gc]" in (tmp_path / "state" / "logs" / "jvm.out").read_text()
+    assert "[info][gc]" in proc.stderr

@@ -71,13 +71,13 @@ def test_explain_names_each_gate_with_its_numbers_and_the_audit(capsys, estate):
 
 
 def test_explain_says_when_the_policy_does_not_fit_the_table(capsys, estate, tmp_path, lake_root):
-    """A sort order naming no column blocks at the policy gate (the decision refuses it before any run); a
-    time_column on a table dated by its partition is named as unused instead of silently ignored."""
+    """A sort order naming no column blocks a due date at the policy gate (the decision refuses it before any
+    run); a time_column on a table dated by its partition is named as unused instead of silently ignored."""
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(estate["root"] / "state"),
-                        scope={"include": [estate["done"]]},
-                        tables={estate["done"]: {"time_column": "updated_at", "strategy": "sort",
+                        scope={"include": [estate["busy"]]},
+                        tables={estate["busy"]: {"time_column": "updated_at", "strategy": "sort",
                                                  "sort_order": "nope DESC"}})
-    code, out, err = run_cli(capsys, "--config", str(path), "explain", estate["done"], "--json")
+    code, out, err = run_cli(capsys, "--config", str(path), "explain", estate["busy"], "--json")
     assert code == 0, err
     [decision, *_] = json.loads(out)["compaction"]
     gates = {g["name"]: g for g in decision["gates"]}

@@ -127,7 +127,8 @@ def test_zorder_scales_a_range_as_wide_as_the_doubles_without_overflow_and_ignor
 
 
 COLUMNS = {"event_id": "long", "ts": "timestamptz", "payload": "string", "price": "decimal(10, 2)",
-           "flag": "boolean", "st": "struct<1: x: optional int>", "st.x": "int", "tags": "list<string>"}
+           "flag": "boolean", "st": "struct<1: x: optional int>", "st.x": "int", "tags": "list<string>",
+           "attrs": "map<string, string>"}
 
 
 @pytest.mark.parametrize("strategy, sort_order, problem", [
@@ -135,12 +136,13 @@ COLUMNS = {"event_id": "long", "ts": "timestamptz", "payload": "string", "price"
     ("sort", "event_id DESC NULLS LAST, ts", None),
     ("sort", "EVENT_ID, Ts", None),  # Spark resolves a sort key in any case
     ("zorder", "zorder(event_id, ts, payload, price)", None),
-    ("sort", "event_id, no_such", "'no_such' is not a column of the table (event_id, flag, payload, price, st, tags, ts)"),
+    ("sort", "event_id, no_such", "'no_such' is not a column of the table (attrs, event_id, flag, payload, price, st, tags, ts)"),
     ("zorder", "event_id, nope", "'nope' is not a column"),
     ("zorder", "EVENT_ID, ts", "must name a top-level column exactly as the table does ('event_id')"),
     ("zorder", "ts, st", "'st' has type struct"),
     ("zorder", "ts, flag", "'flag' has type boolean; z-order takes numbers"),
     ("zorder", "ts, tags", "'tags' has type list<string>"),
+    ("sort", "attrs", "'attrs' has type map<string, string>, which Spark cannot order by"),
 ])
 def test_a_sort_order_is_checked_against_the_tables_columns(strategy, sort_order, problem):
     from icemaint.domain.rewrite_plan import sort_order_problem

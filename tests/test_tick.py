@@ -336,6 +336,9 @@ def test_summary_counts_each_verdict(tick_config):
     assert f"t.locked (unchanged) {DAY}: refuse: maintenance is disabled" in again
     assert f"t.w (unchanged) {DAY}: defer: writer active" in again
     assert "t.a (unchanged)" not in again and "t.n (unchanged)" not in again
+    # the repeated reason's ages are those of its decision, and it says when that was
+    line = next(t for t in again.splitlines() if t.startswith("t.w (unchanged)"))
+    assert line.endswith(f"(decided {NOW.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC)"), line
 
 
 def test_policy_change_reevaluates_an_unchanged_table(tick_config, tmp_path):

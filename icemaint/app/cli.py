@@ -28,42 +28,44 @@ def _print_json(value) -> None:
 
 
 def _dates(args, runner) -> list[str]:
-    dates = list(args.date or [])
+    dates = [runner.check_date(d) for d in args.date or []]
     if args.date_from or args.date_to:
         if not (args.date_from and args.date_to):
             raise ValueError("--from and --to go together")
         start, end = dt.date.fromisoformat(runner.check_date(args.date_from)), dt.date.fromisoformat(runner.check_date(args.date_to))
         if end < start:
             raise ValueError(f"--to {end} is before --from {start}")
-        dates += _range_with_data(runner, args.table, start, end)
-    if not dates and not args.date_from:
+        return _range_with_data(runner.reader.health(runner.check_table(args.table)), dates, start, end)
+    if not dates:
         health = runner.reader.health(runner.check_table(args.table))
         if not health.dated:
             return [None]  # a table without a time column: its due partitions, in one run
         raise ValueError(f"{health.table} is maintained per date ({health.time_column} by {health.time_transform}): "
                          "give at least one --date YYYY-MM-DD (or --from/--to)")
-    return list(dict.fromkeys(runner.check_date(d) for d in dates))  # a date named twice runs once
+    return list(dict.fromkeys(dates))  # a date named twice runs once
 
 
-def _range_with_data(runner, table: str, start: dt.date, end: dt.date) -> list[str]:
-    """The periods of [start, end] that hold data files of the table (a month or year partition once, by its
-    key), read from its metadata: a range of years runs the dates with data, not a Dagster run per day. Says on
-    standard error how many periods of the range hold none."""
+def _range_with_data(health, named: list[str], start: dt.date, end: dt.date) -> list[str]:
+    """The dates to run for a range: the named ones, then each period of [start, end] that holds data files of
+    the table (read from its metadata: a range of years runs the dates with data, not a Dagster run per day),
+    one date per period (a month or year partition runs once; a period that began before `start` runs as
+    `start`, which maps to it). Says on standard error how many periods of the range hold none."""
     from icemaint.domain.scope import period_start, span_of
 
-    health = runner.reader.health(runner.check_table(table))
     if not health.dated:
         raise ValueError(f"{health.table} has no dates ({health.maintained_as}): compact it without --from/--to")
     span = span_of(health.time_transform)
-    periods = list(dict.fromkeys(period_start(start + dt.timedelta(days=i), span).isoformat()
-                                 for i in range((end - start).days + 1)))
-    with_data = {p.key for p in health.partitions if p.data_files}
-    held = [p for p in periods if p in with_data]
-    if len(held) < len(periods):
+    first, last = period_start(start, span).isoformat(), end.isoformat()
+    periods = {period_start(start + dt.timedelta(days=i), span) for i in range((end - start).days + 1)}
+    keys = sorted(p.key for p in health.partitions if p.data_files and first <= p.key <= last)
+    if len(keys) < len(periods):
         unit = {"day": "dates", "month": "months", "year": "years"}[span]
-        print(f"{len(periods) - len(held)} of the {len(periods)} {unit} from {start} to {end} hold no data files of "
+        print(f"{len(periods) - len(keys)} of the {len(periods)} {unit} from {start} to {end} hold no data files of "
               f"{health.table}: no run for them", file=sys.stderr)
-    return held
+    by_period: dict[dt.date, str] = {}
+    for date in [*named, *(max(k, start.isoformat()) for k in keys)]:
+        by_period.setdefault(period_start(dt.date.fromisoformat(date), span), date)  # each period runs once
+    return list(by_period.values())
 
 
 def cmd_health(config: MaintenanceConfig, args) -> int:

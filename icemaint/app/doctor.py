@@ -292,6 +292,10 @@ def _named_runtimes(config: MaintenanceConfig) -> list[tuple[str, str, str | Non
         parts = coord.split(":")
         if len(parts) >= 3 and parts[1].startswith("iceberg-spark-runtime"):
             named.append(("spark.jars.packages", coord, parts[2]))
+    for path in filter(None, deployment_conf(config).get("spark.driver.extraClassPath", "").split(os.pathsep)):
+        if "iceberg-spark-runtime" in Path(path).name:
+            version = jar_iceberg_version(path) if os.path.isfile(path) else None
+            named.append(("spark.driver.extraClassPath", path, version))
     for jar in _jar_entries(config):
         if "iceberg-spark-runtime" in Path(jar).name:
             local = _local_path(jar)
@@ -318,14 +322,15 @@ def check_iceberg_runtime(config: MaintenanceConfig) -> Check:
     if named:
         lines, failed = [], False
         for setting, what, version in named:
-            local = _local_path(what) if setting == "spark.jars" else None
-            if setting == "spark.jars" and local and not os.path.isfile(local):
+            a_file = setting != "spark.jars.packages"
+            local = _local_path(what) if a_file else None
+            if a_file and local and not os.path.isfile(local):
                 lines.append(f"{what} ({setting}) does not exist")
                 failed = True
                 continue
             problems = _runtime_problems(what, version)
             failed = failed or bool(problems)
-            shown = f"{what} ({setting}{f', Iceberg {version}' if version and setting == 'spark.jars' else ''})"
+            shown = f"{what} ({setting}{f', Iceberg {version}' if version and a_file else ''})"
             lines.append(shown + (": " + "; ".join(problems) if problems else ""))
         return (_fail if failed else _ok)(name, "; ".join(lines))
     from icemaint.engine.spark_session import iceberg_jar_path

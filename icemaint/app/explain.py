@@ -133,7 +133,8 @@ def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approv
     """Every gate of one compaction decision, each with the numbers it compares (the same functions
     the decision used; the decision itself stays authoritative for the verdict)."""
     out = []
-    refused = refusal_for(policy, "compact", gates.identity) or health.sort_order_problem
+    refused = refusal_for(policy, "compact", gates.identity) or (
+        decision.reason if decision.reason == health.sort_order_problem else None)
     out.append(Gate("policy", "blocks" if refused else "pass", refused or (
         f"enabled, compaction allowed for {gates.identity}")))
     scope_problem = health.time_column_problem or (None if decision.kind.value != "unsupported" else decision.reason)

@@ -229,7 +229,7 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     """Whether one date partition of a table should be compacted now, and why (or why not)."""
     base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="", date=date,
                     writer_check=writer_check(health, policy))
-    refused = _refusal(policy, "compact", gates.identity) or health.sort_order_problem
+    refused = _refusal(policy, "compact", gates.identity)
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
     if health.time_column is None:
@@ -251,6 +251,9 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     if not due.due:
         return replace(base, rationale=due.rationale, kind=ReasonKind.BELOW_THRESHOLDS,
                        reason=f"below thresholds: {due.why_not}")
+    if due.target == "data" and health.sort_order_problem:  # a merge of position deletes alone sorts nothing
+        return replace(base, rationale=due.rationale, verdict=REFUSE, kind=ReasonKind.POLICY,
+                       reason=health.sort_order_problem)
     cost = estimate_cost(due.rewrite_bytes, due.rewrite_files, gates.bytes_per_second)
     base = replace(base, rationale=due.rationale, cost_estimate=cost, benefit=due.benefit,
                    kind=ReasonKind.POSITION_DELETES_DUE if due.target == "position_deletes" else ReasonKind.DUE)

@@ -246,6 +246,8 @@ def sort_order_problem(columns: dict[str, str], strategy: str, sort_order: str |
             return (f"policy sort_order column {key.column!r} is not a column of the table ({shown}"
                     f"{', ...' if len([n for n in columns if '.' not in n]) > 8 else ''}): name one of its columns, "
                     "or set strategy: binpack")
+        if strategy == "sort" and columns[name].startswith(("map<", "variant")):
+            return f"policy sort_order column {key.column!r} has type {columns[name]}, which Spark cannot order by"
         if strategy == "zorder":
             if name != key.column or "." in name:
                 return (f"policy sort_order z-order key {key.column!r} must name a top-level column exactly as the "

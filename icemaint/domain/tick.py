@@ -104,13 +104,16 @@ def decode_cursor(text: str | None) -> dict[str, TableCursor]:
 _ORDER = {RUN: 0, DEFER: 1, REFUSE: 2, NOOP: 3}
 
 
-def table_summary(decisions: list[Decision]) -> str:
-    """One table's decisions in one line: the most pressing one, and how many others there are."""
+def table_summary(decisions: list[Decision], now: dt.datetime | None = None) -> str:
+    """One table's decisions in one line: the most pressing one, and how many others there are; with `now`, when
+    it was decided (the line is repeated while the table is unchanged, and the ages in its reason are that
+    moment's)."""
     if not decisions:
         return "no decision"
     first = min(decisions, key=lambda d: (_ORDER.get(d.verdict, 9), d.date or ""))
     others = len(decisions) - 1
-    return f"{first.scope}: {first.verdict}: {first.reason}" + (f" (+{others} more dates)" if others else "")
+    when = f" (decided {now.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC)" if now is not None else ""
+    return f"{first.scope}: {first.verdict}: {first.reason}" + (f" (+{others} more dates)" if others else "") + when
 
 
 def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, policy) -> float | None:
@@ -241,7 +244,7 @@ def plan_compaction_tick(
             if digest is not None and (previous is None or previous.recorded != digest):
                 plan.to_record.extend(table_decisions)
             plan.cursor[table] = TableCursor(h.metadata_location, None, fingerprint, digest,
-                                             table_summary(table_decisions))
+                                             table_summary(table_decisions, now))
             continue
         healths[table] = h
         if running is None:
@@ -261,7 +264,7 @@ def plan_compaction_tick(
             plan.to_record.extend(d for d in table_decisions if d.verdict in (DEFER, REFUSE)
                                   and d.kind != ReasonKind.RUNS_IN_FLIGHT)
         plan.cursor[table] = TableCursor(location, min(rechecks) if rechecks else None, fingerprint, digest,
-                                         table_summary(table_decisions))
+                                         table_summary(table_decisions, now))
     ranked = rank_within_budget(candidates, max_runs=max_runs, run_of=run_of)
     for d in ranked:
         plan.decisions.append(d)

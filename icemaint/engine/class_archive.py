@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 
 JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 DEFAULT_OPTIONS_KEY = "spark.driver.defaultJavaOptions"  # an administrator's, put before the Java options
-ENV_OPTIONS = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")  # options every JVM started here reads
+# Options the driver JVM reads from the environment: every JVM's, spark-submit's own (client mode) and pyspark's
+# arguments to spark-submit (`--driver-java-options`).
+ENV_OPTIONS = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS", "SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS")
 ARCHIVE_DIR = "jvm-classes"
 SETTLE_S = 30.0  # a recording unchanged this long is finished (the JVM writes it in a second or two at exit)
 RECORDING_WINDOW_S = 600.0  # another process records only when no recording started within this window
@@ -55,8 +57,10 @@ MIN_JAVA = 13  # dynamic class-data sharing (ArchiveClassesAtExit)
 # The JVM reports an archive it cannot use (another class path, a damaged file) as warnings on stdout.
 QUIET = "-Xlog:cds*=off -Xlog:class+path=off"
 _OWN_SHARING = re.compile(r"-Xshare|SharedArchiveFile|ArchiveClassesAtExit|SharedClassListFile")
-# A JVMTI or Java agent (its class-file load hook is what the crash is in), or a recording started with the JVM.
-_AGENT = re.compile(r"(?:^|\s)(?:-javaagent:|-agentlib:|-agentpath:|-Xrun|-XX:StartFlightRecording)")
+# A JVMTI or Java agent (its class-file load hook is what the crash is in), a recording started with the JVM, or
+# options read from a file (`@argfile`, `-XX:VMOptionsFile`) that could hold either; quoted options too.
+_AGENT = re.compile(r"""(?:^|[\s'"])(?:-javaagent:|-agentlib:|-agentpath:|-Xrun|-XX:StartFlightRecording|"""
+                    r"""-XX:VMOptionsFile=|@\S)""")
 
 
 def java_home() -> Path | None:
@@ -159,8 +163,10 @@ def own_sharing(conf: dict[str, str]) -> bool:
 
 
 def java_agent(conf: dict[str, str], environ: dict[str, str] | None = None) -> str | None:
-    """The setting or environment variable that starts the driver JVM with an agent or a flight recording (then
-    no archive is mapped or recorded: the JDK crashes mapping one with an agent), else None."""
+    """The setting or environment variable that starts the driver JVM with an agent or a flight recording, or with
+    options from a file that may hold one (then no archive is mapped or recorded: the JDK crashes mapping one with
+    an agent), else None. Variables that spark-env.sh exports are not seen here: set spark.class_archive: false
+    when it starts an agent."""
     env = os.environ if environ is None else environ
     places = [(key, conf.get(key, "")) for key in (JAVA_OPTIONS_KEY, DEFAULT_OPTIONS_KEY)]
     places += [(name, env.get(name, "")) for name in ENV_OPTIONS]

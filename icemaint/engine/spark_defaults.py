@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -23,9 +24,29 @@ DEFAULTS_FILE = "spark-defaults.conf"
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
+def _properties_file(submit_args: str) -> str | None:
+    """The `--properties-file` of pyspark's arguments to spark-submit (PYSPARK_SUBMIT_ARGS), if any."""
+    import shlex
+
+    try:
+        words = shlex.split(submit_args)
+    except ValueError:
+        return None
+    for i, word in enumerate(words):
+        if word == "--properties-file" and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith("--properties-file="):
+            return word.split("=", 1)[1]
+    return None
+
+
 def defaults_path(environ: dict[str, str] | None = None) -> Path | None:
-    """Where spark-submit would read its defaults from, when that file exists."""
+    """Where spark-submit would read its defaults from (a `--properties-file` in PYSPARK_SUBMIT_ARGS replaces
+    spark-defaults.conf), when that file exists and can be looked at."""
     env = os.environ if environ is None else environ
+    named = _properties_file(env.get("PYSPARK_SUBMIT_ARGS", ""))
+    if named:
+        return _existing(Path(named))
     if env.get("SPARK_CONF_DIR"):
         folder = Path(env["SPARK_CONF_DIR"])
     else:
@@ -35,11 +56,17 @@ def defaults_path(environ: dict[str, str] | None = None) -> Path | None:
                 from pyspark.find_spark_home import _find_spark_home
 
                 home = _find_spark_home()
-            except Exception:  # noqa: BLE001 - no pyspark home: no file either
+            except (Exception, SystemExit):  # noqa: BLE001 - no pyspark home (it exits): no file either
                 return None
         folder = Path(home) / "conf"
-    path = folder / DEFAULTS_FILE
-    return path if path.is_file() else None
+    return _existing(folder / DEFAULTS_FILE)
+
+
+def _existing(path: Path) -> Path | None:
+    try:
+        return path if path.is_file() else None
+    except OSError:  # a folder this user cannot look into: spark-submit could not read it either
+        return None
 
 
 def _unescape(text: str) -> str:
@@ -63,9 +90,15 @@ def _unescape(text: str) -> str:
     return "".join(out)
 
 
+# Java's `Properties.load` ends a line only at \n, \r or \r\n (str.splitlines also splits at \f, \x1c, \u2028...);
+# spark-submit's trim removes characters up to the space, not other Unicode spaces.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_JAVA_TRIM = "".join(map(chr, range(33)))
+
+
 def _logical_lines(text: str):
     pending = ""
-    for raw in text.splitlines():
+    for raw in _LINE_END.split(text):
         line = raw.lstrip(" \t\f")
         if not pending and (not line or line[0] in "#!"):
             continue
@@ -96,7 +129,7 @@ def parse_properties(text: str) -> dict[str, str]:
         key, rest = line[:i], line[i:].lstrip(" \t\f")
         if rest[:1] in ("=", ":"):
             rest = rest[1:].lstrip(" \t\f")
-        props[_unescape(key)] = _unescape(rest).strip()
+        props[_unescape(key)] = _unescape(rest).strip(_JAVA_TRIM)
     return props
 
 

@@ -118,8 +118,25 @@ def brings_own_iceberg(config: MaintenanceConfig, conf: dict[str, str] | None = 
     if config.spark.iceberg_runtime != "auto":
         return config.spark.iceberg_runtime == "provided"
     conf = deployment_conf(config) if conf is None else conf
-    named = ",".join((conf.get("spark.jars.packages", ""), conf.get("spark.jars", "")))
+    named = ",".join((conf.get("spark.jars.packages", ""), conf.get("spark.jars", ""), conf.get(CLASSPATH_KEY, "")))
     return "iceberg-spark-runtime" in named
+
+
+def credentials_in_jars(conf: dict[str, str]) -> None:
+    """Refuses a `spark.jars` entry whose URL carries credentials (`https://user:token@host/...`): icemaint adds
+    its jars to that setting on spark-submit's command line, which any local user reads with `ps`.
+
+    Raises:
+        ValueError: naming the entry's host, never the credentials.
+    """
+    from urllib.parse import urlsplit
+
+    for entry in filter(None, (e.strip() for e in conf.get("spark.jars", "").split(","))):
+        parts = urlsplit(entry)
+        if "://" in entry and (parts.username or parts.password):
+            raise ValueError(f"spark.jars names a jar on {parts.hostname} with credentials in its URL: icemaint adds "
+                             "to spark.jars on spark-submit's command line, where other users can read them; name "
+                             "the jar by a local path or a URL without credentials")
 
 
 def session_conf(config: MaintenanceConfig) -> dict[str, str]:
@@ -129,6 +146,7 @@ def session_conf(config: MaintenanceConfig) -> dict[str, str]:
     jars, the SQL extensions), it adds to the deployment's value, from the config or its spark-defaults.conf:
     spark-submit applies the file only to settings the command line does not name."""
     own = deployment_conf(config)
+    credentials_in_jars(own)
     jars = [] if brings_own_iceberg(config, own) else [iceberg_jar_path()]
     # Debian's JDBC driver (libpostgresql-jdbc-java), whenever installed: a JdbcCatalog on PostgreSQL
     # can then be used, also as a second catalog added to a running session.
@@ -230,16 +248,14 @@ def log_to_file(config: MaintenanceConfig, conf: dict[str, str]) -> dict[str, st
     return {**conf, JAVA_OPTIONS_KEY: f"{options} -Dlog4j2.configurationFile=file:{properties}".strip()}
 
 
-JVM_OUTPUT = "jvm.out"
-
-
 def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
-    """Starts the driver JVM as pyspark would, but with its standard output in <state_dir>/logs/jvm.out.
+    """Starts the driver JVM as pyspark would, but with its standard output on the command's standard error.
 
     The JVM inherited the command's standard output, so what the JVM prints there (a flight recording's start,
     `-verbose:gc` or `-Xlog` from the deployment's Java options, an agent's banner) went into `--json` output
-    and broke it for whoever parses it. Its standard error is still the command's. pyspark then uses this JVM
-    (`SparkContext._ensure_initialized` takes a gateway already set); one already running is left alone."""
+    and broke it for whoever parses it. On standard error it stays in sight, a JVM's fatal-error report
+    included. pyspark then uses this JVM (`SparkContext._ensure_initialized` takes a gateway already set); one
+    already running is left alone."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
@@ -249,10 +265,7 @@ def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
         conf = SparkConf(loadDefaults=False).setMaster(config.spark.master).setAppName("icemaint")
         for key, value in settings.items():
             conf.set(key, value)
-        logs = Path(config.state_dir, "logs").resolve()
-        logs.mkdir(parents=True, exist_ok=True)
-        with open(logs / JVM_OUTPUT, "ab") as out:
-            gateway = launch_gateway(conf, popen_kwargs={"stdout": out})
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": 2})  # the process's standard error descriptor
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
 
