@@ -8,18 +8,22 @@ from maint_assets.partitions import TABLE_TAG, table_partitions, tables_range_ta
 from resources.catalog import IcebergCatalogResource
 
 
-def discover_tables(instance, catalog: IcebergCatalogResource) -> tuple[list[str], list[str]]:
+def discover_tables(instance, catalog: IcebergCatalogResource, notes: list[str] | None = None
+                    ) -> tuple[list[str], list[str]]:
     """(added, removed) tables versus the known `table` partitions. Shared by the sensor and `icemaint tick`.
 
     A catalog that lists no table while tables are known is not taken as "every table was dropped": an unmounted or
     emptied warehouse looks just so, and removing every `table` partition would stop all maintenance. It raises
     instead, removing nothing (a deployment whose tables really are all gone removes them in the UI). A warehouse
-    that does not exist yet, with no table known, is a fresh deployment: nothing to discover."""
+    that does not exist yet, with no table known, is a fresh deployment: nothing to discover, and `notes` (when
+    given) gets a line saying so, in case the path is a typo."""
     known = set(instance.get_dynamic_partitions(table_partitions.name))
     try:
         found = set(catalog.list_tables())
     except WarehouseMissing as exc:
         if not known:
+            if notes is not None:
+                notes.append(f"{str(exc).split(' (', 1)[0]} yet: no table to maintain")
             return [], []
         raise WarehouseMissing(f"{exc}, while {len(known)} known tables are registered: none was removed") from None
     if known and not found:
@@ -50,10 +54,11 @@ def build_discovery_sensor(health_job) -> dg.SensorDefinition:
                description="Adds catalog tables (filtered by the config's scope) to the `table` partitions, "
                            "removes dropped ones, and requests a health snapshot of each new table.")
     def table_discovery(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource):
-        added, removed = discover_tables(context.instance, catalog)
+        notes: list[str] = []
+        added, removed = discover_tables(context.instance, catalog, notes)
         if not added and not removed:
             known = len(context.instance.get_dynamic_partitions(table_partitions.name))
-            return dg.SkipReason(f"no change: {known} tables known")
+            return dg.SkipReason("; ".join(notes) or f"no change: {known} tables known")
         requests = []
         if added:
             requests.append(table_partitions.build_add_request(added))

@@ -409,6 +409,8 @@ def test_an_empty_warehouse_removes_no_known_table_and_a_fresh_one_is_no_error(c
                          catalog={"warehouse": str(tmp_path / "not-yet")})
     code, out, err = run_cli(capsys, "--config", str(fresh), "tick")
     assert code == 0 and "0 tables evaluated" in out, out + err
+    # ... and says why it sees none, in case the path is a typo
+    assert f"discovery: catalog 'lake': its warehouse {tmp_path / 'not-yet'} does not exist yet: no table" in out, out
 
 
 def test_a_dry_run_tick_decides_what_a_tick_would_and_writes_nothing(capsys, spark, tmp_path, lake_root):

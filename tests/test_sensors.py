@@ -407,3 +407,12 @@ def test_the_nightly_window_requests_what_the_sensor_would_as_window_runs(tmp_pa
     assert requests[0].partition_key_range == dg.PartitionKeyRange(f"{DATES[0]}|{table}", f"{DATES[-1]}|{table}")
     assert requests[0].tags["icemaint/trigger"] == "window"
     assert isinstance(undated, dg.SkipReason) and "evaluated" in (undated.skip_message or "")
+
+
+def test_discovery_on_a_deployment_without_its_warehouse_yet_says_so(tmp_path, lake_root, namespace):
+    """No table known and no warehouse: a fresh deployment, not an error; the skip names the missing path (a
+    typo in it would otherwise read as an empty estate, tick after tick)."""
+    loc = location(tmp_path, lake_root, namespace, catalog={"warehouse": str(tmp_path / "not-yet")})
+    result = loc.tick("table_discovery", dg.DagsterInstance.ephemeral())
+    assert isinstance(result, dg.SkipReason), result
+    assert f"its warehouse {tmp_path / 'not-yet'} does not exist yet: no table to maintain" in skip_text(result)

@@ -91,7 +91,9 @@ class Ticker:
         now = dt.datetime.now(dt.timezone.utc)
         lines, failed = [d.line().replace(" marked failed:", " would be marked failed:") if dry_run else d.line()
                          for d in reaped], False
-        added, removed = discover_tables(instance, self.catalog)
+        notes: list[str] = []
+        added, removed = discover_tables(instance, self.catalog, notes)
+        lines += [f"discovery: {note}" for note in notes]
         if added and not dry_run:
             instance.add_dynamic_partitions(table_partitions.name, added)
         for table in removed if not dry_run else []:
