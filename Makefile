@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics clean
+.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,7 @@ bench: setup java
 	$(MAKE) --no-print-directory bench-daemon
 	$(MAKE) --no-print-directory bench-jvm
 	$(MAKE) --no-print-directory bench-statistics
+	$(MAKE) --no-print-directory bench-settings
 
 # 20 small tables caught up by `icemaint tick --until-idle` with max_runs_total 1, 2 and 4: tables' runs
 # at once on one Spark session against one at a time (a section of benchmarks/RESULTS.md).
@@ -66,6 +67,11 @@ bench-daemon: setup java
 # benchmarks/RESULTS.md).
 bench-jvm: setup java
 	$(BIN)/python -m benchmarks.jvm_start
+
+# Driver settings tried against the peer misses (JIT, collector, manifest cache, codec level) on an estate and a
+# 1,000-commit date, interleaved (a section of benchmarks/RESULTS.md).
+bench-settings: setup java
+	$(BIN)/python -m benchmarks.driver_settings
 
 # Column statistics: icemaint's against Iceberg's compute_table_stats, quiet and under a claimless writer (a
 # section of benchmarks/RESULTS.md).
