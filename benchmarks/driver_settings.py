@@ -60,7 +60,7 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
                      {"spark.sql.iceberg.compression-level": "1"}),
 }
 SHAPES = ("estate", "commits")
-DEFAULT_VARIANTS = {"estate": "default,c1_only,c2_later,serial_gc", "commits": "default,serial_gc,manifest_cache,zstd_level_1"}
+DEFAULT_VARIANTS = {"estate": "default,c1_only,c2_later,serial_gc", "commits": "default,c1_only,serial_gc,manifest_cache,zstd_level_1"}
 ESTATE_FILES, ESTATE_ROWS = 100, 100
 COMMIT_ROWS = 4000
 
