@@ -43,17 +43,19 @@ SECTION = "## Driver settings tried against the peer misses"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 ICEMAINT = str(Path(sys.executable).parent / "icemaint")
 
+def _java(what: str, options: str, aside: str = "") -> tuple[str, dict[str, str]]:
+    """A variant that adds Java options to the driver JVM, labelled with them."""
+    return f"{what} (`{options}`{'; ' + aside if aside else ''})", {JAVA_OPTIONS: options}
+
+
 # name -> (what it is, the Spark settings it adds to the shape's configuration)
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "default": ("the product as it ships", {}),
-    "c1_only": ("JIT: C1 only (`-XX:TieredStopAtLevel=1`)", {JAVA_OPTIONS: "-XX:TieredStopAtLevel=1"}),
-    "c2_later": ("JIT: C2 thresholds x8 (`-XX:Tier4InvocationThreshold=40000 -XX:Tier4CompileThreshold=120000 "
-                 "-XX:Tier4MinInvocationThreshold=4800`)",
-                 {JAVA_OPTIONS: "-XX:Tier4InvocationThreshold=40000 -XX:Tier4CompileThreshold=120000 "
-                                "-XX:Tier4MinInvocationThreshold=4800"}),
-    "serial_gc": ("collector: Serial (`-XX:+UseSerialGC`; G1 is the JDK's choice on 2 cores)",
-                  {JAVA_OPTIONS: "-XX:+UseSerialGC"}),
-    "parallel_gc": ("collector: Parallel (`-XX:+UseParallelGC`)", {JAVA_OPTIONS: "-XX:+UseParallelGC"}),
+    "c1_only": _java("JIT: C1 only", "-XX:TieredStopAtLevel=1"),
+    "c2_later": _java("JIT: C2 thresholds x8", "-XX:Tier4InvocationThreshold=40000 -XX:Tier4CompileThreshold=120000 "
+                                               "-XX:Tier4MinInvocationThreshold=4800"),
+    "serial_gc": _java("collector: Serial", "-XX:+UseSerialGC", "G1 is the JDK's choice on 2 cores"),
+    "parallel_gc": _java("collector: Parallel", "-XX:+UseParallelGC"),
     "manifest_cache": ("Iceberg's manifest content cache (catalog `io.manifest.cache-enabled`: the publish re-reads "
                        "the manifests the plan read)", {"spark.sql.catalog.{catalog}.io.manifest.cache-enabled": "true"}),
     "zstd_level_1": ("zstd level 1, pyarrow's default (`spark.sql.iceberg.compression-level`; Iceberg Java's is 3)",
@@ -129,7 +131,8 @@ def measure(shape: str, seed: Path, variant: str, args) -> dict:
 
 def render(result: dict) -> str:
     lines = [SECTION, "",
-             f"- Date: {result['date']}; command: `{result['command']}`; commit measured: `{result['commit']}`; "
+             f"- Date: {result['date']}; command: `{result['command']}`; commit measured: `{result['commit']}`"
+             f"{_uncommitted(result)}; "
              f"machine: {result['machine']}; load average at the start {result['load_start']}, at the end "
              f"{result['load_end']}.",
              f"- Shapes (Hadoop catalog, a fresh copy per measurement, a fresh process each, variants interleaved, "
@@ -138,17 +141,12 @@ def render(result: dict) -> str:
              f"{result['commits']:,} single-file commits ({result['commits'] * COMMIT_ROWS:,} rows) compacted by "
              "`icemaint compact --date`. Rows checked afterwards with pyiceberg in every measurement.", "",
              "| shape | variant | wall (median) | each run | / default |", "|---|---|---|---|---|"]
-    for shape in result["shapes"]:
-        by: dict[str, list[float]] = {}
-        for m in result["measurements"]:
-            if m["shape"] == shape:
-                by.setdefault(m["variant"], []).append(m["seconds"])
-        base = statistics.median(by["default"])
-        for variant, runs in by.items():
-            med = statistics.median(runs)
-            lines.append(f"| {shape} | {VARIANTS[variant][0]} | {med:.1f} s | "
-                         f"{', '.join(f'{s:.1f}' for s in runs)} | {med / base:.2f}x |")
-    spread = [max(v) / min(v) for v in _runs_by(result).values() if len(v) > 1]
+    by = _runs_by(result)
+    for (shape, variant), runs in by.items():
+        med = statistics.median(runs)
+        lines.append(f"| {shape} | {VARIANTS[variant][0]} | {med:.1f} s | "
+                     f"{', '.join(f'{s:.1f}' for s in runs)} | {med / statistics.median(by[shape, 'default']):.2f}x |")
+    spread = [max(v) / min(v) for v in by.values() if len(v) > 1]
     if spread:
         lines += ["", f"- The same setting's runs differ by up to {100 * (max(spread) - 1):.0f}% on this machine: "
                       "a difference smaller than that is not resolved by these runs."]
@@ -157,9 +155,15 @@ def render(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _uncommitted(result: dict) -> str:
+    changed = result.get("uncommitted") or []
+    return f" with uncommitted changes to {', '.join(f'`{p}`' for p in changed)}" if changed else ""
+
+
 def _runs_by(result: dict) -> dict[tuple[str, str], list[float]]:
+    """Each (shape, variant)'s seconds, shapes in the order measured."""
     out: dict[tuple[str, str], list[float]] = {}
-    for m in result["measurements"]:
+    for m in sorted(result["measurements"], key=lambda m: result["shapes"].index(m["shape"])):
         out.setdefault((m["shape"], m["variant"]), []).append(m["seconds"])
     return out
 
@@ -178,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from benchmarks.machine import describe_machine, load_average
     from benchmarks.stack_bench import write_section
+    from benchmarks.versions import describe_source
 
     if args.from_results:
         write_section(Path(args.out), render(json.loads(Path(args.from_results).read_text())), SECTION)
@@ -187,11 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown shape or variant: {', '.join(unknown)}")
     machine = describe_machine()
-    commit = subprocess.run(["git", "rev-parse", "--short=9", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    source = describe_source(REPO)
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": shlex.join(["python", "-m", "benchmarks.driver_settings",
                                      *(argv if argv is not None else sys.argv[1:])]),
-              "commit": commit, "machine": f"{machine['cores']} cores, {machine['cpu_model']}",
+              "commit": source["commit"][:9], "uncommitted": source["uncommitted_changes"], "machine": f"{machine['cores']} cores, {machine['cpu_model']}",
               "load_start": load_average(), "shapes": shapes, "reps": args.reps, "tables": args.tables,
               "commits": args.commits, "note": args.note, "measurements": []}
     for shape in shapes:
