@@ -10,6 +10,7 @@ from icemaint.domain.decisions import Gates, decide_table_compactions
 from icemaint.domain.tick import table_summary
 
 from icemaint.domain.layout import describe
+from icemaint.domain.units import human_duration
 from maint_assets.metadata import as_json, markdown_table, numeric, partition_error
 from maint_assets.partitions import table_partitions
 from resources.catalog import IcebergCatalogResource
@@ -59,6 +60,10 @@ def table_health(context: dg.AssetExecutionContext, catalog: IcebergCatalogResou
         raise dg.Failure(description=f"{len(failed)} of {len(keys)} tables not read: " + "; ".join(failed))
 
 
+def _ago(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{human_duration(max(seconds, 0.0))} ago"
+
+
 def health_metadata(context, catalog: IcebergCatalogResource, table: str) -> dict:
     health = catalog.health(table, measure_metadata=True)
     config = catalog.settings.config
@@ -79,9 +84,11 @@ def health_metadata(context, catalog: IcebergCatalogResource, table: str) -> dic
         "time_column": dg.MetadataValue.text(f"{health.time_column} ({health.time_transform})"),
         "maintained_as": dg.MetadataValue.text(health.maintained_as),
         "compaction_now": dg.MetadataValue.text(table_summary(decisions)),
-        "partitions": markdown_table([{**p, "partition": describe(p["key"])} for p in partitions],
+        "partitions": markdown_table([{**p, "partition": describe(p["key"]),
+                                       "last_writer_commit": _ago(p["seconds_since_writer_commit"])}
+                                      for p in partitions],
                                      ["partition", "data_files", "small_files", "total_bytes", "records",
                                       "delete_files", "delete_records", "equality_delete_files",
-                                      "deletion_vectors"]),
+                                      "deletion_vectors", "last_writer_commit"]),
         "health": as_json({**health.to_dict(), "compaction_now": table_summary(decisions)}),
     }

@@ -30,16 +30,17 @@ def snap(snapshot_id, parent_id, seconds_ago, operation="append", **summary):
 QUIET = (snap(1, None, 2 * 86400),)  # one writer commit two days ago
 
 
-def data(n, size, day=DAY, records=100):
-    return [FileEntry(0, size, records, dt.date.fromisoformat(day) if day else None)] * n
+def data(n, size, day=DAY, records=100, by=None):
+    """`n` data files on `day`; `by`: the snapshot that added them (writer activity per date)."""
+    return [FileEntry(0, size, records, dt.date.fromisoformat(day) if day else None, added_snapshot_id=by)] * n
 
 
 def deletes(records, day=DAY, content=1, n=1):
     return [FileEntry(content, 2 * KiB, records, dt.date.fromisoformat(day))] * n
 
 
-def health(files, snapshots=QUIET, time_column="ts", now=NOW, table=TABLE):
-    return compute_health(table=table, metadata_location=f"/wh/{table}/metadata/v3.metadata.json",
+def health(files, snapshots=QUIET, time_column="ts", now=NOW, table=TABLE, touched=(), known=True):
+    return compute_health(touched=touched, writer_partitions_known=known,table=table, metadata_location=f"/wh/{table}/metadata/v3.metadata.json",
                           snapshot_id=max((s.snapshot_id for s in snapshots), default=None), schema_id=0,
                           spec_id=0, time_column=time_column, time_transform="day" if time_column else None,
                           files=files, manifest_lengths=[4 * KiB, 20 * MiB], snapshots=snapshots,
@@ -96,8 +97,30 @@ CASES = [
     ("yesterday past the hot age", dict(files=data(3, 100 * KiB, day="2024-06-09"),
                                        now=NOW.replace(hour=1, minute=30)),
      {}, dict(now=NOW.replace(hour=1, minute=30)), "2024-06-09", RUN, ["3 small files >= 3"]),
-    ("writer active", dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 100))), {}, {}, DAY, DEFER,
-     ["writer active: last writer commit 1.7m ago, within the 5m idle window"]),
+    ("writer active on the table (writer_scope table)",
+     dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 100))), dict(writer_scope="table"), {}, DAY,
+     DEFER, ["writer active: last writer commit 1.7m ago, within the 5m idle window"]),
+    ("a writer on another date does not hold this one",
+     dict(files=data(3, 100 * KiB, by=1) + data(1, 100 * KiB, day="2024-06-10", by=2),
+          snapshots=(snap(1, None, 86400), snap(2, 1, 5))), {}, {}, DAY, RUN, ["3 small files >= 3"]),
+    ("the date being written is deferred, naming its last commit (before the hot gate)",
+     dict(files=data(3, 100 * KiB, day="2024-06-10", by=2), snapshots=(snap(1, None, 86400), snap(2, 1, 5))), {}, {},
+     "2024-06-10", DEFER, ["writer active on 2024-06-10: last commit 5s ago, within the 5m idle window"]),
+    ("late rows into a cold date defer it",
+     dict(files=data(3, 100 * KiB, by=1) + data(1, 100 * KiB, by=2), snapshots=(snap(1, None, 86400), snap(2, 1, 100))),
+     {}, {}, DAY, DEFER, ["writer active on 2024-06-01: last commit 1.7m ago"]),
+    ("a late commit past the idle window does not",
+     dict(files=data(3, 100 * KiB, by=1) + data(1, 100 * KiB, by=2), snapshots=(snap(1, None, 86400), snap(2, 1, 400))),
+     {}, {}, DAY, RUN, ["4 small files >= 3"]),
+    ("a writer commit that only removed files of the date (read from its manifests)",
+     dict(files=data(3, 100 * KiB, by=1), snapshots=(snap(1, None, 86400), snap(2, 1, 30, "delete")),
+          touched=[(2, DAY)]), {}, {}, DAY, DEFER, ["writer active on 2024-06-01: last commit 30s ago"]),
+    ("partitions unknown (too many recent commits to read): the table's check",
+     dict(files=data(3, 100 * KiB, by=1), snapshots=(snap(1, None, 86400), snap(2, 1, 30)), known=False), {}, {},
+     DAY, DEFER, ["writer active: last writer commit 30s ago"]),
+    ("a maintenance commit adding files of the date is not a writer's",
+     dict(files=data(3, 100 * KiB, by=2), snapshots=(snap(1, None, 86400), snap(2, 1, 10, "replace"))), {}, {}, DAY,
+     RUN, ["3 small files >= 3"]),
     ("maintenance commit is not writer activity",
      dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 10, "replace"))), {}, {}, DAY, RUN,
      ["3 small files >= 3"]),
@@ -108,8 +131,9 @@ CASES = [
      dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 1000), snap(3, 1, 10, source_snapshot_id="2"))),
      {}, {}, DAY, RUN, ["3 small files >= 3"]),
     ("republish of a recent commit is writer activity",
-     dict(files=SMALL3, snapshots=(snap(1, None, 86400), snap(2, 1, 100), snap(3, 1, 10, source_snapshot_id="2"))),
-     {}, {}, DAY, DEFER, ["writer active: last writer commit 1.7m ago"]),
+     dict(files=data(3, 100 * KiB, by=3),
+          snapshots=(snap(1, None, 86400), snap(2, 1, 100), snap(3, 1, 10, source_snapshot_id="2"))),
+     {}, {}, DAY, DEFER, ["writer active on 2024-06-01: last commit 1.7m ago"]),
     ("claim busy", dict(files=SMALL3), {}, dict(claim_holder="run-42@host-a"), DAY, DEFER,
      ["claim busy: held by run-42@host-a"]),
     ("over the cost ceiling", dict(files=SMALL3), dict(max_rewrite_bytes=200 * KiB), {}, DAY, DEFER,
@@ -117,17 +141,19 @@ CASES = [
       f"approve with: icemaint approve {TABLE} --date {DAY}"]),
     ("over the cost ceiling but approved", dict(files=SMALL3), dict(max_rewrite_bytes=200 * KiB),
      dict(approved=True), DAY, RUN, ["3 small files >= 3"]),
-    ("deferrals in order: hot before writer, claim and cost",
-     dict(files=data(3, 100 * KiB, day="2024-06-10"), snapshots=(snap(1, None, 5),)), dict(max_rewrite_bytes=1),
-     dict(claim_holder="x"), "2024-06-10", DEFER, ["hot partition"]),
-    ("writer before claim and cost", dict(files=SMALL3, snapshots=(snap(1, None, 5),)), dict(max_rewrite_bytes=1),
-     dict(claim_holder="x"), DAY, DEFER, ["writer active"]),
+    ("deferrals in order: writer before hot, claim and cost",
+     dict(files=data(3, 100 * KiB, day="2024-06-10", by=1), snapshots=(snap(1, None, 5),)), dict(max_rewrite_bytes=1),
+     dict(claim_holder="x"), "2024-06-10", DEFER, ["writer active on 2024-06-10"]),
+    ("hot before claim and cost", dict(files=data(3, 100 * KiB, day="2024-06-10"), snapshots=(snap(1, None, 5),)),
+     dict(max_rewrite_bytes=1), dict(claim_holder="x"), "2024-06-10", DEFER, ["hot partition"]),
+    ("writer before claim and cost", dict(files=data(3, 100 * KiB, by=1), snapshots=(snap(1, None, 5),)),
+     dict(max_rewrite_bytes=1), dict(claim_holder="x"), DAY, DEFER, ["writer active"]),
     ("claim before cost", dict(files=SMALL3), dict(max_rewrite_bytes=1), dict(claim_holder="x"), DAY, DEFER,
      ["claim busy: held by x"]),
     ("a run in flight on the table before its claim (the run's own)", dict(files=SMALL3), {},
      dict(claim_holder="run 9f2c", runs_in_flight=frozenset({"compaction_job", "expiry_job"})), DAY, DEFER,
      ["waiting for runs in flight on the table: compaction_job, expiry_job"]),
-    ("writer before runs in flight", dict(files=SMALL3, snapshots=(snap(1, None, 5),)), {},
+    ("writer before runs in flight", dict(files=data(3, 100 * KiB, by=1), snapshots=(snap(1, None, 5),)), {},
      dict(runs_in_flight=frozenset({"compaction_job"})), DAY, DEFER, ["writer active"]),
     ("a date an operator reverted is held", dict(files=SMALL3), {},
      dict(reverted={DAY: "alice reverted snapshot 7 at 2024-06-10 09:00 UTC"}), DAY, DEFER,
@@ -155,7 +181,8 @@ def test_decide_compaction(health_kw, policy_kw, gates_kw, date, verdict, reason
 
 
 def test_small_file_trigger_rationale_and_cost():
-    decision = decide_compaction(health(SMALL3), DAY, POLICY, Gates(now=NOW, identity="maint"))
+    decision = decide_compaction(health(data(3, 100 * KiB, by=1) + data(1, 4 * MiB, by=1)), DAY, POLICY,
+                                 Gates(now=NOW, identity="maint"))
     assert decision.rationale["trigger"] == "small_files"
     assert (decision.rationale["small_files"], decision.rationale["data_files"]) == (3, 4)
     # only the small files are rewritten; the 4 MiB file stays
@@ -163,7 +190,8 @@ def test_small_file_trigger_rationale_and_cost():
                                       "bytes_per_second": DEFAULT_REWRITE_BYTES_PER_SECOND,
                                       "throughput_source": "default",
                                       "seconds": round(300 * KiB / DEFAULT_REWRITE_BYTES_PER_SECOND, 3)}
-    assert decision.writer_check == {"last_writer_commit_at": (NOW - dt.timedelta(days=2)).isoformat(),
+    assert decision.writer_check == {"scope": "partition", "partition": DAY,
+                                     "last_writer_commit_at": (NOW - dt.timedelta(days=2)).isoformat(),
                                      "seconds_since_writer_commit": 172800.0, "writer_idle_seconds": 300,
                                      "idle": True}
     assert decision.benefit == pytest.approx(2 / (300 * KiB) * MiB)
@@ -345,8 +373,8 @@ def test_files_on_no_date_are_counted_as_undated():
 
 # -- tables without a time column: one decision over the partitions of their layout ----------------------
 
-def part_files(key, n, size, records=100, content=0):
-    return [FileEntry(content, size, records, None, partition=key)] * n
+def part_files(key, n, size, records=100, content=0, by=1):
+    return [FileEntry(content, size, records, None, partition=key, added_snapshot_id=by)] * n
 
 
 def layout(*files, snapshots=QUIET):
@@ -393,7 +421,9 @@ def test_the_cost_ceiling_takes_the_best_partitions_and_leaves_the_rest_for_the_
     ("no data files", [], {}, {}, NOOP, ["no data files"]),
     ("claim busy", [part_files("k=a", 3, 1 * KiB)], {"claim_holder": "other@host"}, {}, DEFER, ["held by other@host"]),
     ("writer active", [part_files("k=a", 3, 1 * KiB)], {}, {"writer_idle_seconds": 3 * 86400}, DEFER,
-     ["writer active"]),
+     ["writer active on k=a: last commit 2d ago"]),
+    ("writer active on the table", [part_files("k=a", 3, 1 * KiB, by=None)], {},
+     {"writer_idle_seconds": 3 * 86400, "writer_scope": "table"}, DEFER, ["writer active: last writer commit 2d ago"]),
     ("disabled", [part_files("k=a", 3, 1 * KiB)], {}, {"enabled": False}, REFUSE, ["enabled: false"]),
 ])
 def test_layout_decisions(case, files, gates, policy, verdict, words):
@@ -456,3 +486,14 @@ def test_a_sort_order_that_does_not_fit_refuses_data_rewrites_only():
     flat = with_(health(SMALL3, time_column=None), sort_order_problem=problem)
     [layout_decision] = decide_table_compactions(flat, POLICY, gates)
     assert (layout_decision.verdict, layout_decision.reason) == (REFUSE, problem)
+
+
+def test_a_layout_partition_being_written_is_left_out_and_the_others_run():
+    h = layout(part_files("k=a", 3, 100 * KiB, by=2), part_files("k=b", 10, 100 * KiB, by=1),
+               snapshots=(snap(1, None, 86400), snap(2, 1, 20)))
+    d = decide_layout(h)
+    assert d.verdict == RUN and d.rationale["partitions"] == ["k=b"], d.reason
+    assert "1 due partitions wait for their writer (k=a)" in d.reason
+    assert d.writer_check["scope"] == "partition" and d.writer_check["partitions_written"] == ["k=a"]
+    # under writer_scope table the same table waits as a whole
+    assert decide_layout(h, writer_scope="table").kind.value == "writer_active"

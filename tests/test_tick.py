@@ -6,6 +6,7 @@ The estate below is data (files and snapshots per table); `health` computes real
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from collections import Counter
 
 import pytest
@@ -56,9 +57,12 @@ class Estate:
         if table in self.broken_health:
             raise OSError(f"corrupt manifest list in {table}")
         t = self.tables[table]
+        # the table's last commit (its version) wrote every file that does not name another writer commit
+        files = [f if f.added_snapshot_id is not None else replace(f, added_snapshot_id=t["version"])
+                 for f in t["files"]]
         return compute_health(
             table=table, metadata_location=self.metadata_location(table), snapshot_id=t["version"], schema_id=0,
-            spec_id=0, time_column="ts", time_transform="day", files=t["files"], manifest_lengths=[4 * KiB],
+            spec_id=0, time_column="ts", time_transform="day", files=files, manifest_lengths=[4 * KiB],
             snapshots=[SnapshotEntry(t["version"], None, t["writer_at"], "append")], metadata_files=t["version"],
             small_file_size_bytes=MiB, small_manifest_bytes=8 * MiB, now=self.now)
 
@@ -138,7 +142,7 @@ def test_writer_active_table_is_rechecked_when_the_idle_window_ends(tick_config)
     estate.add("t.w", small_files(3), writer_at=NOW - dt.timedelta(seconds=100))
     first = estate.tick(tick_config)
     (decision,) = first.decisions
-    assert decision.verdict == DEFER and decision.reason.startswith("writer active: last writer commit 1.7m ago")
+    assert decision.verdict == DEFER and decision.reason.startswith(f"writer active on {DAY}: last commit 1.7m ago")
     assert first.cursor["t.w"].recheck_at == (NOW + dt.timedelta(seconds=200)).timestamp()
 
     early = estate.tick(tick_config, first.cursor, NOW + dt.timedelta(seconds=150))

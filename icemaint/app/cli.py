@@ -17,7 +17,7 @@ from icemaint.config import ConfigError, MaintenanceConfig, load_config
 from icemaint.domain.layout import describe
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
-from icemaint.domain.units import human_size, printable, shown
+from icemaint.domain.units import human_duration, human_size, printable, shown
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_MAX_TICKS = 50  # `tick --until-idle`: a catch-up still publishing after this many ticks stops, failing
@@ -91,10 +91,12 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
     print(f"  compaction now: {health.get('compaction_now', '-')}")
     width = max([12] + [len(describe(p["key"])) + 2 for p in health["partitions"]])
     print(f"  {'date' if health['scope'] == 'date' else 'partition':<{width}}{'files':>7}{'small':>7}{'size':>11}"
-          f"{'deletes':>9}")
+          f"{'deletes':>9}  last writer commit")
     for p in health["partitions"]:
+        since = p.get("seconds_since_writer_commit")
         print(f"  {describe(p['key']):<{width}}{p['data_files']:>7}{p['small_files']:>7}"
-              f"{human_size(p['total_bytes']):>11}{p['delete_files']:>9}")
+              f"{human_size(p['total_bytes']):>11}{p['delete_files']:>9}  "
+              f"{'-' if since is None else human_duration(max(since, 0.0)) + ' ago'}")
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import (DEFER, REFUSE, Decision, Gates, decide_table_compactions, measured_throughput,
+from icemaint.domain.decisions import (DEFER, REFUSE, Decision, Gates, ReasonKind, decide_table_compactions, measured_throughput,
                                        partition_due, position_deletes_maintained, refusal_for, writer_check)
 from icemaint.domain.health import TableHealth
 from icemaint.domain.names import TableName
@@ -157,11 +157,16 @@ def _gates(health: TableHealth, decision: Decision, policy, gates: Gates, approv
         chosen = decision.rationale.get("partitions", [])
         out.append(Gate("thresholds", "pass", f"{len(chosen)} due partitions chosen by benefit: "
                                              f"{', '.join(chosen[:5]) or '-'}"))
-    wc = writer_check(health, policy)
+    wc = decision.writer_check if "idle" in decision.writer_check else writer_check(health, policy, decision.date)
     since = wc["seconds_since_writer_commit"]
-    out.append(Gate("writer idle", "pass" if wc["idle"] else "blocks",
-                    (f"last writer commit {human_duration(max(since, 0.0))} ago" if since is not None
-                     else "no writer commit on main") + f" (writer_idle {human_duration(policy.writer_idle_seconds)})"))
+    where = f" on {wc['partition']}" if wc.get("scope") == "partition" and wc.get("partition") else ""
+    written = wc.get("partitions_written") or decision.rationale.get("partitions_written") or []
+    blocks = not wc["idle"] or decision.kind == ReasonKind.WRITER_ACTIVE
+    out.append(Gate("writer idle", "blocks" if blocks else "pass",
+                    (f"last writer commit{where} {human_duration(max(since, 0.0))} ago" if since is not None
+                     else f"no writer commit{where or ' on main'} in view")
+                    + (f"; being written, left out: {', '.join(written[:5])}" if written else "")
+                    + f" (writer_idle {human_duration(policy.writer_idle_seconds)}, writer_scope {wc.get('scope')})"))
     if decision.date in gates.reverted:
         out.append(Gate("revert", "pass" if approved else "blocks",
                         gates.reverted[decision.date] + ("; approved since" if approved else "")))

@@ -168,16 +168,37 @@ def refusal_for(policy: TablePolicy, operation: str, identity: str) -> str | Non
     return _refusal(policy, operation, identity)
 
 
-def writer_check(health: TableHealth, policy: TablePolicy) -> dict:
-    idle_for = health.seconds_since_writer_commit
+def writer_check(health: TableHealth, policy: TablePolicy, key: str | None = None) -> dict:
+    """Whether writers are idle where a decision would rewrite: on partition `key` (a date, or a layout
+    partition) under `writer_scope: partition`, else (`writer_scope: table`, or no partition named, or the
+    observer could not tell partitions apart) on the whole table."""
+    per_partition = policy.writer_scope == "partition" and key is not None and health.writer_partitions_known
+    if per_partition:
+        part = health.partition(key)
+        at = part.last_writer_commit_at if part else None
+        idle_for = part.seconds_since_writer_commit if part else None
+    else:
+        at, idle_for = health.last_writer_commit_at, health.seconds_since_writer_commit
     return {
-        "last_writer_commit_at": health.last_writer_commit_at,
+        "scope": "partition" if per_partition else "table",
+        **({"partition": key} if per_partition else {}),
+        "last_writer_commit_at": at,
         "seconds_since_writer_commit": idle_for,
         "writer_idle_seconds": policy.writer_idle_seconds,
         # A commit newer than `now` (it landed while health was read, or the writer's clock runs
         # ahead) has been idle for 0 s, not for a negative time.
         "idle": idle_for is None or max(idle_for, 0.0) >= policy.writer_idle_seconds,
     }
+
+
+def writer_active_reason(wc: Mapping, policy: TablePolicy) -> str:
+    """The deferral's words for a `writer_check` that is not idle."""
+    ago = human_duration(max(wc["seconds_since_writer_commit"], 0.0))
+    window = f"within the {human_duration(policy.writer_idle_seconds)} idle window"
+    if wc.get("scope") == "partition":
+        return (f"writer active on {describe(wc['partition']) if wc['partition'] != WHOLE_TABLE else 'the table'}: "
+                f"last commit {ago} ago, {window}")
+    return f"writer active: last writer commit {ago} ago, {window}"
 
 
 def estimate_cost(rewrite_bytes: int, files: int, bytes_per_second: float | None) -> dict:
@@ -209,14 +230,20 @@ def _held_by_runs(base: Decision, gates: Gates) -> Decision | None:
                    reason=f"held: {hold.note}; to let automation run it again: {approve}")
 
 
+def _writer_active(base: Decision, policy: TablePolicy) -> Decision | None:
+    """The deferral when a writer committed where the decision would rewrite within `writer_idle`, else None."""
+    wc = base.writer_check
+    if wc["idle"]:
+        return None
+    return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE, reason=writer_active_reason(wc, policy))
+
+
 def _busy(base: Decision, policy: TablePolicy, gates: Gates) -> Decision | None:
     """The deferral when a writer is still active, a run is in flight on the table or someone holds the claim,
     else None."""
-    wc = base.writer_check
-    if not wc["idle"]:
-        return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE, reason=(
-            f"writer active: last writer commit {human_duration(max(wc['seconds_since_writer_commit'], 0.0))} ago, "
-            f"within the {human_duration(policy.writer_idle_seconds)} idle window"))
+    active = _writer_active(base, policy)
+    if active is not None:
+        return active
     if gates.runs_in_flight:
         return replace(base, verdict=DEFER, kind=ReasonKind.RUNS_IN_FLIGHT,
                        reason=f"waiting for runs in flight on the table: {', '.join(sorted(gates.runs_in_flight))}")
@@ -228,7 +255,7 @@ def _busy(base: Decision, policy: TablePolicy, gates: Gates) -> Decision | None:
 def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates: Gates) -> Decision:
     """Whether one date partition of a table should be compacted now, and why (or why not)."""
     base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="", date=date,
-                    writer_check=writer_check(health, policy))
+                    writer_check=writer_check(health, policy, date))
     refused = _refusal(policy, "compact", gates.identity)
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
@@ -258,7 +285,11 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     base = replace(base, rationale=due.rationale, cost_estimate=cost, benefit=due.benefit,
                    kind=ReasonKind.POSITION_DELETES_DUE if due.target == "position_deletes" else ReasonKind.DUE)
     rewrite_bytes = due.rewrite_bytes
-
+    # A date a writer is still committing into says so first (today's date is usually also hot): its last commit
+    # is what tells the owner when it will be compacted.
+    active = _writer_active(base, policy)
+    if active is not None:
+        return active
     day_end = dt.datetime.combine(dt.date.fromisoformat(date) + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
     age = (gates.now - day_end).total_seconds()
     if age < policy.hot_partition_age_seconds:
@@ -381,8 +412,9 @@ def choose_partitions(parts: Sequence[PartitionHealth], policy: TablePolicy, app
 def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Gates) -> Decision:
     """Whether a table without a time column should be compacted now: its due partitions, best first,
     within the cost ceiling (`Decision.date` is None; `rationale["partitions"]` names them)."""
+    active = _active_partitions(health, policy)
     base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="",
-                    writer_check=writer_check(health, policy))
+                    writer_check=_layout_writer_check(health, policy, active))
     refused = _refusal(policy, "compact", gates.identity) or health.sort_order_problem
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
@@ -393,9 +425,16 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
     held = _held_by_revert(base, gates) or _held_by_runs(base, gates)
     if held:
         return held
-    choice = choose_partitions(health.partitions, policy, gates.approved)
+    choice = choose_partitions([p for p in health.partitions if p.key not in active], policy, gates.approved)
     scope = "the whole table" if [p.key for p in health.partitions] == [WHOLE_TABLE] else \
         f"{len(health.partitions)} partitions"
+    written = [p for p in health.partitions if p.key in active and partition_due(p, policy).due]
+    if not choice.chosen and choice.over_ceiling is None and written:
+        newest = min(written, key=lambda p: (p.seconds_since_writer_commit or 0.0, p.key))
+        return replace(base, verdict=DEFER, kind=ReasonKind.WRITER_ACTIVE,
+                       rationale={"partitions_written": sorted(p.key for p in written)},
+                       reason=writer_active_reason(writer_check(health, policy, newest.key), policy)
+                       + (f" (and {len(written) - 1} more due partitions being written)" if len(written) > 1 else ""))
     if not choice.chosen and choice.over_ceiling is None:
         best = max(health.partitions, key=lambda p: (p.small_files, p.key))
         return replace(base, kind=ReasonKind.BELOW_THRESHOLDS, rationale={"partitions_checked": len(health.partitions)},
@@ -420,12 +459,35 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
     busy = _busy(base, policy, gates)
     if busy is not None:
         return busy
+    if written:
+        waiting_writers = (f"; {len(written)} due partitions wait for their writer "
+                           f"({describe_all(tuple(p.key for p in written), 3)})")
+    else:
+        waiting_writers = ""
     waiting = f"; {len(choice.waiting)} more due partitions wait for the next run (max_rewrite_bytes " \
               f"{human_size(policy.max_rewrite_bytes)})" if choice.waiting else ""
     if scope == "the whole table":
         return replace(base, verdict=RUN, reason=f"the whole table is due: {chosen[0].why}")
     return replace(base, verdict=RUN, reason=(
-        f"{len(chosen)} of {scope} due ({describe_all(choice.keys, 3)}; best: {chosen[0].why}){waiting}"))
+        f"{len(chosen)} of {scope} due ({describe_all(choice.keys, 3)}; best: {chosen[0].why}){waiting}"
+        f"{waiting_writers}"))
+
+
+def _active_partitions(health: TableHealth, policy: TablePolicy) -> frozenset[str]:
+    """The partitions of a table without a time column that a writer committed into within `writer_idle` (none
+    under `writer_scope: table`, whose check is on the whole table)."""
+    if policy.writer_scope != "partition" or not health.writer_partitions_known:
+        return frozenset()
+    return frozenset(p.key for p in health.partitions if not writer_check(health, policy, p.key)["idle"])
+
+
+def _layout_writer_check(health: TableHealth, policy: TablePolicy, active: frozenset[str]) -> dict:
+    """A layout decision's writer check: the table's under `writer_scope: table`; else the partitions being
+    written (left out of the choice) beside the table's last writer commit, and idle for what is chosen."""
+    table = writer_check(health, policy)
+    if policy.writer_scope != "partition" or not health.writer_partitions_known:
+        return table
+    return {**table, "scope": "partition", "partitions_written": sorted(active), "idle": True}
 
 
 def decide_table_compactions(health: TableHealth, policy: TablePolicy, gates: Gates,

@@ -32,6 +32,9 @@ class FileEntry:
     partition: str | None = None
     # A format v3 deletion vector (position deletes of one data file, a blob in a Puffin file)
     deletion_vector: bool = False
+    # The snapshot that added the file (a manifest entry's inherited snapshot id): whose commit wrote into the
+    # file's partition, read per partition for writer activity (`partition_writer_commits`)
+    added_snapshot_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ class PartitionHealth:
     # of which format v3 deletion vectors (one per data file with deleted rows)
     deletion_vectors: int = 0
     delete_bytes: int = 0
+    # The newest writer commit on `main` that added or removed files of this partition (ISO), and its age
+    # when health was observed: None when none is known (every file it wrote was since rewritten, or the
+    # commit is older than the writer-idle window the observer looked back over)
+    last_writer_commit_at: str | None = None
+    seconds_since_writer_commit: float | None = None
 
     @property
     def deleted_row_ratio(self) -> float:
@@ -136,6 +144,10 @@ class TableHealth:
     metadata_bytes: int | None = None
     # When the ages above were measured (ISO); every other number comes from the immutable metadata file.
     observed_at: str | None = None
+    # Whether each partition's last writer commit is known (`PartitionHealth.last_writer_commit_at`): False when
+    # the observer met more recent writer commits of unknown partitions than it reads, and writer activity is
+    # then judged on the whole table
+    writer_partitions_known: bool = True
 
     def at(self, now: dt.datetime) -> TableHealth:
         """The same health with its ages measured at `now` (a later tick re-deciding a table whose metadata
@@ -144,7 +156,10 @@ class TableHealth:
             raise ValueError(f"health of {self.table} has no observed_at: its ages cannot be moved")
         shift = (now - dt.datetime.fromisoformat(self.observed_at)).total_seconds()
         since_writer = self.seconds_since_writer_commit
-        return replace(self, observed_at=now.isoformat(),
+        parts = tuple(p if p.seconds_since_writer_commit is None
+                      else replace(p, seconds_since_writer_commit=p.seconds_since_writer_commit + shift)
+                      for p in self.partitions)
+        return replace(self, observed_at=now.isoformat(), partitions=parts,
                        oldest_snapshot_age_seconds=self.oldest_snapshot_age_seconds + shift,
                        seconds_since_writer_commit=None if since_writer is None else since_writer + shift)
 
@@ -171,7 +186,11 @@ class TableHealth:
     def partition(self, key: str | None) -> PartitionHealth | None:
         """One partition by its key; None: every partition summed (a run over a table's partitions)."""
         if key is None:
-            return PartitionHealth("", *(sum(getattr(p, f) for p in self.partitions) for f in _COUNTS))
+            written = [p for p in self.partitions if p.last_writer_commit_at is not None]
+            newest = max(written, key=lambda p: p.last_writer_commit_at or "", default=None)
+            return PartitionHealth("", *(sum(getattr(p, f) for p in self.partitions) for f in _COUNTS),
+                                   last_writer_commit_at=newest.last_writer_commit_at if newest else None,
+                                   seconds_since_writer_commit=newest.seconds_since_writer_commit if newest else None)
         return next((p for p in self.partitions if p.key == key), None)
 
     def to_dict(self) -> dict:
@@ -221,6 +240,43 @@ def last_writer_commit(snapshots: Sequence[SnapshotEntry], head_id: int | None =
     return latest
 
 
+def writer_commit_times(snapshots: Sequence[SnapshotEntry], head_id: int | None) -> dict[int, dt.datetime]:
+    """When each writer commit of `main`'s lineage was made, by snapshot id (a republished commit: its source's
+    time). Maintenance commits are not in it."""
+    by_id = {s.snapshot_id: s for s in snapshots}
+    out: dict[int, dt.datetime] = {}
+    for snap in lineage(snapshots, head_id):
+        if REPUBLISHED_KEY in snap.summary:
+            source = by_id.get(int(snap.summary[REPUBLISHED_KEY]))
+            if source is not None:
+                out[snap.snapshot_id] = source.committed_at
+        elif not snap.by_maintenance:
+            out[snap.snapshot_id] = snap.committed_at
+    return out
+
+
+def partition_writer_commits(files: Iterable[FileEntry], touched: Iterable[tuple[int, str]],
+                             writer_times: Mapping[int, dt.datetime], dated: bool) -> dict[str, dt.datetime]:
+    """The newest writer commit into each partition (its key: an ISO date, or a layout partition key).
+
+    Read from the live files' adding snapshots (free: health reads every live entry), and from `touched`:
+    (snapshot id, partition key) pairs the observer read from recent writer snapshots whose own files no
+    longer all live (since rewritten or deleted), or that only removed files.
+    """
+    out: dict[str, dt.datetime] = {}
+
+    def note(key: str | None, snapshot_id: int | None) -> None:
+        when = writer_times.get(snapshot_id) if snapshot_id is not None else None
+        if key is not None and when is not None and (key not in out or when > out[key]):
+            out[key] = when
+
+    for f in files:
+        note((f.date.isoformat() if f.date else None) if dated else f.partition, f.added_snapshot_id)
+    for snapshot_id, key in touched:
+        note(key, snapshot_id)
+    return out
+
+
 def compute_health(
     *,
     table: str,
@@ -242,8 +298,11 @@ def compute_health(
     metadata_bytes: int | None = None,
     small_manifest_bytes: int,
     now: dt.datetime,
+    touched: Iterable[tuple[int, str]] = (),
+    writer_partitions_known: bool = True,
 ) -> TableHealth:
-    """Health of one table at its current snapshot."""
+    """Health of one table at its current snapshot; `touched` as `partition_writer_commits` reads it."""
+    files = list(files)
     data_sizes: list[int] = []
     records = delete_files = delete_records = undated_files = undated_records = 0
     equality_files = equality_records = vectors = 0
@@ -283,6 +342,8 @@ def compute_health(
     main = lineage(snapshots, snapshot_id)
     last = main[0] if main else None
     writer_at = last_writer_commit(snapshots, snapshot_id) if snapshot_id is not None else None
+    by_partition = partition_writer_commits(files, touched, writer_commit_times(snapshots, snapshot_id),
+                                            dated=time_column is not None) if snapshot_id is not None else {}
     total = sum(data_sizes)
     return TableHealth(
         table=table,
@@ -323,6 +384,10 @@ def compute_health(
         last_writer_commit_at=_iso(writer_at),
         seconds_since_writer_commit=(now - writer_at).total_seconds() if writer_at else None,
         small_file_size_bytes=small_file_size_bytes,
-        partitions=tuple(PartitionHealth(key=k, **v) for k, v in sorted(per_date.items())),
+        partitions=tuple(PartitionHealth(key=k, **v, last_writer_commit_at=_iso(by_partition.get(k)),
+                                         seconds_since_writer_commit=(now - by_partition[k]).total_seconds()
+                                         if k in by_partition else None)
+                         for k, v in sorted(per_date.items())),
         observed_at=now.isoformat(),
+        writer_partitions_known=writer_partitions_known,
     )

@@ -14,6 +14,7 @@ from icemaint.domain.units import parse_duration, parse_size, shown
 
 OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "revert")
 SORT_STRATEGIES = ("binpack", "sort", "zorder")
+WRITER_SCOPES = ("partition", "table")
 
 MiB = 2**20
 
@@ -60,6 +61,11 @@ class TablePolicy:
     # gates
     claim_wait_seconds: float = 180.0  # runs a person or a backfill launched wait this long for a busy claim
     writer_idle_seconds: float = 300.0
+    # what writer_idle is measured on: "partition" (a date a writer committed into within the window is
+    # deferred, the dates it finished with are maintained while it writes) or "table" (any writer commit)
+    writer_scope: str = "partition"
+    # how long a publish that only lost races (another commit landed first, nothing conflicts) keeps retrying
+    publish_timeout_seconds: float = 120.0
     hot_partition_age_seconds: float = 3600.0
     max_rewrite_bytes: int = 10 * 2**30
     allowed_operations: frozenset[str] | None = None
@@ -227,6 +233,8 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "max_commit_retries": ("max_commit_retries", _int(0)),
     "retry_backoff": ("retry_backoff_seconds", parse_duration),
     "writer_idle": ("writer_idle_seconds", parse_duration),
+    "writer_scope": ("writer_scope", _choice(WRITER_SCOPES)),
+    "publish_timeout": ("publish_timeout_seconds", parse_duration),
     "claim_wait": ("claim_wait_seconds", parse_duration),
     "hot_partition_age": ("hot_partition_age_seconds", parse_duration),
     "max_rewrite_bytes": ("max_rewrite_bytes", parse_size),

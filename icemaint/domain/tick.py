@@ -120,7 +120,7 @@ def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, pol
     """When an unchanged table's deferred date is worth deciding again (epoch seconds)."""
     kind = decision.kind
     if kind == ReasonKind.WRITER_ACTIVE:
-        since = health.seconds_since_writer_commit or 0.0
+        since = decision.writer_check.get("seconds_since_writer_commit") or 0.0
         return now.timestamp() + max(policy.writer_idle_seconds - since, 1.0)
     if kind == ReasonKind.HOT_PARTITION:
         day_end = dt.datetime.combine(dt.date.fromisoformat(decision.date) + dt.timedelta(days=1), dt.time(),

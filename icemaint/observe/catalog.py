@@ -14,13 +14,14 @@ from pathlib import Path
 from urllib.parse import quote
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
-from icemaint.domain.health import TableHealth, compute_health
+from icemaint.domain.health import TableHealth, compute_health, writer_commit_times
 from icemaint.domain.rewrite_plan import sort_order_problem
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.units import printable
 from icemaint.domain.screen import Screened, screen_compaction
 from icemaint.observe.manifests import (
-    current_manifests, manifest_summaries, metadata_log_bytes, read_file_entries, read_snapshots, schema_columns,
+    current_manifests, manifest_summaries, metadata_log_bytes, read_file_entries, read_snapshots, read_writer_touches,
+    schema_columns,
     time_partitioning,
 )
 
@@ -257,6 +258,12 @@ class CatalogReader:
         timing = time_partitioning(tbl, policy.time_column)
         snapshot = tbl.current_snapshot()
         files = list(read_file_entries(tbl, timing, manifests))
+        snapshots = read_snapshots(tbl)
+        touched, known = [], True
+        if policy.writer_scope == "partition" and snapshot is not None and policy.writer_idle_seconds > 0:
+            writer_times = writer_commit_times(snapshots, snapshot.snapshot_id)
+            since = now - dt.timedelta(seconds=policy.writer_idle_seconds)
+            touched, known = read_writer_touches(tbl, timing, files, writer_times, since)
         return compute_health(
             table=TableName.parse(table).key,
             metadata_location=tbl.metadata_location,
@@ -271,7 +278,9 @@ class CatalogReader:
             sort_order_problem=sort_order_problem(schema_columns(tbl.schema()), policy.strategy, policy.sort_order),
             files=files,
             manifest_lengths=[m.manifest_length for m in manifests],
-            snapshots=read_snapshots(tbl),
+            snapshots=snapshots,
+            touched=touched,
+            writer_partitions_known=known,
             metadata_files=len(tbl.metadata.metadata_log) + 1,
             metadata_bytes=metadata_log_bytes(tbl) if measure_metadata else None,
             small_file_size_bytes=policy.small_file_size_bytes,

@@ -66,10 +66,8 @@ def _avro_file_class():
     return CachedAvroFile
 
 
-def _live(manifest_path: str, io) -> list:
-    """The live entries (ADDED and EXISTING) of the manifest at `manifest_path`, as read: nothing inherited
-    from the manifest's list entry yet. Only for pyiceberg's manifest-entry read schema: the cache is keyed by
-    the file's schema text."""
+def _entries(manifest_path: str, io) -> list:
+    """Every entry of the manifest at `manifest_path` (ADDED, EXISTING and DELETED), as read."""
     from pyiceberg.manifest import (
         DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, DataFile, DataFileContent, FileFormat, ManifestEntry,
         ManifestEntryStatus,
@@ -78,7 +76,16 @@ def _live(manifest_path: str, io) -> list:
     with _avro_file_class()(io.new_input(manifest_path), MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
                             read_types={-1: ManifestEntry, 2: DataFile},
                             read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
-        return [entry for entry in reader if entry.status != ManifestEntryStatus.DELETED]
+        return list(reader)
+
+
+def _live(manifest_path: str, io) -> list:
+    """The live entries (ADDED and EXISTING) of the manifest at `manifest_path`, as read: nothing inherited
+    from the manifest's list entry yet. Only for pyiceberg's manifest-entry read schema: the cache is keyed by
+    the file's schema text."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    return [entry for entry in _entries(manifest_path, io) if entry.status != ManifestEntryStatus.DELETED]
 
 
 def live_entries(manifest, io) -> list:
@@ -86,6 +93,14 @@ def live_entries(manifest, io) -> list:
     from pyiceberg.manifest import _inherit_from_manifest
 
     return [_inherit_from_manifest(entry, manifest) for entry in _live(manifest.manifest_path, io)]
+
+
+def changed_entries(manifest, io) -> list:
+    """The manifest's ADDED and DELETED entries (what the snapshot that wrote it changed), with inherited ids."""
+    from pyiceberg.manifest import ManifestEntryStatus, _inherit_from_manifest
+
+    return [_inherit_from_manifest(entry, manifest) for entry in _entries(manifest.manifest_path, io)
+            if entry.status != ManifestEntryStatus.EXISTING]
 
 
 def live_files(manifest_path: str, io) -> list[tuple[str, int, int]]:

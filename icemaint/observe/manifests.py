@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 
 from icemaint.domain.health import FileEntry, SnapshotEntry
 from icemaint.domain.screen import ManifestSummary
-from icemaint.observe.manifest_reader import live_entries
+from icemaint.observe.manifest_reader import changed_entries, live_entries
 
 EPOCH = dt.date(1970, 1, 1)
 TIME_TRANSFORMS = ("hour", "day", "month", "year")
@@ -219,29 +219,92 @@ def read_file_entries(tbl, timing: TimePartitioning, manifests: list | None = No
     column's bounds into an Arrow table, which was most of a sensor tick's time (section 6 of
     benchmarks/RESULTS.md).
     """
-    fields = _spec_time_fields(tbl, timing.column)
-    paths = _PartitionPaths(tbl) if timing.column is None else None
-    bound = _LowerBoundDate(tbl, timing.column) if timing.column else None
-    specs = tbl.metadata.specs()
+    place = _FilePlace(tbl, timing)
     for manifest in (current_manifests(tbl) if manifests is None else manifests):
-        spec_id = manifest.partition_spec_id
-        names = [f.name for f in specs[spec_id].fields] if spec_id in specs else []
         for entry in live_entries(manifest, tbl.io):
             f = entry.data_file
             content = int(f.content)
             vector = content == 1 and str(getattr(f.file_format, "value", f.file_format)).upper() == "PUFFIN"
-            size, count = f.file_size_in_bytes, f.record_count
-            if paths is not None:
-                yield FileEntry(content=content, size_bytes=size, record_count=count, date=None,
-                                partition=paths.key(spec_id, f.partition), deletion_vector=vector)
+            date, partition = place.of(manifest.partition_spec_id, f)
+            yield FileEntry(content=content, size_bytes=f.file_size_in_bytes, record_count=f.record_count,
+                            date=date, partition=partition, deletion_vector=vector,
+                            added_snapshot_id=entry.snapshot_id)
+
+
+class _FilePlace:
+    """Where a file lies: its date (a table with a time column) or its layout partition key (one without)."""
+
+    def __init__(self, tbl, timing: TimePartitioning):
+        self.fields = _spec_time_fields(tbl, timing.column)
+        self.paths = _PartitionPaths(tbl) if timing.column is None else None
+        self.bound = _LowerBoundDate(tbl, timing.column) if timing.column else None
+        self.names = {spec_id: [f.name for f in spec.fields] for spec_id, spec in tbl.metadata.specs().items()}
+
+    def of(self, spec_id: int, f) -> tuple[dt.date | None, str | None]:
+        if self.paths is not None:
+            return None, self.paths.key(spec_id, f.partition)
+        if spec_id in self.fields:
+            name, transform = self.fields[spec_id]
+            return partition_date(f.partition[self.names[spec_id].index(name)], transform), None
+        return self.bound.date(f.lower_bounds), None
+
+    def key(self, spec_id: int, f) -> str | None:
+        """The partition's key in health (`PartitionHealth.key`)."""
+        date, partition = self.of(spec_id, f)
+        return partition if self.paths is not None else (date.isoformat() if date else None)
+
+
+# Summary counts of a snapshot's own file changes: when its live files account for all of them, the partitions it
+# wrote into are known from the live entries alone.
+_ADDED_KEYS = ("added-data-files", "added-delete-files")
+_REMOVED_KEYS = ("deleted-data-files", "removed-delete-files")
+# Recent writer commits whose partitions are read from their own manifests, at most, per health read; past it
+# writer activity is judged on the whole table (a writer rewriting much more than it appends, every few seconds).
+MAX_WRITER_SNAPSHOTS_READ = 200
+
+
+def read_writer_touches(tbl, timing: TimePartitioning, files: list[FileEntry], writer_times: dict,
+                        since: dt.datetime) -> tuple[list[tuple[int, str]], bool]:
+    """The partitions that recent writer commits (committed at or after `since`) touched and the live files do
+    not show: (snapshot id, partition key) pairs, and whether every such commit was read.
+
+    A writer commit whose added files all still live is known from them (`partition_writer_commits`); one whose
+    files were since rewritten, or that removed files (a delete, an overwrite), is read from the manifests it
+    added: its ADDED and DELETED entries. Only the window's commits are read, so a busy table costs the window's
+    manifests and an unchanged one nothing more.
+    """
+    live = {}
+    for f in files:
+        if f.added_snapshot_id is not None:
+            live[f.added_snapshot_id] = live.get(f.added_snapshot_id, 0) + 1
+    by_id = {s.snapshot_id: s for s in tbl.metadata.snapshots}
+    unexplained = []
+    for snapshot_id, when in writer_times.items():
+        snap = by_id.get(snapshot_id)
+        if when < since or snap is None:
+            continue
+        props = dict(snap.summary.additional_properties) if snap.summary else {}
+        try:
+            added = sum(int(props.get(k, 0)) for k in _ADDED_KEYS)
+            removed = sum(int(props.get(k, 0)) for k in _REMOVED_KEYS)
+        except ValueError:
+            added, removed = -1, 0
+        if not any(k in props for k in _ADDED_KEYS + _REMOVED_KEYS) or removed or added != live.get(snapshot_id, 0):
+            unexplained.append(snap)
+    if len(unexplained) > MAX_WRITER_SNAPSHOTS_READ:
+        return [], False
+    place = _FilePlace(tbl, timing)
+    out = []
+    for snap in unexplained:
+        for manifest in snap.manifests(tbl.io):
+            if manifest.added_snapshot_id != snap.snapshot_id:
                 continue
-            date = None
-            if spec_id in fields:
-                name, transform = fields[spec_id]
-                date = partition_date(f.partition[names.index(name)], transform)
-            else:
-                date = bound.date(f.lower_bounds)
-            yield FileEntry(content=content, size_bytes=size, record_count=count, date=date, deletion_vector=vector)
+            for entry in changed_entries(manifest, tbl.io):
+                if entry.snapshot_id == snap.snapshot_id:
+                    key = place.key(manifest.partition_spec_id, entry.data_file)
+                    if key is not None:
+                        out.append((snap.snapshot_id, key))
+    return out, True
 
 
 class _LowerBoundDate:

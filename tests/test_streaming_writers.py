@@ -1,0 +1,144 @@
+"""Streaming tables (issue 43): writer activity is read per date, so the dates a writer has finished with are
+compacted while it keeps committing to today; the date it writes into is deferred, naming its last commit.
+
+Real Spark, a real Hadoop-catalog table, a writer thread that never takes the claim, `icemaint tick` through the
+CLI; rows checked with pyiceberg against both writers' ledgers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+
+import pytest
+
+from conftest import run_cli, streaming_table, write_config
+from icemaint.config import load_config
+from icemaint.observe.catalog import CatalogReader
+
+pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
+
+TODAY_IDS = 700_000_000  # far above the simulator's ids
+
+
+class TodayWriter:
+    """Appends one row to today's partition every `interval` seconds with Spark `INSERT INTO`, never taking the
+    table's claim (as a Flink or Kafka Connect job does). `ledger`: the ids of every INSERT that returned."""
+
+    def __init__(self, spark, sql: str, interval: float = 0.5):
+        self.spark, self.sql, self.interval = spark, sql, interval
+        self.ledger: set[int] = set()
+        self.failed: list[str] = []
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="today-writer", daemon=True)
+
+    def __enter__(self) -> "TodayWriter":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+        assert not self._thread.is_alive(), "the writer did not stop"
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            now = dt.datetime.now(dt.timezone.utc)
+            row = f"({TODAY_IDS + n}, 1, TIMESTAMP '{now:%Y-%m-%d %H:%M:%S}', 0.5, 'today')"
+            try:
+                self.spark.sql(f"INSERT INTO {self.sql} VALUES {row}")
+            except Exception as exc:  # reported by the test's assertions
+                self.failed.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+            else:
+                with self._cond:
+                    self.ledger.add(TODAY_IDS + n)
+                    self._cond.notify_all()
+            n += 1
+            self._stop.wait(self.interval)
+
+    def wait_for(self, commits: int, timeout: float = 120.0) -> None:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: len(self.ledger) >= commits, timeout)
+        assert ok, f"the writer stopped committing: {self.failed[-3:]}"
+
+
+def reader_ids(path, table: str) -> list[int]:
+    return CatalogReader(load_config(path)).load(table).scan().to_arrow().column("event_id").to_pylist()
+
+
+def test_cold_dates_are_compacted_while_a_writer_keeps_committing_to_today(capsys, spark, lake_root, tmp_path,
+                                                                          table_name):
+    idle = 3.0
+    history = streaming_table(spark, "lake", table_name, batches=4, days=2, rows_per_day=6, delete_every=0)
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        scope={"include": [table_name]}, defaults={"writer_idle": f"{idle:g}s"})
+    table_wide = write_config(tmp_path / "table-scope.yaml", lake_root, state_dir=str(tmp_path / "state-table"),
+                              scope={"include": [table_name]},
+                              defaults={"writer_idle": f"{idle:g}s", "writer_scope": "table"})
+    time.sleep(idle + 0.5)  # the old dates' own commits leave the idle window
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    cold = ["2026-01-01", "2026-01-02"]
+    with TodayWriter(spark, history.table_sql) as writer:
+        writer.wait_for(4)  # today holds 4 small files: due but for its writer
+        # the table-wide check (writer_scope: table) holds every date while the writer writes
+        code, out, err = run_cli(capsys, "--config", str(table_wide), "tick", "--dry-run", "--json")
+        assert code == 0, err
+        held = {d["date"]: d for d in json.loads(out)["decisions"]}
+        assert all(held[d]["decision"] == "defer" and held[d]["reason"].startswith("writer active: last writer commit")
+                   for d in cold), held
+        # the default (writer_scope: partition): the cold dates are compacted, today waits for its writer
+        code, out, err = run_cli(capsys, "--config", str(path), "tick", "--json")
+        assert code == 0, err
+        seen = len(writer.ledger)
+        writer.wait_for(seen + 2)  # still committing after the publish
+    assert not writer.failed, writer.failed
+    decisions = {d["date"]: d for d in json.loads(out)["decisions"]}
+    for date in cold:
+        assert decisions[date]["decision"] == "run" and decisions[date]["published"], decisions[date]
+        assert decisions[date]["validation"] is True, decisions[date]
+    assert decisions[today]["decision"] == "defer", decisions[today]
+    assert decisions[today]["reason"].startswith(f"writer active on {today}: last commit "), decisions[today]
+    assert "within the 3s idle window" in decisions[today]["reason"]
+
+    health = CatalogReader(load_config(path)).health(table_name)
+    parts = {p.key: p for p in health.partitions}
+    assert [parts[d].data_files for d in cold] == [1, 1]
+    assert parts[today].data_files == len(writer.ledger) and parts[today].seconds_since_writer_commit < 60
+    # every row of both writers, once, by an independent reader
+    assert sorted(reader_ids(path, table_name)) == sorted(history.ledger.expected_ids() | writer.ledger)
+
+
+def test_a_late_commit_into_a_date_is_seen_after_the_date_was_rewritten(spark, lake_root, tmp_path, table_name,
+                                                                       monkeypatch):
+    """A writer commit whose files maintenance has since replaced is read from the manifests it added: the date
+    stays 'being written' for the window, and with more such commits than the observer reads, the table's check
+    applies (said in health as `writer_partitions_known`)."""
+    from conftest import make_config
+    from icemaint.app.runner import MaintenanceRunner
+    from icemaint.observe import manifests
+
+    history = streaming_table(spark, "lake", table_name, batches=3, days=2, rows_per_day=6, delete_every=0)
+    spark.sql(f"INSERT INTO {history.table_sql} VALUES (900000001, 1, TIMESTAMP '2026-01-02 10:00:00', 1.0, 'late')")
+    late = spark.sql(f"SELECT committed_at FROM {history.table_sql}.snapshots ORDER BY committed_at DESC LIMIT 1"
+                     ).first()[0].replace(tzinfo=None)
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                        scope={"include": [table_name]})
+    report = MaintenanceRunner(load_config(path), str(path)).compact(table_name, "2026-01-02")
+    assert report.success and report.outcome["published"], report.outcome
+
+    watching = make_config(lake_root, defaults={"writer_idle": "1h", "hot_partition_age": "0s",
+                                                "small_file_size_bytes": "1MiB", "target_file_size_bytes": "8MiB",
+                                                "min_input_files": 3})
+    health = CatalogReader(watching).health(table_name)
+    part = {p.key: p for p in health.partitions}["2026-01-02"]
+    assert part.data_files == 1  # the late row's file was rewritten: only its commit's own manifest knows
+    assert dt.datetime.fromisoformat(part.last_writer_commit_at).replace(tzinfo=None, microsecond=0) == \
+        late.replace(microsecond=0)
+    assert health.writer_partitions_known
+
+    monkeypatch.setattr(manifests, "MAX_WRITER_SNAPSHOTS_READ", 0)
+    assert not CatalogReader(watching).health(table_name).writer_partitions_known
