@@ -142,3 +142,76 @@ def test_a_late_commit_into_a_date_is_seen_after_the_date_was_rewritten(spark, l
 
     monkeypatch.setattr(manifests, "MAX_WRITER_SNAPSHOTS_READ", 0)
     assert not CatalogReader(watching).health(table_name).writer_partitions_known
+
+
+# -- commits per table-date, and a publish that lost a race -------------------------------------------------
+
+def _metadata_versions(config, table: str) -> int:
+    tbl = CatalogReader(config).load(table)
+    return len(tbl.metadata.metadata_log) + 1
+
+
+def test_a_compaction_makes_two_table_commits_stage_and_publish(spark, config, table_name):
+    """Every maintenance commit moves the table's metadata and sequence number under its writers: staging makes
+    one commit (the branch and its append together), the publish one (the replace and the branch's removal)."""
+    from test_staged_publish import DATE, compactor, simulate
+    from icemaint.operations.compaction import CompactionRequest
+
+    simulate(spark, config, table_name)
+    before = _metadata_versions(config, table_name)
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.published and len(outcome.staged) == 1, outcome.reason
+    assert _metadata_versions(config, table_name) - before == 2
+    assert outcome.publish_attempts == 1 and len(outcome.publish_attempt_seconds) == 1
+    tbl = CatalogReader(config).load(table_name)
+    assert [name for name in tbl.metadata.refs if name != "main"] == []  # the branch went with the publish
+
+
+def test_a_publish_that_lost_a_race_is_committed_again_without_restaging(spark, config, table_name, monkeypatch):
+    from test_staged_publish import DATE, WRITER_IDS, compactor, reader_ids, simulate, sql_of
+    from icemaint.engine.staging import StagingArea
+    from icemaint.operations.compaction import CompactionRequest
+
+    sim = simulate(spark, config, table_name)
+    sql = sql_of(config, table_name)
+    # Iceberg's own retry would absorb one lost race inside the commit; with none, the race reaches our loop
+    spark.sql(f"ALTER TABLE {sql} SET TBLPROPERTIES ('commit.retry.num-retries'='0')")
+    real_commit, raced = StagingArea._commit_publish, []
+
+    def writer_commits_first(self, staged, properties):
+        if raced:
+            return real_commit(self, staged, properties)
+        raced.append(WRITER_IDS)
+        real_table = self.table
+
+        class WriterFirst:
+            """Delegates to the Java object; a writer's commit lands just before the transaction's commit."""
+
+            def __init__(self, java):
+                self.java = java
+
+            def __getattr__(self, name):
+                return getattr(self.java, name)
+
+            def newTransaction(self):
+                return WriterFirst(self.java.newTransaction())
+
+            def commitTransaction(self):
+                spark.sql(f"INSERT INTO {sql} VALUES ({WRITER_IDS}, 1, TIMESTAMP '{DATE} 01:00:00', 1.0, 'writer')")
+                return self.java.commitTransaction()
+
+        def table_then_a_writer(refresh: bool = True):
+            return WriterFirst(real_table(refresh))
+
+        self.table = table_then_a_writer
+        try:
+            return real_commit(self, staged, properties)
+        finally:
+            del self.table
+
+    monkeypatch.setattr(StagingArea, "_commit_publish", writer_commits_first)
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.published and outcome.validation["passed"] is True, outcome.reason
+    assert outcome.attempts == 1 and outcome.replanned is None  # not re-staged, not re-proven
+    assert outcome.publish_attempts == 2 and outcome.staged[0]["publish_attempts"] == 2
+    assert sorted(reader_ids(config, table_name)) == sorted(sim.ledger.expected_ids() | {WRITER_IDS})

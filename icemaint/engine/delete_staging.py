@@ -55,7 +55,7 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
         tbl, java_class(jvm, "org.apache.iceberg.MetadataTableType").POSITION_DELETES)
     coordinator = java_class(jvm, "org.apache.iceberg.spark.PositionDeletesRewriteCoordinator").get()
     set_id = f"icemaint-deletes-{uuid.uuid4().hex}"
-    branch = area.open_branch(index, base_snapshot_id)
+    branch = area.branch_name(index)
     try:
         with area.branch_removed_on_failure(branch, "the position-delete rewrite"):
             tasks, old_deletes = _delete_tasks(area, deletes_table, group, base_snapshot_id, scan_filter)
@@ -73,7 +73,7 @@ def stage_position_deletes(area: StagingArea, group: DeleteGroup, tasks_by_path:
             new_deletes = listed_java(jvm, coordinator.fetchNewFiles(deletes_table, set_id))
             staged = area.commit_to_branch(branch, lambda t: _with_files(_with_files(
                 t.newRewrite().toBranch(branch).validateFromSnapshot(int(base_snapshot_id)), "deleteFile", old_deletes),
-                "addFile", new_deletes))
+                "addFile", new_deletes), create_at=base_snapshot_id)
             sequence_number = area.sequence_number(base_snapshot_id)
             return StagedRewrite(
                 table=area.name.key, branch=branch, base_snapshot_id=int(base_snapshot_id),

@@ -115,6 +115,35 @@ def sequence_number_race(exc: BaseException) -> bool:
     return False
 
 
+COMMIT_FAILED = "org.apache.iceberg.exceptions.CommitFailedException"
+# A publish that loses races waits this long before its next attempt, at most (jittered, doubling from 50 ms):
+# short beside a streaming writer's interval, so an attempt is made in the writer's next gap.
+MAX_RACE_BACKOFF_SECONDS = 2.0
+
+
+def publish_race(exc: BaseException) -> bool:
+    """A commit lost only a race: another commit landed first and nothing conflicts (Iceberg's own retries of it
+    are spent), or a REST catalog refused it for the sequence-number race. Made again on the fresh table, it
+    lands; a `ValidationException` (a real conflict) is not one."""
+    return java_exception_class(exc) == COMMIT_FAILED or sequence_number_race(exc)
+
+
+def race_backoff(attempt: int) -> float:
+    """Seconds to wait after the `attempt`-th lost race: doubling from 50 ms up to MAX_RACE_BACKOFF_SECONDS,
+    jittered by +-50% so two maintainers (or a writer's own retry) do not meet again in step."""
+    import random
+
+    return min(0.05 * 2 ** (attempt - 1), MAX_RACE_BACKOFF_SECONDS) * random.uniform(0.5, 1.5)
+
+
+def one_java_line(exc: BaseException) -> str:
+    """The first line of the Java exception's own message (not its cause's), cut to 300 characters."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.getMessage() or "") if java is not None else str(exc)
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
 def java_root_message(exc: BaseException) -> str:
     """The first line of the root Java cause's message (what actually went wrong), else of `exc`."""
     java, root = getattr(exc, "java_exception", None), None

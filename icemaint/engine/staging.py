@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from icemaint.domain.health import MAINTENANCE_TAG, STAGE_PREFIX
 from icemaint.domain.names import TableName
 from icemaint.engine.java import dropping_interrupted_call, is_interrupt
-from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list, java_class  # noqa: F401 (re-exported)
+from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, one_java_line, publish_race, race_backoff, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list, java_class  # noqa: F401 (re-exported)
 from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
 from icemaint.engine.digest import can_feed
 from icemaint.engine.planning import date_filter, plan_files
@@ -52,10 +52,16 @@ class StagingError(RuntimeError):
 
 
 class PublishConflict(StagingError):
-    """A writer committed something the rewrite conflicts with (e.g. a delete on a replaced file).
+    """A writer committed something the rewrite conflicts with (e.g. a delete on a replaced file), or the publish
+    lost races for longer than its time budget.
 
-    Decided by the Java exception's class, never by its message; `main` is unchanged.
+    Decided by the Java exception's class, never by its message; `main` is unchanged. `attempts`: the seconds
+    of each commit attempt made.
     """
+
+    def __init__(self, message: str, attempts: tuple[float, ...] = ()):
+        super().__init__(message)
+        self.attempts = attempts
 
 
 class PublishStateUnknown(StagingError):
@@ -134,13 +140,17 @@ class Published:
     # The catalog answered CommitStateUnknownException and a re-read found the commit: it landed, but
     # the audit must say the outcome was first unknown.
     state_was_unknown: bool = False
+    # seconds of each commit attempt, the last one the commit that landed (earlier ones lost races)
+    attempts: tuple[float, ...] = ()
 
 
 class StagingArea:
     """Stage, read, publish and discard rewrites of one table (one instance per run)."""
 
-    def __init__(self, spark, catalog: str, name: TableName, run_token: str):
+    def __init__(self, spark, catalog: str, name: TableName, run_token: str, race_timeout_seconds: float = 120.0):
         self.spark = spark
+        # how long a staging or publish commit that only loses races keeps trying (policy `publish_timeout`)
+        self.race_timeout_seconds = race_timeout_seconds
         self.catalog = catalog
         self.name = name
         self.run_token = "".join(c for c in run_token.lower() if c.isalnum())[:24] or uuid.uuid4().hex[:12]
@@ -245,31 +255,53 @@ class StagingArea:
         finally:
             coordinator.clearRewrite(tbl, set_id)
 
-    def commit_to_branch(self, branch: str, update) -> int:
-        """One commit to the staging branch, built by `update(table)` (marked as maintenance's staging);
-        the branch's new snapshot id.
+    def commit_to_branch(self, branch: str, update, create_at: int | None = None) -> int:
+        """One commit to the staging branch, built by `update(table or transaction)` (marked as maintenance's
+        staging); the branch's new snapshot id. With `create_at`, the branch is created at that snapshot in the same
+        table commit: every commit moves the table's metadata and sequence number under its writers, so staging
+        makes one, not two (a branch, then an append to it).
 
-        Retried on the fresh table when a REST catalog refused it for the sequence-number race (see
-        `sequence_number_race`): the files are written once, only the commit is made again."""
-        for attempt in range(1, STAGE_WRITE_ATTEMPTS + 1):
-            change = update(self.table()).set(MAINTENANCE_TAG, "true").set(STAGE_KEY, branch)
-            try:
-                change.commit()
-                break
-            except Exception as exc:
-                if attempt < STAGE_WRITE_ATTEMPTS and sequence_number_race(exc):
-                    log.info("staging %s met a writer's commit (REST sequence-number race), committing again "
-                             "(attempt %d)", self.name.key, attempt + 1)
-                    time.sleep(0.2 * attempt)
-                    continue
-                raise
+        A commit that lost a race is made again on the fresh table (`commit_racing`): the files are written once,
+        only the commit is repeated."""
+        def attempt() -> None:
+            tbl = self.table()
+            txn = tbl.newTransaction() if create_at is not None else None
+            if txn is not None:
+                txn.manageSnapshots().createBranch(branch, int(create_at)).commit()
+            update(txn if txn is not None else tbl).set(MAINTENANCE_TAG, "true").set(STAGE_KEY, branch).commit()
+            if txn is not None:
+                txn.commitTransaction()
+
+        self.commit_racing(attempt, "staging", self.race_timeout_seconds)
         return int(self.table().refs().get(branch).snapshotId())
 
-    def open_branch(self, index: int, base_snapshot_id: int) -> str:
-        """Creates this run's `index`-th staging branch at `base_snapshot_id`; its name."""
-        branch = f"{STAGE_PREFIX}{self.run_token}_{index}"
-        self._ref_commit(lambda t: t.manageSnapshots().createBranch(branch, int(base_snapshot_id)))
-        return branch
+    def commit_racing(self, attempt, what: str, timeout_seconds: float, sleep=time.sleep) -> list[float]:
+        """Runs `attempt()` (one table commit built on the fresh table) until it lands; the seconds of each try.
+
+        A try that lost only a race (`publish_race`: another commit landed first, nothing conflicts) is made again
+        with jittered backoff until `timeout_seconds` have passed; then, or on any other error, the error goes up
+        with `.attempts` set. Iceberg's own retry of a transaction cannot re-apply a ref change (it fails with
+        "Table metadata refresh is required" at the first race), so the loop is ours."""
+        started, attempts = time.monotonic(), []
+        while True:
+            t0 = time.monotonic()
+            try:
+                attempt()
+            except Exception as exc:
+                attempts.append(round(time.monotonic() - t0, 4))
+                if publish_race(exc) and time.monotonic() - started < timeout_seconds:
+                    log.info("%s of %s lost a race (attempt %d, %.2fs), committing again: %s", what, self.name.key,
+                             len(attempts), attempts[-1], one_java_line(exc))
+                    sleep(race_backoff(len(attempts)))
+                    continue
+                exc.attempts = tuple(attempts)
+                raise
+            attempts.append(round(time.monotonic() - t0, 4))
+            return attempts
+
+    def branch_name(self, index: int) -> str:
+        """This run's `index`-th staging branch (created by its staged commit, `commit_to_branch(create_at=S)`)."""
+        return f"{STAGE_PREFIX}{self.run_token}_{index}"
 
     def track_task_set(self, set_id: str) -> None:
         """A scan-task set staged elsewhere (e.g. of a metadata table), released with this area's reads."""
@@ -317,11 +349,12 @@ class StagingArea:
             view = f"icemaint_stage_rows_{uuid.uuid4().hex[:12]}"
             rows.createOrReplaceTempView(view)
             rows = self.spark.sql(f"SELECT * FROM {view} ORDER BY {order}")
-        branch = self.open_branch(index, base_snapshot_id)
+        branch = self.branch_name(index)
         with self.branch_removed_on_failure(branch, "the rewrite"):
             new_files = self._write_replacements(rows, set_id, options)
             staged = self.commit_to_branch(branch, lambda t: _with_files(t.newFastAppend().toBranch(branch),
-                                                                        "appendFile", new_files))
+                                                                        "appendFile", new_files),
+                                           create_at=base_snapshot_id)
             dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],
                                               {f.path for f in group.files})
             return StagedRewrite(
@@ -413,17 +446,50 @@ class StagingArea:
         return tasks
 
     # -- publish / discard -----------------------------------------------------------------
-    def publish(self, staged: StagedRewrite, properties: dict[str, str]) -> Published:
-        """One forward `replace` commit on `main`: exactly the proven old files for the proven new ones.
+    def publish(self, staged: StagedRewrite, properties: dict[str, str], *, sleep=time.sleep) -> Published:
+        """One forward `replace` commit on `main`: exactly the proven old files for the proven new ones; the
+        staging branch is removed in the same table commit.
+
+        A commit that only lost a race (another commit landed first, nothing conflicts: Iceberg's
+        `CommitFailedException` once its own retries are spent, or a REST catalog's sequence-number race) is made
+        again on the fresh table, with jittered backoff, until `race_timeout_seconds` have passed: the files are
+        written and proven once, only the commit is repeated. Each attempt's duration is in `Published.attempts`.
 
         Raises:
-            PublishConflict: A writer's commit since S conflicts (Iceberg's validation); nothing changed.
+            PublishConflict: A writer's commit since S conflicts (Iceberg's validation), or the races went on
+                past `timeout_seconds`; nothing changed.
             PublishStateUnknown: The catalog could not confirm the commit and it was not found after.
         """
         from py4j.protocol import Py4JJavaError
 
+        try:
+            attempts = self.commit_racing(lambda: self._commit_publish(staged, properties), "publish",
+                                          self.race_timeout_seconds, sleep)
+        except Py4JJavaError as exc:
+            cls, first, tried = java_exception_class(exc), one_java_line(exc), getattr(exc, "attempts", ())
+            if cls in CONFLICT_CLASSES or publish_race(exc):
+                raise PublishConflict(f"{cls.rsplit('.', 1)[-1]}: {first}", attempts=tried) from exc
+            if cls == COMMIT_STATE_UNKNOWN:
+                found = self.find_published(staged.staged_snapshot_id)
+                if found is not None:
+                    log.warning("publish of %s reported an unknown commit state; the commit landed (%s)",
+                                self.name.key, found.snapshot_id)
+                    return Published(found.snapshot_id, found.sequence_number, state_was_unknown=True,
+                                     attempts=tried)
+                raise PublishStateUnknown(
+                    f"the catalog could not confirm the publish of {self.name.key} and the commit is not in "
+                    f"the table after a re-read: {first}") from exc
+            raise
+        found = self.find_published(staged.staged_snapshot_id)
+        if found is None:
+            raise PublishStateUnknown(f"publish of {self.name.key} returned but its snapshot is not in the table")
+        return Published(found.snapshot_id, found.sequence_number, attempts=tuple(attempts))
+
+    def _commit_publish(self, staged: StagedRewrite, properties: dict[str, str]) -> None:
+        """The publish as one table commit on the fresh table: the `replace` on main, and the branch's removal."""
         tbl = self.table()
-        rewrite = tbl.newRewrite().validateFromSnapshot(staged.base_snapshot_id)
+        txn = tbl.newTransaction()
+        rewrite = txn.newRewrite().validateFromSnapshot(staged.base_snapshot_id)
         if staged.target == "data":
             # The new data files keep S's data sequence number: deletes a writer commits after S still apply.
             rewrite = rewrite.dataSequenceNumber(staged.base_sequence_number)
@@ -436,27 +502,10 @@ class StagingArea:
         marker = {**properties, MAINTENANCE_TAG: "true", STAGED_SNAPSHOT_KEY: str(staged.staged_snapshot_id)}
         for key, value in marker.items():
             rewrite = rewrite.set(key, str(value))
-        try:
-            rewrite.commit()
-        except Py4JJavaError as exc:
-            cls = java_exception_class(exc)
-            first = str(exc.java_exception.getMessage() or "").splitlines()[0][:300] if exc.java_exception else ""
-            if cls in CONFLICT_CLASSES:
-                raise PublishConflict(f"{cls.rsplit('.', 1)[-1]}: {first}") from exc
-            if cls == COMMIT_STATE_UNKNOWN:
-                found = self.find_published(staged.staged_snapshot_id)
-                if found is not None:
-                    log.warning("publish of %s reported an unknown commit state; the commit landed (%s)",
-                                self.name.key, found.snapshot_id)
-                    return Published(found.snapshot_id, found.sequence_number, state_was_unknown=True)
-                raise PublishStateUnknown(
-                    f"the catalog could not confirm the publish of {self.name.key} and the commit is not in "
-                    f"the table after a re-read: {first}") from exc
-            raise
-        found = self.find_published(staged.staged_snapshot_id)
-        if found is None:
-            raise PublishStateUnknown(f"publish of {self.name.key} returned but its snapshot is not in the table")
-        return found
+        rewrite.commit()
+        if tbl.refs().containsKey(staged.branch):
+            txn.manageSnapshots().removeBranch(staged.branch).commit()
+        txn.commitTransaction()
 
     def find_published(self, staged_snapshot_id: int) -> Published | None:
         """The `main` snapshot that published `staged_snapshot_id`, searched on main's lineage."""

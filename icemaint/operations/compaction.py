@@ -89,6 +89,10 @@ class CompactionOutcome:
     period_key: str | None = None  # set when `date` lies in a month/year partition: the period's key
     partitions: list = field(default_factory=list)  # the partitions rewritten (no time column), best first
     attempts: int = 0
+    # the publish commits: attempts made (a lost race is made again at once, without re-staging) and each one's
+    # seconds, over every group of the run
+    publish_attempts: int = 0
+    publish_attempt_seconds: list = field(default_factory=list)
     read_before: dict = field(default_factory=dict)
     read_after: dict = field(default_factory=dict)
     durations: dict = field(default_factory=dict)
@@ -96,6 +100,13 @@ class CompactionOutcome:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _note_publish_attempts(outcome: CompactionOutcome, entry: dict, attempts: tuple[float, ...]) -> None:
+    entry["publish_attempts"] = len(attempts)
+    entry["publish_attempt_seconds"] = list(attempts)
+    outcome.publish_attempts += len(attempts)
+    outcome.publish_attempt_seconds.extend(attempts)
 
 
 # Test seam: called with each staged rewrite after its files are written and before its proof.
@@ -170,7 +181,8 @@ class Compactor(ContractOperation):
     def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome) -> None:
         # Spark starts only for work: a dry run or a date that is not due decides from metadata alone, and
         # a dry run only names the staging a dead run left.
-        staging = StagingArea(self.spark, self.config.catalog.name, name, request.run_id or uuid.uuid4().hex)
+        staging = StagingArea(self.spark, self.config.catalog.name, name, request.run_id or uuid.uuid4().hex,
+                              race_timeout_seconds=policy.publish_timeout_seconds)
         if not request.dry_run and self._stale_staging_names(name):
             self._clean_stale_staging(name, request, identity, outcome)
         t0 = time.perf_counter()
@@ -380,10 +392,15 @@ class Compactor(ContractOperation):
                 return False
             interrupts.check()  # the last moment an operator's Ctrl-C keeps main as it is
             t_pub = time.perf_counter()
-            published = staging.publish(staged, {
-                RUN_ID_KEY: request.run_id or "cli", PROOF_KEY: "passed",
-                PROOF_ID_KEY: f"{request.run_id or 'cli'}:{index}"})
+            try:
+                published = staging.publish(staged, {
+                    RUN_ID_KEY: request.run_id or "cli", PROOF_KEY: "passed",
+                    PROOF_ID_KEY: f"{request.run_id or 'cli'}:{index}"}, sleep=self.sleep)
+            except PublishConflict as exc:
+                _note_publish_attempts(outcome, entry, exc.attempts)
+                raise
             _add_seconds(outcome, "publish_seconds", t_pub)
+            _note_publish_attempts(outcome, entry, published.attempts)
             entry["published_snapshot_id"], entry["verdict"] = published.snapshot_id, "published"
             if published.state_was_unknown:
                 entry["note"] = ("the catalog reported an unknown commit state; a re-read of the table found "
