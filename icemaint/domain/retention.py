@@ -340,7 +340,8 @@ def plan_expiry(snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef], 
         newest = sorted((s.timestamp_ms for s in by_id.values()), reverse=True)
         if newest[max_count - 1] > cutoff:
             cutoff = newest[max_count - 1]
-            notes.append(f"{len(by_id)} snapshots exceed snapshot_max_count={max_count}: cutoff raised to keep the newest {max_count}")
+            notes.append(f"{len(by_id)} snapshots exceed snapshot_max_count={max_count}: cutoff raised to keep the "
+                         f"newest {max_count}")
     if cutoff > window_ms:
         cutoff = window_ms
         notes.append(f"cutoff clamped to the owner's retention window snapshot_min_age={human_duration(min_age)}")

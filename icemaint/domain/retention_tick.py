@@ -1,5 +1,6 @@
 """The retention tick, pure: per table, expiry when due, orphan removal once an expiry finished, manifest
-rewrites, and column statistics when the policy keeps them; the cursor that makes an unchanged table cost one metadata-location read.
+rewrites, and column statistics when the policy keeps them; the cursor that makes an unchanged table cost one
+metadata-location read.
 
 Every read is a callable the caller passes (the sensor and `icemaint tick` pass Dagster- and
 pyiceberg-backed ones; tests pass an in-memory estate), as `icemaint.domain.tick.plan_compaction_tick` does.

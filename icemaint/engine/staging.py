@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from icemaint.domain.health import MAINTENANCE_TAG, STAGE_PREFIX
 from icemaint.domain.names import TableName
 from icemaint.engine.java import dropping_interrupted_call, is_interrupt
-from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list, java_class  # noqa: F401 (re-exported)
+from icemaint.engine.java import (  # noqa: F401 (re-exported)
+    CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class,
+    sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list,
+    java_class)
 from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
 from icemaint.engine.digest import can_feed
 from icemaint.engine.planning import date_filter, plan_files
