@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 # Snapshot operations that only reorganise data. Writers append, overwrite and delete; Iceberg's
 # rewrite actions (data files, manifests, position deletes) commit `replace`.
@@ -174,7 +174,7 @@ class TableHealth:
             return PartitionHealth("", *(sum(getattr(p, f) for p in self.partitions) for f in _COUNTS))
         return next((p for p in self.partitions if p.key == key), None)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["scope"] = "date" if self.dated else "partition"
         out["maintained_as"] = self.maintained_as
