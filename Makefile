@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings clean
+.PHONY: setup java demo ui lint test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ demo: setup java
 PORT ?= 3000
 ui: setup java
 	$(BIN)/icemaint ui --port $(PORT)
+
+# ruff and mypy, each configured in pyproject.toml (mypy's file list too): no Java, no Spark, no PostgreSQL.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # The production-profile tests need a real PostgreSQL, the UI tests Chromium: installed from Debian when missing.
 test: setup java

@@ -197,7 +197,6 @@ def _run_case(spark, config: MaintenanceConfig, case: CompactionCase, reps: int,
 
     s = {k: _summary(v) for k, v in runs.items()}
     bare_old, bare_new = s["bare_old"]["wall_seconds"], s["bare_new"]["wall_seconds"]
-    new_proof, old_proof = runs["new_proof"], runs["old_proof"]
     floor_s = median(f["seconds"] for f in floor)
     proof_read = {
         ver: {side: {k: median(r[f"read_{side}"].get(k, 0) for r in runs[f"{ver}_proof"])

@@ -137,7 +137,8 @@ def render(result: dict) -> str:
     gain = base / statistics.median(by[best])
     fastest = (f"- Fastest: {best} at once, {gain:.2f}x the speed of one at a time. " if best != 1 and gain >= 1.05 else
                "- No setting beat one at a time by more than 5% (the measurements' noise here). ")
-    lines += ["", fastest + f"On {result['machine'].split(' cores')[0]} cores the runs of small tables share the two cores Spark's local[2] already uses; what overlaps "
+    lines += ["", fastest + f"On {result['machine'].split(' cores')[0]} cores the runs of small tables share the two "
+              "cores Spark's local[2] already uses; what overlaps "
               "is the driver's waiting (commits, planning, Dagster's and Great Expectations' bookkeeping). "
               "Whether a machine with more cores gains more is not measured here (this one has 2).",
               "- Catalogs that take one writer at a time (SQLite JDBC: the peer and nightly benchmarks) run one "

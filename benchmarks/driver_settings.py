@@ -62,7 +62,8 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
                      {"spark.sql.iceberg.compression-level": "1"}),
 }
 SHAPES = ("estate", "commits")
-DEFAULT_VARIANTS = {"estate": "default,c1_only,c2_later,serial_gc", "commits": "default,c1_only,serial_gc,manifest_cache,zstd_level_1"}
+DEFAULT_VARIANTS = {"estate": "default,c1_only,c2_later,serial_gc",
+                    "commits": "default,c1_only,serial_gc,manifest_cache,zstd_level_1"}
 ESTATE_FILES, ESTATE_ROWS = 100, 100
 COMMIT_ROWS = 4000
 
@@ -196,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": shlex.join(["python", "-m", "benchmarks.driver_settings",
                                      *(argv if argv is not None else sys.argv[1:])]),
-              "commit": source["commit"][:9], "uncommitted": source["uncommitted_changes"], "machine": f"{machine['cores']} cores, {machine['cpu_model']}",
+              "commit": source["commit"][:9], "uncommitted": source["uncommitted_changes"],
+              "machine": f"{machine['cores']} cores, {machine['cpu_model']}",
               "load_start": load_average(), "shapes": shapes, "reps": args.reps, "tables": args.tables,
               "commits": args.commits, "note": args.note, "measurements": []}
     for shape in shapes:

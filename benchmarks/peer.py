@@ -348,7 +348,16 @@ WHY = {
                   "publish 58 ms, the staging branch's commit 27 ms, planning 16 ms: a handful of Spark jobs and "
                   "catalog commits on tiny inputs, each mostly the driver's own overhead (running the count beside "
                   "the read was tried: both slowed to the same total, the driver is the bottleneck)."
-                  "Where the two cores go (2026-11-25, 60 tables of this shape in one `tick --until-idle` on one lane, a Hadoop catalog, CPU per thread from /proc, Python's GIL-held time from a sampler): 135 CPU-seconds in 79-90 s of wall time, so both cores are busy and a second lane gains little. The JVM used 100 s: its JIT compilers 54 s (the methods compiled still rising at 30,800 after 80 s while the classes loaded stayed at 20,300 after the first 20 s: the code base warming up, not generated code churning), the driver's calls 21 s and Spark's tasks 13 s. Python used 35 s: importing Great Expectations 4.8 s of CPU on its own (scipy.stats and every expectation module), its four validations ~100 ms a table, Dagster's event and log records ~75 ms a table (three progress lines and ~10 asset and check events, each a SQLite write of its own). The JIT's share is a fixed cost of every fresh process, which the peer's Python process does not pay",
+                  "Where the two cores go (2026-11-25, 60 tables of this shape in one `tick --until-idle` on one "
+                  "lane, a Hadoop catalog, CPU per thread from /proc, Python's GIL-held time from a sampler): 135 "
+                  "CPU-seconds in 79-90 s of wall time, so both cores are busy and a second lane gains little. The "
+                  "JVM used 100 s: its JIT compilers 54 s (the methods compiled still rising at 30,800 after 80 s "
+                  "while the classes loaded stayed at 20,300 after the first 20 s: the code base warming up, not "
+                  "generated code churning), the driver's calls 21 s and Spark's tasks 13 s. Python used 35 s: "
+                  "importing Great Expectations 4.8 s of CPU on its own (scipy.stats and every expectation module), "
+                  "its four validations ~100 ms a table, Dagster's event and log records ~75 ms a table (three "
+                  "progress lines and ~10 asset and check events, each a SQLite write of its own). The JIT's share "
+                  "is a fixed cost of every fresh process, which the peer's Python process does not pay",
     "files_10000": "the data work itself: Spark's Parquet read and write of 40M rows on 2 local cores against "
                    "the peer's vectorised duckdb/arrow in one process, the digest of the replaced rows in the rewrite's pass and "
                    "the proof reading the staged files again. Until 4da86c4 our files were gzip, Iceberg's Java "

@@ -413,7 +413,8 @@ def _header(results: dict) -> list[str]:
     lines += _table(["cores", "memory", "CPU", "load avg (1/5/15 min) start / end", "Spark master"],
                     [[m["cores"], f"{m['memory_gib']} GiB", m["cpu_model"],
                       f"{results['load_average_start']} / {results['load_average_end']}", m["spark_master"]]])
-    lines += _table(["Python", "Java", "Spark", "Iceberg (Spark runtime)", "pyiceberg", "pyarrow", "Great Expectations", "Dagster"],
+    lines += _table(["Python", "Java", "Spark", "Iceberg (Spark runtime)", "pyiceberg", "pyarrow", "Great Expectations",
+                     "Dagster"],
                     [[m["python"], m["java"], m["spark"], m["iceberg"], m["pyiceberg"], m["pyarrow"],
                       m["great_expectations"], m["dagster"]]])
     cpu_lines = [_cpu_line(f"compaction, {c['label']}", c.get("cpu_share")) for c in results["cases"]]

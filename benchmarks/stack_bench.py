@@ -75,7 +75,7 @@ class BenchmarkFailure(RuntimeError):
     """A step failed: the run stops, nothing is reported."""
 
 
-def log(message: str, _t0=time.perf_counter()) -> None:
+def log(message: str, _t0=time.perf_counter()) -> None:  # noqa: B008 (the process's start, once)
     print(f"[stack-bench {time.perf_counter() - _t0:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
@@ -686,7 +686,8 @@ def render(r: dict) -> str:
         f"time {t['total']:.0f} s (writing the tables {t['write_tables']:.0f} s, row checks "
         f"{t['check_before'] + t['check_after']:.0f} s, warm-up driver {t['warmup']:.0f} s, compaction "
         f"{t['compaction']:.0f} s, orphan section {t['orphans']:.0f} s).",
-        f"- Stack: `scripts/stack.py` ({'reused, already up' if r['stack_reused'] else 'started by this run and stopped after it'}): "
+        f"- Stack: `scripts/stack.py` "
+        f"({'reused, already up' if r['stack_reused'] else 'started by this run and stopped after it'}): "
         f"SeaweedFS S3 + Iceberg REST catalog (table bucket `warehouse`), Spark standalone master `{m['spark_master']}` "
         f"with 2 workers of 1 core (each driver got {m['executors']} executors), PostgreSQL for claims, audit and "
         f"this run's own Dagster database. Namespace `{r['namespace']}`"

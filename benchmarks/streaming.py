@@ -67,7 +67,7 @@ STATES = (("before", "(a) before"), ("compacted", "(b) after compaction"),
           ("maintained", "(c) after compaction + manifests + expiry"))
 
 
-def log(message: str, _t0=time.perf_counter()) -> None:
+def log(message: str, _t0=time.perf_counter()) -> None:  # noqa: B008 (the process's start, once)
     print(f"[streaming {time.perf_counter() - _t0:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 

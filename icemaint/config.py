@@ -14,7 +14,7 @@ import re
 import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Hashable, Mapping
 
 import yaml
 
@@ -64,7 +64,7 @@ MAX_CONCURRENT_READS = 64
 class CatalogConfig:
     name: str = "lake"
     type: str = "hadoop"
-    warehouse: str = ".icemaint/warehouse"
+    warehouse: str | None = ".icemaint/warehouse"
     uri: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
     # Every metadata read through the catalog (REST, JDBC) gives up after this: a catalog that accepts a
@@ -478,7 +478,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
                              quarantine)
 
 
-def config_path(explicit: str | os.PathLike | None = None) -> Path:
+def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
     if explicit:
         return Path(explicit)
     if os.environ.get(CONFIG_ENV):
@@ -491,8 +491,9 @@ class _ConfigLoader(yaml.SafeLoader):
     names it (YAML's date constructor only says "month must be in 1..12"), and refusing a key given twice in one
     mapping (YAML keeps the last silently: a policy edited in two places would apply only one of them)."""
 
-    def construct_mapping(self, node, deep=False):
-        seen, merges = set(), 0
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[Any] = set()
+        merges = 0
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: keys after it override the base's
                 merges += 1
@@ -518,7 +519,7 @@ _ConfigLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 
-def load_config(path: str | os.PathLike | None = None) -> MaintenanceConfig:
+def load_config(path: str | os.PathLike[str] | None = None) -> MaintenanceConfig:
     """Load and validate the configuration file (see the module docstring for the lookup).
 
     Raises:

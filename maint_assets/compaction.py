@@ -82,7 +82,8 @@ def check_result(name: str, outcome: dict, asset_key: str = "compaction") -> dg.
         severity=dg.AssetCheckSeverity.ERROR,
         description=(f"{partition_label(outcome)}: {name} {'passed' if passed else 'FAILED'} "
                      f"(replaced files as of snapshot {sides}); "
-                     f"{'published as ' + str(outcome.get('after_snapshot_id')) if outcome.get('published') else 'not published'}"),
+                     + ('published as ' + str(outcome.get('after_snapshot_id')) if outcome.get('published')
+                        else 'not published')),
         metadata={"partition": dg.MetadataValue.text(partition_label(outcome)),
                   "observed": as_json([c.get("observed") for c in per_commit]),
                   "gx_result": as_json([c.get("gx_result") for c in per_commit]),

@@ -440,7 +440,7 @@ def soak(args) -> int:
 
     final: dict = {"ticks": [], "maintain": {}}
     time.sleep(config.policy(tables[0]).writer_idle_seconds + 2)
-    for n in range(args.final_ticks):
+    for _ in range(args.final_ticks):
         tick = run_tick(len(ticks) + 1, config_path, work, rng, 0.0, args.tick_timeout)
         ticks.append(tick)
         final["ticks"].append(tick.number)

@@ -2,9 +2,9 @@
 
 A failed proof observes its `not_published` outcome and fails its run (the blocking GX checks fail;
 without them in the selection the step fails itself), so `alert_on_failed_run` sees it;
-`alert_on_unpublished_proof` covers any run that still ends green with one (a job of another shape). A run ends in one status and each sensor's cursor
-moves past it, so every failed proof gives one message, and a run whose failure is only its failed
-proofs gets no second, `run_failed` one (`icemaint.safety.alerts.alerts_for_run`).
+`alert_on_unpublished_proof` covers any run that still ends green with one (a job of another shape). A run
+ends in one status and each sensor's cursor moves past it, so every failed proof gives one message, and a
+run whose failure is only its failed proofs gets no second, `run_failed` one (`icemaint.safety.alerts.alerts_for_run`).
 """
 
 

@@ -120,7 +120,7 @@ class TickHistory:
     def past_runs(self, table: str) -> list[dict]:
         return [r.details for r in self._records(table) if r.operation == "compact" and r.decision == "run"]
 
-    def approved(self, table: str, date: str) -> bool:
+    def approved(self, table: str, date: str | None) -> bool:
         return is_approved(self._records(table), date)
 
     def reverted(self, table: str) -> dict:

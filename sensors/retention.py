@@ -18,7 +18,7 @@ from icemaint.observe.manifests import read_retention_signals
 from icemaint.domain.retention_tick import RETENTION_JOBS, RetentionDecision, \
     RetentionTickPlan, decode_cursor, encode_cursor, plan_retention_tick
 from icemaint.domain.tick import policy_fingerprint, table_batches
-from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, slot_tags, table_partitions, table_slot, tables_of, \
+from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG, slot_tags, table_partitions, table_slot, \
     tables_range_tags
 from maint_assets.retention import RETENTION_ASSET_OF, RETENTION_TABLES_PER_RUN, in_flight_jobs_by_table
 from resources.catalog import IcebergCatalogResource

@@ -27,7 +27,8 @@ STARTS_ALONE = """
     started = spark_session._running_session(SparkSession)
     spark = spark_session.get_spark(config)
     print(json.dumps({"same_starter": same_starter, "other_starters": other_starters,
-                      "started_without_a_caller": started is not None, "first_use_gets_it": spark is started, "rows": spark.range(3).count(),
+                      "started_without_a_caller": started is not None, "first_use_gets_it": spark is started,
+                      "rows": spark.range(3).count(),
                       "catalog": spark.conf.get("spark.sql.catalog.lake", None)}))
 """
 

@@ -40,7 +40,8 @@ def deletes(records, day=DAY, content=1, n=1):
 
 
 def health(files, snapshots=QUIET, time_column="ts", now=NOW, table=TABLE, touched=(), known=True):
-    return compute_health(touched=touched, writer_partitions_known=known,table=table, metadata_location=f"/wh/{table}/metadata/v3.metadata.json",
+    return compute_health(table=table, metadata_location=f"/wh/{table}/metadata/v3.metadata.json",
+                          touched=touched, writer_partitions_known=known,
                           snapshot_id=max((s.snapshot_id for s in snapshots), default=None), schema_id=0,
                           spec_id=0, time_column=time_column, time_transform="day" if time_column else None,
                           files=files, manifest_lengths=[4 * KiB, 20 * MiB], snapshots=snapshots,

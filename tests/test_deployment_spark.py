@@ -35,7 +35,7 @@ def test_the_defaults_file_is_read_as_java_reads_a_properties_file():
         spark.empty
         spark.ff a\fb
         spark.trim \u00a0x\u00a0
-        """)
+        """)  # noqa: W291 (the trailing blanks after DeltaSparkSessionExtension are the case under test)
     assert parse_properties(text) == {
         JAVA_OPTIONS: "-Dfoo=1 -Dbar=2", "spark.jars": "/opt/a.jar,/opt/b.jar",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension", "key with space": "value",

@@ -81,7 +81,7 @@ def test_a_table_without_a_time_column_gets_its_partitions_compacted(capsys, spa
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"))
     code, out, err = run_cli(capsys, "--config", str(path), "maintain", table_name)
     assert code == 0, out + err
-    assert f"compact   (table)      run: 2 of 2 partitions due" in out and "manifests" in out
+    assert "compact   (table)      run: 2 of 2 partitions due" in out and "manifests" in out
     assert ids(spark, sql) == before
     assert CatalogReader(load_config(path)).health(table_name).data_files == 2
 

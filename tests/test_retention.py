@@ -324,7 +324,7 @@ def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snap
     spark.sql(f"CREATE TABLE lake.{table_name} (id BIGINT, v STRING) USING iceberg "
               "TBLPROPERTIES ('format-version'='2')")
     rewrite = f"CALL lake.system.rewrite_data_files(table => '{table_name}', options => map('min-input-files', '2'))"
-    for i, step in enumerate(["(1, 'a'), (2, 'b')", "(3, 'c')", None, "(4, 'd')", None, "(5, 'e')", None]):
+    for step in ["(1, 'a'), (2, 'b')", "(3, 'c')", None, "(4, 'd')", None, "(5, 'e')", None]:
         spark.sql(rewrite if step is None else f"INSERT INTO lake.{table_name} VALUES {step}")
     snaps, refs = read_snapshots(spark, "lake", table_name)
     ids = [s.snapshot_id for s in snaps]

@@ -90,7 +90,8 @@ def test_expiry_is_requested_when_due_and_orphans_only_after_it():
 
 
 @pytest.mark.parametrize("kwargs, operation, verdict, reason", [
-    (dict(sig=signals(snapshots=1), in_flight_jobs={"compaction_job"}, expiry_mark=3), "orphans", "defer", "runs in flight on the table: compaction_job"),
+    (dict(sig=signals(snapshots=1), in_flight_jobs={"compaction_job"}, expiry_mark=3), "orphans", "defer",
+     "runs in flight on the table: compaction_job"),
     (dict(in_flight_jobs={"expiry_job"}), "expire", "defer", "expiry_job"),
     (dict(in_flight_jobs={"compaction_job"}), "expire", "run", "older than"),
     (dict(claim_holder="ingest"), "expire", "defer", "claim busy: held by ingest"),
@@ -357,7 +358,8 @@ def test_tick_runs_expiry_then_orphans_on_the_next_tick(spark, tmp_path, lake_ro
     assert second["expire"]["decision"] == "noop"
     assert (second["orphans"]["decision"], second["orphans"]["result"]) == ("run", "noop")  # nothing stray
     third = ticker.tick()
-    assert retention(third) == {} and "retention: 0 tables evaluated, 1 unchanged, 0 operations in 0 Dagster runs" in third["lines"]
+    assert retention(third) == {}
+    assert "retention: 0 tables evaluated, 1 unchanged, 0 operations in 0 Dagster runs" in third["lines"]
     assert rows(spark, table_name) == sorted(writer.ledger.expected_ids())
     trail = [(r.operation, r.decision, r.trigger) for r in open_audit(load_config(path)).records(table=table_name)]
     assert trail == [("expire", "run", "tick"), ("orphans", "noop", "tick")]

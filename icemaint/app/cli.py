@@ -32,7 +32,8 @@ def _dates(args, runner) -> list[str]:
     if args.date_from or args.date_to:
         if not (args.date_from and args.date_to):
             raise ValueError("--from and --to go together")
-        start, end = dt.date.fromisoformat(runner.check_date(args.date_from)), dt.date.fromisoformat(runner.check_date(args.date_to))
+        start = dt.date.fromisoformat(runner.check_date(args.date_from))
+        end = dt.date.fromisoformat(runner.check_date(args.date_to))
         if end < start:
             raise ValueError(f"--to {end} is before --from {start}")
         return _range_with_data(runner.reader.health(runner.check_table(args.table)), dates, start, end)

@@ -116,7 +116,8 @@ class ReadOnlyEstate:
         if instance is None:
             return None
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(RETENTION_ASSET_OF[operation]), asset_partitions=[table]), limit=1).records
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(RETENTION_ASSET_OF[operation]), asset_partitions=[table]),
+            limit=1).records
         return records[0].storage_id if records else None
 
     def in_flight(self) -> dict:

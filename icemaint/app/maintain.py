@@ -5,8 +5,9 @@ time column), then manifests, then column statistics (of the compacted snapshot,
 they are asked for, and stale), then snapshot expiry, then orphan removal, one after the other (expiry
 and orphan removal never overlap). When the manifests are due too, they go first: a date a streaming
 writer built from one manifest per commit is planned, proven and published from a few manifests instead
-of thousands (2.2x faster at 3,000 commits: benchmarks/RESULTS.md, "Streaming shape"). Position deletes are applied by compaction's rewrite (files with
-deletes are rewritten whole); a separate position-delete rewrite is not a step yet.
+of thousands (2.2x faster at 3,000 commits: benchmarks/RESULTS.md, "Streaming shape"). Position deletes are
+applied by compaction's rewrite (files with deletes are rewritten whole); a separate position-delete rewrite
+is not a step yet.
 
 Each step is the same Dagster job the sensors launch, run in this process (one Spark session), so
 each is audited and visible in the Dagster UI; the pass takes the table's claim once and every step

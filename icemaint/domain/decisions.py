@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from icemaint.domain.health import PartitionHealth, TableHealth
 from icemaint.domain.layout import WHOLE_TABLE, describe, describe_all
@@ -20,7 +20,7 @@ class Word(str, Enum):
     """An enum whose members are their words: records, JSON and Dagster metadata keep the plain text."""
 
     def __str__(self) -> str:
-        return self.value
+        return str(self.value)
 
 
 class Verdict(Word):
@@ -99,9 +99,9 @@ class Decision:
     date: str | None = None
     benefit: float = 0.0
     needs_approval: bool = False
-    rationale: dict = field(default_factory=dict)
-    cost_estimate: dict = field(default_factory=dict)
-    writer_check: dict = field(default_factory=dict)
+    rationale: dict[str, Any] = field(default_factory=dict)
+    cost_estimate: dict[str, Any] = field(default_factory=dict)
+    writer_check: dict[str, Any] = field(default_factory=dict)
     kind: ReasonKind = ReasonKind.DUE
 
     @property
@@ -109,7 +109,7 @@ class Decision:
         """What the decision is about, as people read it: its date, or the table as a whole."""
         return self.date or "(table)"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["verdict"], out["kind"] = str(self.verdict), str(self.kind)
         return out
@@ -168,7 +168,7 @@ def refusal_for(policy: TablePolicy, operation: str, identity: str) -> str | Non
     return _refusal(policy, operation, identity)
 
 
-def writer_check(health: TableHealth, policy: TablePolicy, key: str | None = None) -> dict:
+def writer_check(health: TableHealth, policy: TablePolicy, key: str | None = None) -> dict[str, Any]:
     """Whether writers are idle where a decision would rewrite: on partition `key` (a date, or a layout
     partition) under `writer_scope: partition`, else (`writer_scope: table`, or no partition named, or the
     observer could not tell partitions apart) on the whole table."""
@@ -191,7 +191,7 @@ def writer_check(health: TableHealth, policy: TablePolicy, key: str | None = Non
     }
 
 
-def writer_active_reason(wc: Mapping, policy: TablePolicy) -> str:
+def writer_active_reason(wc: Mapping[str, Any], policy: TablePolicy) -> str:
     """The deferral's words for a `writer_check` that is not idle."""
     ago = human_duration(max(wc["seconds_since_writer_commit"], 0.0))
     window = f"within the {human_duration(policy.writer_idle_seconds)} idle window"
@@ -201,7 +201,7 @@ def writer_active_reason(wc: Mapping, policy: TablePolicy) -> str:
     return f"writer active: last writer commit {ago} ago, {window}"
 
 
-def estimate_cost(rewrite_bytes: int, files: int, bytes_per_second: float | None) -> dict:
+def estimate_cost(rewrite_bytes: int, files: int, bytes_per_second: float | None) -> dict[str, Any]:
     rate = bytes_per_second or DEFAULT_REWRITE_BYTES_PER_SECOND
     return {"rewrite_bytes": rewrite_bytes, "files": files, "bytes_per_second": rate,
             "throughput_source": "measured" if bytes_per_second else "default",
@@ -318,7 +318,7 @@ class PartitionDue:
     rewrite_bytes: int
     rewrite_files: int
     benefit: float      # small files removed and delete files applied per MiB rewritten
-    rationale: dict
+    rationale: dict[str, Any]
     target: str = "data"  # what is rewritten: "data" files, or "position_deletes" alone
 
 
@@ -333,7 +333,7 @@ def partition_due(part: PartitionHealth, policy: TablePolicy, *, position_delete
     """The thresholds of one partition: many small files, or too many deleted rows; with `position_deletes`
     (a date of a time-partitioned table) also many position-delete files over data files that are fine."""
     with_deletes = part.delete_files > 0
-    rationale = {
+    rationale: dict[str, Any] = {
         "small_files": part.small_files, "min_input_files": policy.min_input_files,
         "data_files": part.data_files, "delete_files": part.delete_files,
         "deleted_row_ratio": round(part.deleted_row_ratio, 6), "max_delete_ratio": policy.max_delete_ratio,
@@ -481,7 +481,7 @@ def _active_partitions(health: TableHealth, policy: TablePolicy) -> frozenset[st
     return frozenset(p.key for p in health.partitions if not writer_check(health, policy, p.key)["idle"])
 
 
-def _layout_writer_check(health: TableHealth, policy: TablePolicy, active: frozenset[str]) -> dict:
+def _layout_writer_check(health: TableHealth, policy: TablePolicy, active: frozenset[str]) -> dict[str, Any]:
     """A layout decision's writer check: the table's under `writer_scope: table`; else the partitions being
     written (left out of the choice) beside the table's last writer commit, and idle for what is chosen."""
     table = writer_check(health, policy)
@@ -556,7 +556,7 @@ def rank_within_budget(decisions: Sequence[Decision], max_runs: int | None = Non
     return placed + [d for d in decisions if d.verdict != RUN]
 
 
-def measured_throughput(past_runs: Iterable[dict]) -> float | None:
+def measured_throughput(past_runs: Iterable[dict[str, Any]]) -> float | None:
     """Bytes per second over a table's past successful data rewrites (audit `details` of compact runs; a
     rewrite of position-delete files alone moves few bytes in mostly fixed time and would skew it)."""
     total_bytes = total_seconds = 0.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 # Snapshot operations that only reorganise data. Writers append, overwrite and delete; Iceberg's
 # rewrite actions (data files, manifests, position deletes) commit `replace`.
@@ -188,12 +188,12 @@ class TableHealth:
         if key is None:
             written = [p for p in self.partitions if p.last_writer_commit_at is not None]
             newest = max(written, key=lambda p: p.last_writer_commit_at or "", default=None)
-            return PartitionHealth("", *(sum(getattr(p, f) for p in self.partitions) for f in _COUNTS),
+            return PartitionHealth("", **{f: sum(getattr(p, f) for p in self.partitions) for f in _COUNTS},
                                    last_writer_commit_at=newest.last_writer_commit_at if newest else None,
                                    seconds_since_writer_commit=newest.seconds_since_writer_commit if newest else None)
         return next((p for p in self.partitions if p.key == key), None)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["scope"] = "date" if self.dated else "partition"
         out["maintained_as"] = self.maintained_as

@@ -10,7 +10,7 @@ Pure: the observer (pyiceberg) and the stager (Iceberg's Java scan) both produce
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from icemaint.domain.health import PartitionHealth
 from icemaint.domain.rewrite_plan import CandidateFile
@@ -42,7 +42,7 @@ def partitions_of(candidates: Iterable[CandidateFile], current_spec_id: int,
 
     A delete file is counted once per partition however many of its data files it applies to.
     """
-    per_key: dict[str, dict] = {}
+    per_key: dict[str, dict[str, Any]] = {}
     for f in candidates:
         key = partition_key(f.spec_id, f.partition, current_spec_id)
         part = per_key.setdefault(key, {"data_files": 0, "small_files": 0, "total_bytes": 0, "small_bytes": 0,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from icemaint.domain.units import parse_duration, parse_size, shown
 
@@ -110,7 +110,7 @@ def _bool(v: Any) -> bool:
 MAX_WHOLE = 2**31 - 1
 
 
-def _int(minimum: int):
+def _int(minimum: int) -> Callable[[Any], int]:
     def parse(v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"{shown(v)} is not a whole number")
@@ -147,9 +147,9 @@ def _columns(v: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v))
 
 
-def _choice(allowed: tuple[str, ...]):
+def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
     def parse(v: Any) -> str:
-        if v not in allowed:
+        if not isinstance(v, str) or v not in allowed:
             raise ValueError(f"{shown(v)} is not allowed; allowed: {', '.join(allowed)}")
         return v
     return parse
@@ -199,7 +199,7 @@ def _retain_last(v: Any) -> int:
 ORPHAN_MIN_AGE_SECONDS = 24 * 3600.0
 
 
-def _orphan_age(v) -> float:
+def _orphan_age(v: Any) -> float:
     seconds = parse_duration(v)
     if seconds < ORPHAN_MIN_AGE_SECONDS:
         raise ValueError(f"{shown(v)} is under 24h: files that young may belong to a commit in flight, so orphan "
@@ -293,9 +293,9 @@ def apply_overrides(base: TablePolicy, overrides: Mapping[str, Any], where: str)
             f"{where}: small_file_size_bytes ({policy.small_file_size_bytes}) is larger than "
             f"target_file_size_bytes ({policy.target_file_size_bytes})"
         )
-    if policy.strategy in ("sort", "zorder") and not policy.sort_order:
-        raise PolicyError(f"{where}.sort_order: strategy {policy.strategy!r} needs a sort_order")
     if policy.strategy in ("sort", "zorder"):
+        if not policy.sort_order:
+            raise PolicyError(f"{where}.sort_order: strategy {policy.strategy!r} needs a sort_order")
         from icemaint.domain.rewrite_plan import SortOrderError, parse_sort_order
 
         try:

@@ -80,11 +80,11 @@ class SnapshotRef:
     max_ref_age_ms: int | None = None
 
     @classmethod
-    def branch(cls, snapshot_id: int, **settings) -> "SnapshotRef":
+    def branch(cls, snapshot_id: int, **settings: int | None) -> "SnapshotRef":
         return cls(snapshot_id, "BRANCH", **settings)
 
     @classmethod
-    def tag(cls, snapshot_id: int, **settings) -> "SnapshotRef":
+    def tag(cls, snapshot_id: int, **settings: int | None) -> "SnapshotRef":
         return cls(snapshot_id, "TAG", **settings)
 
     @property
@@ -167,7 +167,9 @@ def check_retain_last(value: int, setting: str = "retain_last") -> int:
 
 def _ancestry(head: int, by_id: Mapping[int, SnapshotInfo]) -> list[SnapshotInfo]:
     """The head and its ancestors, newest first, stopping where history was already expired."""
-    chain, seen, current = [], set(), head
+    chain: list[SnapshotInfo] = []
+    seen: set[int] = set()
+    current: int | None = head
     while current is not None and current in by_id and current not in seen:
         seen.add(current)
         chain.append(by_id[current])
@@ -340,7 +342,8 @@ def plan_expiry(snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef], 
         newest = sorted((s.timestamp_ms for s in by_id.values()), reverse=True)
         if newest[max_count - 1] > cutoff:
             cutoff = newest[max_count - 1]
-            notes.append(f"{len(by_id)} snapshots exceed snapshot_max_count={max_count}: cutoff raised to keep the newest {max_count}")
+            notes.append(f"{len(by_id)} snapshots exceed snapshot_max_count={max_count}: cutoff raised to keep the "
+                         f"newest {max_count}")
     if cutoff > window_ms:
         cutoff = window_ms
         notes.append(f"cutoff clamped to the owner's retention window snapshot_min_age={human_duration(min_age)}")

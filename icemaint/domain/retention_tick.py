@@ -1,5 +1,6 @@
 """The retention tick, pure: per table, expiry when due, orphan removal once an expiry finished, manifest
-rewrites, and column statistics when the policy keeps them; the cursor that makes an unchanged table cost one metadata-location read.
+rewrites, and column statistics when the policy keeps them; the cursor that makes an unchanged table cost one
+metadata-location read.
 
 Every read is a callable the caller passes (the sensor and `icemaint tick` pass Dagster- and
 pyiceberg-backed ones; tests pass an in-memory estate), as `icemaint.domain.tick.plan_compaction_tick` does.
@@ -20,7 +21,7 @@ from icemaint.domain.statistics import StatisticsState, statistics_due
 
 EXPIRE, ORPHANS, MANIFESTS, STATISTICS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS, Operation.STATISTICS
 # The run that carries each operation: a run of that name in flight on a table holds the operation.
-RETENTION_JOBS = {EXPIRE: "expiry_job", ORPHANS: "orphans_job", MANIFESTS: "manifests_job",
+RETENTION_JOBS: dict[str, str] = {EXPIRE: "expiry_job", ORPHANS: "orphans_job", MANIFESTS: "manifests_job",
                   STATISTICS: "statistics_job"}
 
 
@@ -56,19 +57,19 @@ class RetentionCursor:
     policy: str
     recheck_at: Optional[float] = None   # epoch seconds: expiry becomes due by age alone
     pending: bool = False                # a deferral: evaluate again next tick even if unchanged
-    requested: dict = field(default_factory=dict)  # operation -> run key last requested
+    requested: dict[str, Optional[str]] = field(default_factory=dict)  # operation -> run key last requested
     recorded: Optional[str] = None       # digest of the refusals/defers last written to the audit
 
 
 @dataclass
 class RetentionTickPlan:
-    runs: list = field(default_factory=list)        # RetentionDecisions with verdict run
-    decisions: list = field(default_factory=list)
-    cursor: dict = field(default_factory=dict)
-    evaluated: list = field(default_factory=list)
-    unchanged: list = field(default_factory=list)
-    errors: dict = field(default_factory=dict)
-    to_record: list = field(default_factory=list)
+    runs: list[RetentionDecision] = field(default_factory=list)  # the decisions with verdict run
+    decisions: list[RetentionDecision] = field(default_factory=list)
+    cursor: dict[str, RetentionCursor] = field(default_factory=dict)
+    evaluated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    to_record: list[RetentionDecision] = field(default_factory=list)
 
     def summary(self) -> str:
         text = (f"retention: {len(self.evaluated)} tables evaluated, {len(self.unchanged)} unchanged; "
@@ -78,11 +79,11 @@ class RetentionTickPlan:
         return text + ("\n" + "\n".join(reasons[:50]) if reasons else "")
 
 
-def encode_cursor(cursor: dict) -> str:
+def encode_cursor(cursor: dict[str, RetentionCursor]) -> str:
     return json.dumps({t: asdict(c) for t, c in sorted(cursor.items())})
 
 
-def decode_cursor(text: Optional[str]) -> dict:
+def decode_cursor(text: Optional[str]) -> dict[str, RetentionCursor]:
     if not text:
         return {}
     return {t: RetentionCursor(**v) for t, v in json.loads(text).items()}
@@ -102,8 +103,8 @@ def expiry_due_at(signals: RetentionSignals, policy: TablePolicy) -> Optional[fl
 
 
 def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: str, now: dt.datetime, *,
-                     claim_holder: Optional[str], in_flight_jobs: set, expiry_mark: Optional[int],
-                     orphans_mark: Optional[int], requested: Optional[dict] = None,
+                     claim_holder: Optional[str], in_flight_jobs: set[str], expiry_mark: Optional[int],
+                     orphans_mark: Optional[int], requested: Optional[dict[str, Optional[str]]] = None,
                      jobs: Mapping[str, str] = RETENTION_JOBS) -> list[RetentionDecision]:
     """Expiry, orphan, manifest and column-statistics decisions for one table.
 
@@ -123,7 +124,7 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
     location_key = digest(signals.metadata_location)
     age = max(now.timestamp() - signals.oldest_snapshot_at, 0.0) if signals.oldest_snapshot_at else 0.0
 
-    def gated(operation: str, why: str, run_key: str, busy_jobs: set) -> RetentionDecision:
+    def gated(operation: str, why: str, run_key: str, busy_jobs: set[str]) -> RetentionDecision:
         refused = refusal_for(policy, operation, identity)
         if refused:
             return RetentionDecision(table, operation, REFUSE, refused, kind=ReasonKind.POLICY)
@@ -174,7 +175,8 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
     return [expire, orphans, manifests, _statistics_decision(signals, policy, gated, in_flight_jobs, jobs)]
 
 
-def _statistics_decision(signals: RetentionSignals, policy: TablePolicy, gated, in_flight_jobs: set,
+def _statistics_decision(signals: RetentionSignals, policy: TablePolicy,
+                         gated: Callable[[str, str, str, set[str]], RetentionDecision], in_flight_jobs: set[str],
                          jobs: Mapping[str, str]) -> RetentionDecision:
     table, state = signals.table, signals.statistics
     if not policy.statistics:
@@ -199,9 +201,9 @@ def plan_retention_tick(
     metadata_location: Callable[[str], str],
     read_signals: Callable[[str, TablePolicy], RetentionSignals],
     claim_holder: Callable[[str], Optional[str]],
-    in_flight_jobs: Callable[[], Mapping[str, set]],
+    in_flight_jobs: Callable[[], Mapping[str, set[str]]],
     latest_mark: Callable[[str, str], Optional[int]],
-    cursor: dict,
+    cursor: dict[str, RetentionCursor],
     now: dt.datetime,
 ) -> RetentionTickPlan:
     """The tick's retention plan over `tables`; unchanged tables cost one `metadata_location` call.

@@ -13,6 +13,7 @@ import math
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from icemaint.domain.names import quote_column
 
@@ -74,7 +75,7 @@ def plan_delete_groups(refs: list[DeleteRef]) -> list[DeleteGroup]:
     """The position-delete files of each partition, most files first; a partition with a single one is left
     (nothing to merge). Iceberg applies a partition's position deletes only to that partition's data files,
     so a group's deletes and the data files they touch never reach beyond its partition."""
-    by_partition: dict[tuple[int, str], dict] = {}
+    by_partition: dict[tuple[int, str], dict[str, Any]] = {}
     for ref in refs:
         group = by_partition.setdefault((ref.spec_id, ref.partition), {"deletes": {}, "data": set()})
         group["deletes"][ref.path] = ref.size_bytes
@@ -116,7 +117,8 @@ def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delet
         return [FileGroup(tuple(by_spec[s])) for s in sorted(by_spec)]
     groups = []
     for spec_id in sorted(by_spec):
-        current, size = [], 0
+        current: list[CandidateFile] = []
+        size = 0
         for f in by_spec[spec_id]:
             if current and size + f.size_bytes > max_group_bytes:
                 groups.append(FileGroup(tuple(current)))
@@ -293,7 +295,7 @@ def zorder_finite(value: str) -> str:
     return f"(CASE WHEN isnan({value}) OR abs({value}) = CAST('Infinity' AS DOUBLE) THEN NULL ELSE {value} END)"
 
 
-def zorder_sql(keys: tuple[SortKey, ...], kinds: dict[str, str], ranges: dict[str, tuple]) -> str:
+def zorder_sql(keys: tuple[SortKey, ...], kinds: dict[str, str], ranges: dict[str, tuple[Any, Any]]) -> str:
     """A Morton (z-order) value over the keys, each scaled by its min/max to the same bit width.
 
     Iceberg's own z-order interleaves raw byte prefixes; scaling each column to its range first

@@ -61,9 +61,10 @@ def screen_compaction(manifests: Sequence[ManifestSummary], min_input_files: int
     if any(m.deletes and m.live_files != 0 for m in manifests):
         return None  # delete files can make a date due whatever its file count
     counts = [m.live_files for m in manifests if not m.deletes]
-    if any(c is None for c in counts):
+    known = [c for c in counts if c is not None]
+    if len(known) != len(counts):
         return None
-    total = sum(counts)
+    total = sum(known)
     if total < min_input_files:
         return (f"{total} data files in the whole table < min_input_files {min_input_files} and no delete files "
                 "(from the manifest list; manifests not read)")

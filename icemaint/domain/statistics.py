@@ -9,7 +9,7 @@ not as snapshots pass. Compaction and manifest rewrites (`replace` snapshots) ch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 THETA_BLOB = "apache-datasketches-theta-v1"  # the Puffin blob type of a column's theta sketch
 
@@ -45,7 +45,7 @@ class StatisticsState:
     columns: tuple[str, ...] = ()  # the current schema's top-level primitive columns
 
 
-def summary_rows(summary: dict) -> tuple[int, int | None]:
+def summary_rows(summary: Mapping[str, Any]) -> tuple[int, int | None]:
     """(changed rows, total rows) from a snapshot summary; a value that is not a number counts as absent."""
     def number(key: str) -> int | None:
         try:

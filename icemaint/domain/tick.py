@@ -12,7 +12,7 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, RunHold, \
     decide_with_approvals, measured_throughput, rank_within_budget, refusal_for
@@ -39,7 +39,7 @@ class TableCursor:
     said: str | None = None          # the table's decisions in one line, repeated while it is unchanged
 
 
-def policy_fingerprint(policy) -> str:
+def policy_fingerprint(policy: TablePolicy) -> str:
     return hashlib.sha1(repr(policy).encode()).hexdigest()[:12]
 
 
@@ -59,7 +59,7 @@ class KeptHealths:
     due and a budget of 20, those 180 re-reads were half of an unchanged tick). One per sensor, as its cursor;
     each tick replaces the entries, so it holds at most the last tick's budget deferrals.
     """
-    entries: dict[tuple[str, str, str], TableHealth] = field(default_factory=dict)  # (table, location, policy)
+    entries: dict[tuple[str, str, str | None], TableHealth] = field(default_factory=dict)  # (table, location, policy)
 
 
 @dataclass
@@ -101,7 +101,7 @@ def decode_cursor(text: str | None) -> dict[str, TableCursor]:
     return {t: TableCursor(*v[:5]) for t, v in json.loads(text).items()}
 
 
-_ORDER = {RUN: 0, DEFER: 1, REFUSE: 2, NOOP: 3}
+_ORDER: dict[str, int] = {RUN: 0, DEFER: 1, REFUSE: 2, NOOP: 3}
 
 
 def table_summary(decisions: list[Decision], now: dt.datetime | None = None) -> str:
@@ -116,13 +116,14 @@ def table_summary(decisions: list[Decision], now: dt.datetime | None = None) -> 
     return f"{first.scope}: {first.verdict}: {first.reason}" + (f" (+{others} more dates)" if others else "") + when
 
 
-def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, policy) -> float | None:
+def recheck_after(decision: Decision, health: TableHealth, now: dt.datetime, policy: TablePolicy) -> float | None:
     """When an unchanged table's deferred date is worth deciding again (epoch seconds)."""
     kind = decision.kind
     if kind == ReasonKind.WRITER_ACTIVE:
         since = decision.writer_check.get("seconds_since_writer_commit") or 0.0
         return now.timestamp() + max(policy.writer_idle_seconds - since, 1.0)
     if kind == ReasonKind.HOT_PARTITION:
+        assert decision.date is not None, "a hot-partition defer is about a date"
         day_end = dt.datetime.combine(dt.date.fromisoformat(decision.date) + dt.timedelta(days=1), dt.time(),
                                       dt.timezone.utc)
         return day_end.timestamp() + policy.hot_partition_age_seconds
@@ -152,16 +153,16 @@ def screened_decision(screened: Screened, policy: TablePolicy, identity: str) ->
 
 
 T = TypeVar("T")
-Mapper = Callable[[Callable[[str], object], Sequence[str]], list]
+Mapper = Callable[[Callable[[str], object], Sequence[str]], list[Any]]
 
 
-def in_order(fn: Callable[[str], T], tables: Sequence[str]) -> list:
+def in_order(fn: Callable[[str], T], tables: Sequence[str]) -> list[T]:
     """The default way a tick reads its tables' metadata: one after the other."""
     return [fn(t) for t in tables]
 
 
 def _answer_or_error(fn: Callable[[str], T]) -> Callable[[str], T | Exception]:
-    def call(table: str):
+    def call(table: str) -> T | Exception:
         try:
             return fn(table)
         except Exception as exc:  # one unreadable table must not stop the estate's tick; it is reported
@@ -176,8 +177,8 @@ def plan_compaction_tick(
     metadata_location: Callable[[str], str],
     health: Callable[[str], TableHealth | Screened],
     claim_holder: Callable[[str], str | None],
-    approved: Callable[[str, str], bool],
-    past_runs: Callable[[str], list[dict]],
+    approved: Callable[[str, str | None], bool],
+    past_runs: Callable[[str], list[dict[str, Any]]],
     cursor: dict[str, TableCursor],
     now: dt.datetime,
     max_runs: int | None = None,
@@ -185,7 +186,7 @@ def plan_compaction_tick(
     read: Mapper = in_order,
     run_of: Callable[[Decision], object] | None = None,
     kept: KeptHealths | None = None,
-    in_flight: Callable[[], Mapping[str, set]] | None = None,
+    in_flight: Callable[[], Mapping[str, set[str]]] | None = None,
     reverted: Callable[[str], Mapping[str | None, str]] | None = None,
     held: Callable[[str], Mapping[str | None, RunHold]] | None = None,
 ) -> TickPlan:
@@ -207,7 +208,7 @@ def plan_compaction_tick(
     """
     plan = TickPlan()
     identity = config.identity()
-    running: Mapping[str, set] | None = None
+    running: Mapping[str, set[str]] | None = None
     candidates: list[Decision] = []
     healths: dict[str, TableHealth] = {}
     tables = list(tables)
@@ -257,8 +258,8 @@ def plan_compaction_tick(
         table_decisions = decide_with_approvals(h, policy, gates, lambda date: approved(table, date),
                                                 [p.date for p in h.partitions if valid_dates(p.date)])
         candidates.extend(table_decisions)
-        rechecks = [recheck_after(d, h, now, policy) for d in table_decisions if d.verdict == DEFER]
-        rechecks = [r for r in rechecks if r is not None]
+        recheck_times = [recheck_after(d, h, now, policy) for d in table_decisions if d.verdict == DEFER]
+        rechecks = [r for r in recheck_times if r is not None]
         digest = _decision_digest(table_decisions)
         if digest is not None and (previous is None or previous.recorded != digest):
             plan.to_record.extend(d for d in table_decisions if d.verdict in (DEFER, REFUSE)
@@ -303,7 +304,9 @@ def date_batches(runs: Sequence[tuple[str, str | None]], limit: int) -> list[lis
     for table, dates in dated.items():
         batch: list[tuple[str, str | None]] = []
         for date in sorted(dates):
-            follows = batch and dt.date.fromisoformat(batch[-1][1]) + dt.timedelta(days=1) == dt.date.fromisoformat(date)
+            last = batch[-1][1] if batch else None
+            follows = (last is not None
+                       and dt.date.fromisoformat(last) + dt.timedelta(days=1) == dt.date.fromisoformat(date))
             if follows and len(batch) < limit:
                 batch.append((table, date))
             else:
@@ -344,7 +347,7 @@ def table_batches(batches: Sequence[list[tuple[str, str | None]]], order: Sequen
     per_table = Counter(batch[0][0] for batch in batches)
     rank = {id(batch): i for i, batch in enumerate(batches)}
     kept: list[list[tuple[str, str | None]]] = []
-    joinable: dict[tuple, list[list[tuple[str, str | None]]]] = {}
+    joinable: dict[tuple[str | None, ...], list[list[tuple[str, str | None]]]] = {}
     for batch in batches:
         table = batch[0][0]
         dates = tuple(date for _, date in batch)

@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from icemaint.domain.health import MAINTENANCE_TAG, STAGE_PREFIX
 from icemaint.domain.names import TableName
 from icemaint.engine.java import dropping_interrupted_call, is_interrupt
-from icemaint.engine.java import CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, one_java_line, publish_race, race_backoff, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class, sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list, java_class  # noqa: F401 (re-exported)
+from icemaint.engine.java import (  # noqa: F401 (re-exported)
+    CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class,
+    sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list,
+    java_class, one_java_line, publish_race, race_backoff)
 from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
 from icemaint.engine.digest import can_feed
 from icemaint.engine.planning import date_filter, plan_files
@@ -267,7 +270,7 @@ class StagingArea:
             tbl = self.table()
             txn = tbl.newTransaction() if create_at is not None else None
             if txn is not None:
-                txn.manageSnapshots().createBranch(branch, int(create_at)).commit()
+                txn.manageSnapshots().createBranch(branch, int(create_at or 0)).commit()
             update(txn if txn is not None else tbl).set(MAINTENANCE_TAG, "true").set(STAGE_KEY, branch).commit()
             if txn is not None:
                 txn.commitTransaction()
@@ -294,7 +297,7 @@ class StagingArea:
                              len(attempts), attempts[-1], one_java_line(exc))
                     sleep(race_backoff(len(attempts)))
                     continue
-                exc.attempts = tuple(attempts)
+                setattr(exc, "attempts", tuple(attempts))  # noqa: B010 (an attribute Exception does not declare)
                 raise
             attempts.append(round(time.monotonic() - t0, 4))
             return attempts
@@ -468,7 +471,7 @@ class StagingArea:
         except Py4JJavaError as exc:
             cls, first, tried = java_exception_class(exc), one_java_line(exc), getattr(exc, "attempts", ())
             if cls in CONFLICT_CLASSES or publish_race(exc):
-                raise PublishConflict(f"{cls.rsplit('.', 1)[-1]}: {first}", attempts=tried) from exc
+                raise PublishConflict(f"{(cls or '').rsplit('.', 1)[-1]}: {first}", attempts=tried) from exc
             if cls == COMMIT_STATE_UNKNOWN:
                 found = self.find_published(staged.staged_snapshot_id)
                 if found is not None:

@@ -22,7 +22,8 @@ from icemaint.operations.contract import ContractOperation, ContractRun
 from icemaint.safety import interrupts
 from icemaint.safety.approvals import held_runs, is_approved, reverted_scopes
 from icemaint.domain.decisions import AUTOMATIC_TRIGGERS, DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, \
-    Operation, ReasonKind, choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, measured_throughput
+    Operation, ReasonKind, choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, \
+    measured_throughput
 from icemaint.domain.layout import describe_all, partition_key, partitions_of
 from icemaint.domain.health import TableHealth
 from icemaint.domain.units import counted, human_size
@@ -286,7 +287,8 @@ class Compactor(ContractOperation):
                 log.warning("publish conflict on %s %s (attempt %d): %s", name.key, date, attempts, exc)
                 if attempts > policy.max_commit_retries:
                     outcome.decision = DEFER
-                    outcome.reason = (f"a writer's commit conflicts with the rewrite of {date or 'its partitions'} (planned on snapshot "
+                    outcome.reason = (f"a writer's commit conflicts with the rewrite of {date or 'its partitions'} "
+                                      "(planned on snapshot "
                                       f"{base}) after {attempts} attempts (max_commit_retries "
                                       f"{policy.max_commit_retries}): {exc}; nothing was lost, main was not changed "
                                       "by the conflicting publish")
