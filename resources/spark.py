@@ -1,20 +1,36 @@
-"""Execution layer: the Spark session (with the Iceberg catalog) as a lazily built Dagster resource."""
+"""Execution layer: the Spark session (with the Iceberg catalog) as a lazily built Dagster resource.
 
+Built on dagster-pyspark's `LazyPySparkResource`, so Dagster users meet the resource they know
+(`spark.spark_session`, `spark.spark_context`, nothing started until first use); the session itself comes from
+the project's own start (`icemaint.engine.spark_session`): catalog secrets set on the running session instead of
+its command line, the Iceberg runtime and JVM class archive, the background start, one session per process.
+"""
 
-from dagster import ConfigurableResource
+from typing import Any
+
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
 
 from icemaint.engine.spark_session import LazySession, get_spark, start_in_background
 from resources.settings import MaintenanceSettings
 
 
-class SparkResource(ConfigurableResource):
+class SparkResource(LazyPySparkResource):
     """One SparkSession per process, created on first use (never at import or definition load)."""
 
     settings: MaintenanceSettings
+    spark_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Unused: the session's properties come from the maintenance config's `spark` section "
+                    "(master, conf), with its secrets from the environment.")
+
+    def _init_session(self) -> None:
+        if self._spark_session is None:
+            self._spark_session = get_spark(self.settings.config)
 
     @property
     def session(self):
-        return get_spark(self.settings.config)
+        return self.spark_session
 
     @property
     def lazy_session(self) -> LazySession:

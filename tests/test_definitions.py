@@ -178,3 +178,17 @@ def test_loading_does_not_start_spark_and_emits_no_warnings_from_our_code(config
     # loading has no side effects: no DAGSTER_HOME set, no instance file written
     assert report["dagster_home"] is None
     assert not (config_file.parent / "state" / "dagster" / "dagster.yaml").exists()
+
+
+def test_the_spark_resource_is_dagster_pysparks_lazy_resource_on_the_projects_session(spark, config_file):
+    """Dagster users meet `LazyPySparkResource` (`spark_session`, `spark_context`); the session is the project's
+    own (one per process, its catalog configured), not one dagster-pyspark builds from `spark_config`."""
+    from dagster_pyspark import LazyPySparkResource
+
+    from resources.settings import MaintenanceSettings
+    from resources.spark import SparkResource
+
+    resource = SparkResource(settings=MaintenanceSettings(config_path=str(config_file)))
+    assert isinstance(resource, LazyPySparkResource) and resource._spark_session is None  # nothing started yet
+    assert resource.spark_session is spark and resource.spark_context is spark.sparkContext
+    assert resource.spark_session.conf.get("spark.sql.catalog.lake") == "org.apache.iceberg.spark.SparkCatalog"
