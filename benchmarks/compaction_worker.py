@@ -71,7 +71,10 @@ def ours(module: str):
 class _SkippedProof:
     """What the version's proof function returns when the benchmark skips the proof: a pass, marked."""
 
+    passed, reads, checks, error = True, {}, (), None  # as a typed proof (ValidationResult) is read
+
     def __init__(self, before: int, after: int, scope: str | None):
+        self.scope = scope
         self.doc = {"passed": True, "skipped_by_benchmark": True, "before_snapshot_id": int(before),
                     "after_snapshot_id": int(after), "scope": scope, "checks": [], "duration_seconds": 0.0,
                     "reads": {}}
@@ -214,7 +217,8 @@ class Worker:
     def _describe(self, outcome, started, ended, marks, times, recorded, skipped, load) -> dict:
         d = dict(outcome.durations)
         wall = ended - started
-        proof = outcome.validation or {}
+        doc = outcome.to_dict()  # every version's outcome has it, typed inside or not
+        proof = doc.get("validation") or {}
         commits = proof.get("commits") or []
         proof_skipped = bool(commits) and all(c.get("skipped_by_benchmark") for c in commits)
         rewrite_at = marks.get("staging", marks.get("rewriting"))
@@ -241,7 +245,7 @@ class Worker:
             "passed": proof.get("passed"), "proof_skipped": proof_skipped, "patched": skipped,
             "wall_seconds": wall, "durations": d, "phases": phases,
             "proof_reads_seconds": sum(r.get("planning_ms", 0) + r.get("scan_ms", 0) for r in reads) / 1000,
-            "read_before": dict(outcome.read_before or {}), "read_after": dict(outcome.read_after or {}),
+            "read_before": dict(doc.get("read_before") or {}), "read_after": dict(doc.get("read_after") or {}),
             "calls": times.snapshot(),
             "files_before": outcome.files_before, "files_after": outcome.files_after,
             "rewritten_files": outcome.rewritten_files, "added_files": outcome.added_files,

@@ -35,12 +35,13 @@ class CompactionConfig(dg.Config):
 
 
 def outcome_metadata(outcome: CompactionOutcome) -> dict:
-    numbers = {k: v for k, v in outcome.to_dict().items() if k in (
+    doc = outcome.to_dict()
+    numbers = {k: v for k, v in doc.items() if k in (
         "files_before", "files_after", "small_files_before", "small_files_after", "avg_file_bytes_before",
         "avg_file_bytes_after", "delete_files_before", "delete_files_after", "rewritten_files", "added_files",
-        "rewritten_bytes", "rewritten_delete_files", "added_delete_files", "attempts")}
-    numbers.update({f"read_before_{k}": v for k, v in outcome.read_before.items()})
-    numbers.update({f"read_after_{k}": v for k, v in outcome.read_after.items()})
+        "rewritten_bytes", "rewritten_delete_files", "added_delete_files", "attempts", "publish_attempts")}
+    numbers.update({f"read_before_{k}": v for k, v in doc["read_before"].items()})
+    numbers.update({f"read_after_{k}": v for k, v in doc["read_after"].items()})
     numbers.update({f"{k}": v for k, v in outcome.durations.items()})
     meta = {**numeric(numbers),
             "decision": dg.MetadataValue.text(str(outcome.decision)),
@@ -48,7 +49,7 @@ def outcome_metadata(outcome: CompactionOutcome) -> dict:
             "before_snapshot_id": dg.MetadataValue.text(str(outcome.before_snapshot_id)),
             "after_snapshot_id": dg.MetadataValue.text(str(outcome.after_snapshot_id)),
             "published": dg.MetadataValue.bool(outcome.published),
-            "outcome": as_json(outcome.to_dict())}
+            "outcome": as_json(doc)}
     return meta
 
 

@@ -71,7 +71,7 @@ def corrupt_proof(config_path: str, table: str, date: str) -> dict:
             break
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().keySet().size() - 1
     return {"decision": outcome.decision, "reason": outcome.reason, "published": bool(outcome.published),
-            "validation_passed": (outcome.validation or {}).get("passed"), "executors": executors,
+            "validation_passed": outcome.validation.passed, "executors": executors,
             "master": spark.sparkContext.master, "app_id": spark.sparkContext.applicationId, **seen}
 
 

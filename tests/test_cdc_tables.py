@@ -118,7 +118,7 @@ def test_a_cdc_table_keeps_exactly_the_ledgers_rows_through_compaction_expiry_an
     compactor = Compactor(config, spark, reader, open_claims(config), open_audit(config))
     for day in (DAY1, DAY2):
         outcome = compactor.run(CompactionRequest(table_name, day))
-        assert outcome.decision == "run" and outcome.validation["passed"] is True, outcome.reason
+        assert outcome.decision == "run" and outcome.validation.passed is True, outcome.reason
         assert cdc.rows() == cdc.ledger, f"rows changed by the compaction of {day}"
     after = reader.health(table_name)
     assert after.partition(DAY1).data_files == 1 and after.partition(DAY2).data_files == 1

@@ -107,7 +107,7 @@ def test_a_table_without_a_codec_property_is_compacted_into_zstd_not_javas_gzip(
     outcome, files, sql = compact_and_read(spark, lake_root, tmp_path, table)
 
     assert len(files) == 1 and footer_codecs(files) == {"ZSTD"}
-    assert [(s["codec"], "sets no" in s["codec_source"]) for s in outcome.staged] == [("zstd", True)]
+    assert [(s["codec"], "sets no" in s["codec_source"]) for s in staged_dicts(outcome)] == [("zstd", True)]
     # a write option for our files only: the table's own settings untouched
     assert PARQUET_CODEC not in spark_properties(spark, sql)
 
@@ -120,7 +120,7 @@ def test_a_tables_own_codec_is_kept(spark, lake_root, tmp_path):
     outcome, files, _ = compact_and_read(spark, lake_root, tmp_path, table)
 
     assert len(files) == 1 and footer_codecs(files) == {"SNAPPY"}
-    assert [(s["codec"], s["codec_source"]) for s in outcome.staged] == [("snappy", f"the table's {PARQUET_CODEC}")]
+    assert [(s["codec"], s["codec_source"]) for s in staged_dicts(outcome)] == [("snappy", f"the table's {PARQUET_CODEC}")]
 
 
 @pytest.mark.slow
@@ -135,7 +135,12 @@ def test_merged_position_deletes_of_a_table_without_codec_properties_are_zstd(sp
     outcome = run_compaction(config, spark, CompactionRequest(table, DATE))
 
     assert outcome.decision == "run" and outcome.published, outcome.reason
-    assert [s["target"] for s in outcome.staged] == ["position_deletes"] and outcome.staged[0]["codec"] == "zstd"
+    assert [s["target"] for s in staged_dicts(outcome)] == ["position_deletes"] and staged_dicts(outcome)[0]["codec"] == "zstd"
     new_deletes = files_on(spark, sql, DATE, 1) - old_deletes
     assert len(new_deletes) == 1 and footer_codecs(new_deletes) == {"ZSTD"}
     assert pyiceberg_rows(config, table) == ledger
+
+
+def staged_dicts(outcome) -> list[dict]:
+    """Each staged group as the audit log and --json show it (its codec and where the codec came from)."""
+    return [g.to_dict() for g in outcome.staged]

@@ -55,7 +55,7 @@ def test_happy_path_keeps_every_row_and_compacts_only_that_date(spark, config, t
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
 
     assert outcome.decision == "run", outcome.reason
-    assert outcome.validation["passed"] is True
+    assert outcome.validation.passed is True
     assert outcome.before_snapshot_id == before_snapshot
     assert outcome.files_before == 6 and outcome.files_after < config.policy(table_name).min_input_files
     after_snapshot = current(spark, config, table_name)
@@ -70,7 +70,7 @@ def test_happy_path_keeps_every_row_and_compacts_only_that_date(spark, config, t
     assert reader.health(table_name).partition(DATE).small_files == outcome.files_after
     # evidence
     assert outcome.rewritten_files == 6 and outcome.rewritten_bytes > 0
-    assert outcome.read_before["rows"] == outcome.read_after["rows"] > 0
+    assert outcome.read_before.rows == outcome.read_after.rows > 0
     record = open_audit(config).records(table=table_name, operation="compact")[-1]
     assert record.decision == "run" and record.after_snapshot_id == after_snapshot
     assert record.validation["passed"] is True and record.identity == config.identity()
@@ -118,7 +118,7 @@ def test_failed_proof_publishes_nothing_and_keeps_a_writer_append(spark, config,
 
     assert outcome.decision == "not_published" and outcome.published is False
     assert f"snapshot {before_snapshot}" in outcome.reason and "nothing was published" in outcome.reason
-    failed = {c["name"] for r in outcome.validation["commits"] for c in r["checks"] if not c["passed"]}
+    failed = {c["name"] for r in outcome.to_dict()["validation"]["commits"] for c in r["checks"] if not c["passed"]}
     assert "column_aggregates" in failed  # the changed row is in the 5% sample only by chance
     # main moved only forward, by the writer's append; the staged snapshot never reached it
     lineage = main_lineage(spark, sql)
@@ -169,7 +169,7 @@ def test_writer_appending_during_compaction_loses_and_duplicates_nothing(spark, 
     for outcome in outcomes:
         assert outcome.decision in ("run", "defer"), outcome.reason
         if outcome.decision == "run":
-            assert outcome.validation["passed"] is True
+            assert outcome.validation.passed is True
     published = [o.after_snapshot_id for o in outcomes if o.decision == "run"]
     assert len(published) == 2
     # overlap, from main's own history: the writer, running throughout, committed both after it
@@ -208,7 +208,7 @@ def test_stale_plan_is_replanned_on_the_current_snapshot(spark, config, table_na
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE, planned_snapshot_id=planned))
     assert outcome.replanned and "stale plan" in outcome.replanned
     assert outcome.decision == "run" and outcome.before_snapshot_id == moved
-    assert outcome.validation["passed"] is True
+    assert outcome.validation.passed is True
     assert 880001 in ids(spark, config, table_name)
 
 
@@ -229,7 +229,7 @@ def test_publish_conflicts_are_replanned_then_deferred(spark, config, table_name
     outcome = compactor(config, spark, sleep=lambda s: None,
                         after_stage=lambda staged: writer_deletes_a_row_of_the_date(staged, 1)).run(
         CompactionRequest(table_name, DATE))
-    assert outcome.decision == "run" and outcome.attempts == 2 and outcome.validation["passed"] is True
+    assert outcome.decision == "run" and outcome.attempts == 2 and outcome.validation.passed is True
     assert "publish conflict" in outcome.replanned
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids() - set(deleted)
 
@@ -292,7 +292,7 @@ def test_cost_ceiling_waits_for_approval_then_runs_and_audits_the_approval(spark
     assert reader.metadata_location(table_name) == location
 
     approved = compactor(config, spark).run(CompactionRequest(table_name, DATE, approved=True))
-    assert approved.decision == "run" and approved.validation["passed"] is True
+    assert approved.decision == "run" and approved.validation.passed is True
     records = open_audit(config).records(table=table_name)
     assert [r.decision for r in records] == ["defer", "approved", "run"]
     assert records[1].identity == config.identity() and records[1].operation == "approve"
@@ -308,7 +308,7 @@ def test_the_approval_its_own_reason_names_is_honoured_by_the_next_run(spark, la
     assert compactor(config, spark).run(CompactionRequest(table_name, DATE)).decision == "defer"
     approve(config, open_audit(config), table_name, DATE, "one-off backfill")
     approved = compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert approved.decision == "run" and approved.validation["passed"] is True, approved.reason
+    assert approved.decision == "run" and approved.validation.passed is True, approved.reason
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
     writer.run(4)  # the approval was used up by that run: new files over the ceiling wait again
     again = compactor(config, spark).run(CompactionRequest(table_name, DATE))
@@ -338,7 +338,7 @@ def test_sort_and_zorder_strategies_rewrite_with_proof(spark, lake_root, tmp_pat
                          tables={table_name: {"strategy": strategy, "sort_order": sort_order}})
     writer = simulate(spark, config, table_name, batches=4)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert outcome.decision == "run" and outcome.validation["passed"] is True
+    assert outcome.decision == "run" and outcome.validation.passed is True
     assert outcome.files_after == 1
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
     if strategy == "sort":
@@ -364,7 +364,7 @@ def test_zorder_over_a_column_with_nan_infinities_and_the_widest_range_keeps_eve
         spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '{DATE} 0{i}:00:00', {value})")
     before = full_row_hash(spark, sql, current(spark, config, table_name))
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert outcome.decision == "run" and outcome.validation["passed"] is True, outcome.reason
+    assert outcome.decision == "run" and outcome.validation.passed is True, outcome.reason
     assert outcome.files_after == 1
     assert full_row_hash(spark, sql, current(spark, config, table_name)) == before
     assert len(CatalogReader(config).load(table_name).scan().to_arrow()) == len(values)
@@ -419,8 +419,8 @@ def test_a_proof_that_cannot_run_publishes_nothing(spark, config, table_name, mo
 
     monkeypatch.setattr(icemaint.engine.validation, "prove_rows", crashing_validation)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert outcome.decision == "not_published" and outcome.validation["passed"] is False
-    assert "injected" in outcome.validation["commits"][0]["error"] and "injected" in outcome.reason
+    assert outcome.decision == "not_published" and outcome.validation.passed is False
+    assert "injected" in outcome.to_dict()["validation"]["commits"][0]["error"] and "injected" in outcome.reason
     assert current(spark, config, table_name) == before
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
     assert CatalogReader(config).health(table_name).partition(DATE).data_files == 4

@@ -64,7 +64,7 @@ def _refused(config, name, outcome, snapshot, location) -> dict:
     rows = tbl.scan().to_arrow()
     assert sorted(rows.column("id").to_pylist()) == list(range(FILES * ROWS_PER_FILE))
     assert rows.column("v").to_pylist() == [i * 10 for i in rows.column("id").to_pylist()]
-    proof = outcome.validation["commits"][-1]
+    proof = outcome.to_dict()["validation"]["commits"][-1]
     return {c["name"]: c for c in proof["checks"] if not c["passed"]}
 
 
@@ -74,10 +74,10 @@ def test_the_proof_reads_only_the_new_files_and_proves_the_feeding_read_complete
     outcome = compactor(config, spark).run(CompactionRequest(name.key, DATE))
 
     assert outcome.decision == "run" and outcome.published, outcome.reason
-    proof = outcome.validation["commits"][-1]
+    proof = outcome.to_dict()["validation"]["commits"][-1]
     assert proof["passed"] is True
     assert proof["reads"]["before"].get("fed_by_rewrite") is True  # the old side was not read by the proof
-    assert outcome.read_before["rows"] == outcome.read_after["rows"] == FILES * ROWS_PER_FILE
+    assert outcome.read_before.rows == outcome.read_after.rows == FILES * ROWS_PER_FILE
     checks = {c["name"]: c for c in proof["checks"]}
     complete = checks[READ_COMPLETENESS]
     assert complete["passed"] is True

@@ -84,7 +84,7 @@ def test_a_v3_table_with_deletion_vectors_is_compacted_with_its_row_lineage_kept
         writer.wait_for_more(1)
     assert not writer.failed, writer.failed[:3]
     assert outcome.decision == "run" and outcome.published, outcome.reason
-    proof = outcome.validation["commits"][0]
+    proof = outcome.to_dict()["validation"]["commits"][0]
     compared = [c["observed"]["columns_compared"] for c in proof["checks"] if "columns_compared" in c["observed"]]
     assert proof["passed"] is True and compared == [7]  # the five columns and the two of lineage
 
@@ -128,6 +128,6 @@ def test_sorted_rewrites_of_a_v3_table_keep_the_row_lineage(spark, lake_root, tm
     before = lineage(spark, sql)
 
     outcome = compactor(config, spark).run(CompactionRequest(table, DATE))
-    assert outcome.decision == "run" and outcome.published and outcome.validation["passed"] is True, outcome.reason
+    assert outcome.decision == "run" and outcome.published and outcome.validation.passed is True, outcome.reason
     assert dict(pyiceberg_rows(config, table)) == ledger
     assert lineage(spark, sql) == before

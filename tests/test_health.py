@@ -110,7 +110,7 @@ def test_health_after_compaction_then_after_an_append(spark, estate):
     compact = estate.compact_config
     outcome = Compactor(compact, spark, CatalogReader(compact), open_claims(compact), open_audit(compact)).run(
         CompactionRequest(estate.table, DATE))
-    assert outcome.decision == "run" and outcome.validation["passed"] is True, outcome.reason
+    assert outcome.decision == "run" and outcome.validation.passed is True, outcome.reason
 
     now = dt.datetime.now(dt.timezone.utc)
     after = reader.health(estate.table, now=now)

@@ -40,7 +40,7 @@ def test_a_rewrite_that_writes_as_many_files_is_not_published(spark, lake_root, 
 
     assert outcome.decision == "noop", outcome.reason
     assert outcome.reason.startswith("nothing gained: the rewrite of 2 files wrote 2"), outcome.reason
-    assert [e["verdict"] for e in outcome.staged] == ["no_gain"] and not outcome.published
+    assert [e.verdict for e in outcome.staged] == ["no_gain"] and not outcome.published
     tbl = reader.load(name.key)
     assert tbl.current_snapshot().snapshot_id == snapshot  # main never moved
     assert not [r for r in tbl.metadata.refs if r != "main"]  # the staging branch is gone
@@ -77,9 +77,9 @@ def test_a_rewrite_that_applies_deletes_is_published_though_one_file_becomes_one
 
     # published though the rewrite wrote as many files as it replaced: it applied the deletes
     assert outcome.decision == "run" and outcome.published, outcome.reason
-    assert [e["verdict"] for e in outcome.staged] == ["published"], outcome.staged
+    assert [e.verdict for e in outcome.staged] == ["published"], outcome.staged
     assert (outcome.rewritten_files, outcome.added_files) == (1, 1)
-    assert outcome.validation["passed"] is True
+    assert outcome.validation.passed is True
     tbl = reader.load(name.key)
     head = tbl.current_snapshot()
     assert head.snapshot_id != snapshot and head.snapshot_id == outcome.after_snapshot_id

@@ -100,8 +100,8 @@ def test_many_small_position_delete_files_are_merged_proven_and_published_under_
     assert outcome.decision_detail["kind"] == str(ReasonKind.POSITION_DELETES_DUE)
     assert outcome.reason.startswith(f"{DELETES} position-delete files >= min_position_delete_files 10")
     assert outcome.rewritten_delete_files == DELETES and outcome.added_delete_files == 1
-    assert outcome.rewritten_files == 0 and outcome.validation["passed"] is True
-    assert [s["target"] for s in outcome.staged] == ["position_deletes"]
+    assert outcome.rewritten_files == 0 and outcome.validation.passed is True
+    assert [s["target"] for s in (g.to_dict() for g in outcome.staged)] == ["position_deletes"]
 
     # Rows: the ledger's and the writer's, the writer's own delete during the run kept.
     expected = {**ledger, **{i: "writer" for i in writer.ledger}}

@@ -53,7 +53,7 @@ def test_jdbc_catalog_postgres_claims_and_audit_drive_a_proven_compaction(spark,
 
     outcome = Compactor(config, spark, reader, open_claims(config), open_audit(config)).run(
         CompactionRequest(table, "2026-01-01"))
-    assert outcome.decision == "run" and outcome.validation["passed"] is True
+    assert outcome.decision == "run" and outcome.validation.passed is True
     assert outcome.files_before == 4 and outcome.files_after == 1
     assert reader.metadata_location(table) == reader.load(table).metadata_location
     rows = {r[0] for r in spark.sql("SELECT event_id FROM `prod`.`ops`.`events`").collect()}

@@ -262,7 +262,7 @@ def test_compaction_of_a_timestamp_ntz_day_partition_keeps_edge_rows(spark, conf
         CompactionRequest(table_name, date))
 
     assert outcome.decision == "run", outcome.reason
-    assert outcome.published and outcome.validation["passed"] is True
+    assert outcome.published and outcome.validation.passed is True
     after = current_snapshot(spark, sql)
     assert after == outcome.after_snapshot_id != before
     assert outcome.rewritten_files == 6 and outcome.files_after == 1 and outcome.removed_delete_files == 1

@@ -331,7 +331,7 @@ def test_shape_compact_expire_rewrite_manifests(spark, config, table_name, shape
     if outcome.decision == "run":
         part = health.partition(shape.period_key or shape.date)
         assert part is not None and part.small_files >= 3, "the shape must have >= 3 small files on its date"
-        assert outcome.published and outcome.validation["passed"] is True, outcome.reason
+        assert outcome.published and outcome.validation.passed is True, outcome.reason
         assert outcome.rewritten_files >= 2 and outcome.files_after < outcome.files_before, outcome.to_dict()
         # a compaction of one date rewrites only files of that date (of its period)
         assert outcome.rewritten_files <= outcome.files_before, outcome.to_dict()

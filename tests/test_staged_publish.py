@@ -195,7 +195,7 @@ def test_passing_proof_publishes_one_replace_and_loses_or_duplicates_nothing(spa
     run = published_under_writer
     outcome, writer, sql, table = run["outcome"], run["writer"], run["sql"], run["table"]
     assert outcome.decision == "run", outcome.reason
-    assert outcome.published and outcome.validation["passed"] is True and outcome.attempts == 1
+    assert outcome.published and outcome.validation.passed is True and outcome.attempts == 1
     assert len(outcome.committed_snapshot_ids) == 1
     staged = run["staged"]
     base = staged.base_snapshot_id
@@ -262,8 +262,8 @@ def test_corrupted_staged_value_is_never_published_and_the_writer_loses_nothing(
 
     staged = seen["staged"]
     assert outcome.decision == "not_published", outcome.reason
-    assert not outcome.published and outcome.validation["passed"] is False
-    assert outcome.committed_snapshot_ids == [] and outcome.staged[0]["verdict"] == "not_published"
+    assert not outcome.published and outcome.validation.passed is False
+    assert outcome.committed_snapshot_ids == [] and outcome.staged[0].verdict == "not_published"
     # the fault was real: the staged snapshot holds the corrupted value...
     assert spark.sql(f"SELECT count(*) FROM {sql} VERSION AS OF {staged.staged_snapshot_id} "
                      f"WHERE event_id = {CORRUPT}").first()[0] == 1
@@ -333,7 +333,7 @@ def test_delete_on_a_file_not_replaced_does_not_block_the_publish(spark, config,
         writer.wait_for_more(1)
 
     assert outcome.decision == "run", outcome.reason
-    assert outcome.published and outcome.attempts == 1 and outcome.validation["passed"] is True
+    assert outcome.published and outcome.attempts == 1 and outcome.validation.passed is True
     lineage = main_lineage(spark, sql)
     newer = newer_than(lineage, seen["staged"].base_snapshot_id)
     after_publish = newer_than(newer, outcome.after_snapshot_id)
@@ -436,7 +436,7 @@ def test_kill_9_between_staging_and_publish_leaves_main_untouched_and_is_cleaned
         writer.wait_for_more(1)
 
     assert outcome.decision == "run", outcome.reason
-    assert outcome.published and outcome.validation["passed"] is True
+    assert outcome.published and outcome.validation.passed is True
     assert outcome.cleaned_staging == [{"branch": staged["branch"], "staged_snapshot_id": staged["staged"]}]
     cleanup = open_audit(config).records(table=table_name, operation="cleanup")
     assert len(cleanup) == 1 and cleanup[0].details["branch"] == staged["branch"] and cleanup[0].decision == "run"
@@ -531,8 +531,8 @@ def test_partial_progress_publishes_each_group_with_its_own_proof(spark, lake_ro
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert outcome.decision == "run" and outcome.published, outcome.reason
     assert len(outcome.staged) >= 2 and len(outcome.committed_snapshot_ids) == len(outcome.staged)
-    assert len(outcome.validation["commits"]) == len(outcome.staged)
-    assert all(p["passed"] for p in outcome.validation["commits"])
+    assert len(outcome.to_dict()["validation"]["commits"]) == len(outcome.staged)
+    assert all(p["passed"] for p in outcome.to_dict()["validation"]["commits"])
     lineage = main_lineage(spark, sql_of(config, table_name))
     published = [s for s in lineage if s["snapshot_id"] in outcome.committed_snapshot_ids]
     assert len(published) == len(outcome.staged) and all(s["operation"] == "replace" for s in published)

@@ -211,7 +211,7 @@ def test_a_publish_that_lost_a_race_is_committed_again_without_restaging(spark, 
 
     monkeypatch.setattr(StagingArea, "_commit_publish", writer_commits_first)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert outcome.published and outcome.validation["passed"] is True, outcome.reason
+    assert outcome.published and outcome.validation.passed is True, outcome.reason
     assert outcome.attempts == 1 and outcome.replanned is None  # not re-staged, not re-proven
-    assert outcome.publish_attempts == 2 and outcome.staged[0]["publish_attempts"] == 2
+    assert outcome.publish_attempts == 2 and outcome.staged[0].publish_attempts == 2
     assert sorted(reader_ids(config, table_name)) == sorted(sim.ledger.expected_ids() | {WRITER_IDS})

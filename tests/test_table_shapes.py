@@ -42,7 +42,7 @@ def test_after_partition_evolution_a_date_is_seen_and_compacted_across_both_spec
     outcome = compactor(config, spark).run(CompactionRequest(table_name, "2026-01-02"))
     assert outcome.decision == "run" and outcome.published, outcome.reason
     # the 4 day-spec files form one bin; each hour-spec file is its own partition, left alone
-    assert outcome.rewritten_files == 4 and outcome.validation["passed"] is True
+    assert outcome.rewritten_files == 4 and outcome.validation.passed is True
     after = CatalogReader(config).health(table_name)
     assert after.partition("2026-01-02").data_files == 5
     assert full_row_hash(spark, sql, after.snapshot_id) == before

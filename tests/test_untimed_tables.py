@@ -117,7 +117,7 @@ def test_the_cost_ceiling_bounds_one_run_and_the_rest_waits(spark, estate, lake_
         CompactionRequest(clone, None))
     assert outcome.decision == "run" and outcome.published, outcome.reason
     assert len(outcome.partitions) == 2 and "more due partitions wait" in outcome.reason
-    assert outcome.validation["passed"] is True
+    assert outcome.validation.passed is True
     after = CatalogReader(config).health(clone)
     assert sorted(p.data_files for p in after.partitions).count(1) == 2
     assert full_row_hash(spark, clone_sql, after.snapshot_id) == before

@@ -76,11 +76,22 @@ class ValidationResult:
     checks: tuple[CheckOutcome, ...]
     duration_seconds: float
     reads: dict = field(default_factory=dict)  # {"before"|"after": SnapshotDigest.read}: the one read of each
+    error: str | None = None  # the proof could not run (and so failed): why
+
+    @classmethod
+    def could_not_run(cls, before_snapshot_id: int, after_snapshot_id: int, scope: str | None,
+                      exc: BaseException) -> ValidationResult:
+        """A proof that could not run proves nothing: failed, saying why."""
+        return cls(passed=False, before_snapshot_id=before_snapshot_id, after_snapshot_id=after_snapshot_id,
+                   scope=scope, checks=(), duration_seconds=0.0,
+                   error=f"the proof could not run: {type(exc).__name__}: {str(exc)[:500]}")
 
     def to_dict(self) -> dict:
         """A JSON-serialisable dict of the whole result (for the audit log and Dagster metadata)."""
         doc = asdict(self)
         doc["checks"] = [asdict(c) for c in self.checks]
+        if self.error is None:
+            del doc["error"]
         return doc
 
     def check(self, name: str) -> CheckOutcome:
@@ -474,21 +485,21 @@ def full_row_hash(spark, table_sql: str, snapshot_id: int, scope: str | None = N
     return int(row["n"]), int(row["h"] or 0)
 
 
-def failure_summary(proof: dict) -> str:
+def failure_summary(proof: ValidationResult) -> str:
     """One line saying what differed in a failed proof."""
-    if proof.get("error"):
-        return proof["error"].splitlines()[0][:300]
+    if proof.error:
+        return proof.error.splitlines()[0][:300]
     parts = []
-    for check in proof.get("checks", []):
-        if check.get("passed"):
+    for check in proof.checks:
+        if check.passed:
             continue
-        observed = check.get("observed", {})
-        if check["name"] == "row_count_parity":
+        observed = check.observed
+        if check.name == "row_count_parity":
             parts.append(f"rows {observed.get('before_row_count')} before vs {observed.get('after_row_count')} staged")
-        elif check["name"] == "sample_comparison":
+        elif check.name == "sample_comparison":
             parts.append(f"{observed.get('missing_in_after', 0)} sampled rows missing and "
                          f"{observed.get('unexpected_in_after', 0)} unexpected")
-        elif check["name"] == "read_completeness":
+        elif check.name == "read_completeness":
             parts.append(f"the rewrite's read fed {observed.get('rows_read')} rows of the "
                          f"{observed.get('planned_rows')} its {observed.get('planned_files')} files hold"
                          + ("" if observed.get("rows_read") != observed.get("planned_rows") else

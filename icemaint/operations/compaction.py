@@ -33,6 +33,8 @@ from icemaint.domain.rewrite_plan import parse_sort_order, plan_groups
 from icemaint.domain.scope import DateScope, parse_date, period_start, span_of
 from icemaint.engine.delete_staging import plan_position_deletes, stage_position_deletes
 from icemaint.engine.java import drop_interrupted_call, dropping_interrupted_call, is_interrupt
+from icemaint.engine.validation import ValidationResult
+from icemaint.operations.outcomes import GroupVerdict, ReadEvidence, RunProof, StagedGroup
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
 
 log = logging.getLogger(__name__)
@@ -82,9 +84,9 @@ class CompactionOutcome:
     # a rewrite of position-delete files alone (decision kind position_deletes_due): the files it merged
     rewritten_delete_files: int = 0
     added_delete_files: int = 0
-    validation: dict = field(default_factory=lambda: {"passed": None})
+    validation: RunProof = field(default_factory=RunProof)
     published: bool = False
-    staged: list = field(default_factory=list)  # one entry per staged group: branch, S, staged snapshot, verdict
+    staged: list[StagedGroup] = field(default_factory=list)  # one per staged group: branch, S, staged snapshot
     cleaned_staging: list = field(default_factory=list)  # staging refs of dead runs removed by this run
     replanned: str | None = None
     period_key: str | None = None  # set when `date` lies in a month/year partition: the period's key
@@ -94,18 +96,23 @@ class CompactionOutcome:
     # seconds, over every group of the run
     publish_attempts: int = 0
     publish_attempt_seconds: list = field(default_factory=list)
-    read_before: dict = field(default_factory=dict)
-    read_after: dict = field(default_factory=dict)
+    read_before: ReadEvidence | None = None
+    read_after: ReadEvidence | None = None
     durations: dict = field(default_factory=dict)
     decision_detail: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["validation"] = self.validation.to_dict()
+        out["staged"] = [g.to_dict() for g in self.staged]
+        out["read_before"] = self.read_before.to_dict() if self.read_before else {}
+        out["read_after"] = self.read_after.to_dict() if self.read_after else {}
+        return out
 
 
-def _note_publish_attempts(outcome: CompactionOutcome, entry: dict, attempts: tuple[float, ...]) -> None:
-    entry["publish_attempts"] = len(attempts)
-    entry["publish_attempt_seconds"] = list(attempts)
+def _note_publish_attempts(outcome: CompactionOutcome, entry: StagedGroup, attempts: tuple[float, ...]) -> None:
+    entry.publish_attempts = len(attempts)
+    entry.publish_attempt_seconds = list(attempts)
     outcome.publish_attempts += len(attempts)
     outcome.publish_attempt_seconds.extend(attempts)
 
@@ -215,8 +222,8 @@ class Compactor(ContractOperation):
 
         scope = DateScope(health.time_column, health.time_column_type, dt.date.fromisoformat(date),
                           span_of(health.time_transform)) if date is not None else None
-        outcome.validation = {"passed": None, "commits": [], "scope": scope.predicate() if scope else
-                              f"partitions {describe_all(decision.rationale.get('partitions', []))}"}
+        outcome.validation = RunProof(scope=scope.predicate() if scope else
+                                      f"partitions {describe_all(decision.rationale.get('partitions', []))}")
         if not getattr(self.spark, "started", True):
             from icemaint.engine.validation import import_in_background
 
@@ -302,7 +309,7 @@ class Compactor(ContractOperation):
                     return
                 continue
             if not outcome.committed_snapshot_ids and outcome.staged and \
-                    all(e["verdict"] == "no_gain" for e in outcome.staged):
+                    all(e.verdict == GroupVerdict.NO_GAIN for e in outcome.staged):
                 e = outcome.staged[-1]
                 outcome.decision = NOOP
                 outcome.reason = (f"nothing gained: the rewrite of {e['replaced_files']} files wrote {e['new_files']}, "
@@ -311,7 +318,7 @@ class Compactor(ContractOperation):
                                   "write.parquet.page-size-bytes / row-group size")
                 return
             outcome.decision, outcome.reason = RUN, decision.reason
-            unpublished = sum(1 for e in outcome.staged if e["verdict"] == "no_gain")
+            unpublished = sum(1 for e in outcome.staged if e.verdict == GroupVerdict.NO_GAIN)
             if unpublished:
                 outcome.reason += (f" ({unpublished} of {len(outcome.staged)} groups not published: their rewrite "
                                    "wrote as many files as it replaced)")
@@ -346,11 +353,11 @@ class Compactor(ContractOperation):
         self.progress(f"staging group {index} of {name.key} {date} from snapshot {base}")
         staged = stage()
         try:  # from here on the branch is this run's to remove, whatever happens (an interrupt lands anywhere)
-            entry = {"target": staged.target, "branch": staged.branch, "base_snapshot_id": base,
-                     "staged_snapshot_id": staged.staged_snapshot_id,
-                     "replaced_files": len(staged.replaced_files), "new_files": len(staged.new_files),
-                     "dangling_deletes": len(staged.dangling_deletes), "published_snapshot_id": None,
-                     "verdict": "staged", **(staged.codec.to_dict() if staged.codec else {})}
+            entry = StagedGroup(target=staged.target, branch=staged.branch, base_snapshot_id=base,
+                                staged_snapshot_id=staged.staged_snapshot_id,
+                                replaced_files=len(staged.replaced_files), new_files=len(staged.new_files),
+                                dangling_deletes=len(staged.dangling_deletes),
+                                codec=staged.codec.to_dict() if staged.codec else {})
             outcome.staged.append(entry)
             _add_seconds(outcome, "rewrite_seconds", t0)
             if staged.target == "data" and not staged.applied_deletes and not staged.dangling_deletes \
@@ -358,7 +365,7 @@ class Compactor(ContractOperation):
                 # Nothing gained: publishing would only make a new snapshot whose date is as due as before, so
                 # every tick would rewrite it again (e.g. a writer that rolls files below small_file_size_bytes).
                 # A rewrite that applies deletes gains even with as many files, and is published.
-                entry["verdict"] = "no_gain"
+                entry.verdict = GroupVerdict.NO_GAIN
                 self.progress(f"not publishing {name.key} {date}: {len(staged.replaced_files)} files rewrite to "
                               f"{len(staged.new_files)}")
                 return True
@@ -373,19 +380,19 @@ class Compactor(ContractOperation):
                     RowSet(base, lambda: staging.before_rows(staged), f"the replaced files as of snapshot {base}"),
                     RowSet(staged.staged_snapshot_id, lambda: staging.after_rows(staged),
                            f"the staged files (snapshot {staged.staged_snapshot_id})"),
-                    scope=outcome.validation["scope"], sample_fraction=policy.sample_fraction, seed=PROOF_SEED,
-                    what=name.key, fed=fed, planned_rows=staged.replaced_rows if fed is not None else None).to_dict()
+                    scope=outcome.validation.scope, sample_fraction=policy.sample_fraction, seed=PROOF_SEED,
+                    what=name.key, fed=fed, planned_rows=staged.replaced_rows if fed is not None else None)
             except Exception as exc:
                 # A proof that could not run proves nothing: treated as failed, nothing is published.
                 log.exception("the proof of %s %s could not run", name.key, date)
-                proof = {"passed": False, "before_snapshot_id": base, "after_snapshot_id": staged.staged_snapshot_id,
-                         "checks": [], "error": f"the proof could not run: {type(exc).__name__}: {str(exc)[:500]}"}
+                proof = ValidationResult.could_not_run(base, staged.staged_snapshot_id, outcome.validation.scope, exc)
             _add_seconds(outcome, "validation_seconds", t_val)
-            outcome.validation["commits"].append(proof)
-            outcome.validation["passed"] = all(p["passed"] for p in outcome.validation["commits"])
-            self._fill_read_evidence(outcome, outcome.validation)
-            if not proof["passed"]:
-                entry["verdict"] = "not_published"
+            outcome.validation.add(proof)
+            # what the layout costs a reader, before and after: the proof's own read of the rewritten files (the
+            # replaced side's times are 0 when the rewrite's read digested it: its cost is in the rewrite's)
+            outcome.read_before, outcome.read_after = outcome.validation.read_before, outcome.validation.read_after
+            if not proof.passed:
+                entry.verdict = GroupVerdict.NOT_PUBLISHED
                 outcome.decision = NOT_PUBLISHED
                 outcome.reason = (f"proof failed for {name.key} {date} (snapshot {base} -> staged "
                                   f"{staged.staged_snapshot_id}): {failure_summary(proof)}; nothing was published, "
@@ -403,9 +410,9 @@ class Compactor(ContractOperation):
                 raise
             _add_seconds(outcome, "publish_seconds", t_pub)
             _note_publish_attempts(outcome, entry, published.attempts)
-            entry["published_snapshot_id"], entry["verdict"] = published.snapshot_id, "published"
+            entry.published_snapshot_id, entry.verdict = published.snapshot_id, GroupVerdict.PUBLISHED
             if published.state_was_unknown:
-                entry["note"] = ("the catalog reported an unknown commit state; a re-read of the table found "
+                entry.note = ("the catalog reported an unknown commit state; a re-read of the table found "
                                  "the publish on main, so it landed once and was not retried")
             outcome.published = True
             if not outcome.committed_snapshot_ids:
@@ -466,20 +473,6 @@ class Compactor(ContractOperation):
         if not outcome.committed_snapshot_ids:
             outcome.after_snapshot_id = after.snapshot_id
 
-    @staticmethod
-    def _fill_read_evidence(outcome: CompactionOutcome, validation: dict) -> None:
-        """What the layout costs a reader, before and after: the proof's own read of the rewritten files.
-
-        The proof reads every row of the replaced files and of the staged files once, so its planning
-        and scan times are the same read on the two layouts; no extra probe query is run. When the replaced
-        files were digested by the rewrite's own read (`fed_by_rewrite`), their side has no read of its own:
-        its times are 0 and its cost is in the rewrite's.
-        """
-        proofs = validation.get("commits") or []
-        if proofs:
-            outcome.read_before = dict(proofs[0].get("reads", {}).get("before", {}))
-            outcome.read_after = dict(proofs[-1].get("reads", {}).get("after", {}))
-
     def _fill_before(self, outcome: CompactionOutcome, health: TableHealth, date: str | None,
                      decision: Decision) -> None:
         part = health.partition(date)
@@ -512,14 +505,14 @@ class Compactor(ContractOperation):
             writer_check=writer_check or detail.get("writer_check", {}),
             partition_rationale=detail.get("rationale", {}),
             cost_estimate=detail.get("cost_estimate", {}),
-            validation=outcome.validation, durations=outcome.durations,
+            validation=outcome.validation.to_dict(), durations=outcome.durations,
             details={"dry_run": outcome.dry_run, "files_before": outcome.files_before,
                      "files_after": outcome.files_after, "rewritten_bytes": outcome.rewritten_bytes,
                      "rewritten_delete_files": outcome.rewritten_delete_files,
                      "added_delete_files": outcome.added_delete_files,
                      "rewrite_seconds": outcome.durations.get("rewrite_seconds"),
                      "committed_snapshot_ids": outcome.committed_snapshot_ids,
-                     "published": outcome.published, "staged": outcome.staged,
+                     "published": outcome.published, "staged": [g.to_dict() for g in outcome.staged],
                      "cleaned_staging": outcome.cleaned_staging,
                      "replanned": outcome.replanned, "attempts": outcome.attempts,
                      # which Spark application did the work (its executors' logs, the master's UI); none

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from icemaint.domain.decisions import DEFER, NOT_PUBLISHED, REFUSE, RUN, Operation
 from icemaint.domain.names import TableName
 from icemaint.operations.contract import ContractOperation, ContractRun
+from icemaint.operations.outcomes import RunProof
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,13 @@ class RevertOutcome:
     restored_files: int = 0
     removed_files: int = 0
     restored_records: int = 0
-    validation: dict = field(default_factory=lambda: {"passed": None})
+    validation: RunProof = field(default_factory=RunProof)
     durations: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["validation"] = self.validation.to_dict()
+        return out
 
 
 class RevertRunner(ContractOperation):
@@ -87,10 +90,10 @@ class RevertRunner(ContractOperation):
                 RowSet(plan.published_snapshot_id, lambda: reverter.rows_restored(plan),
                        f"the files snapshot {plan.published_snapshot_id} replaced"),
                 scope=f"the files of snapshot {plan.published_snapshot_id}",
-                sample_fraction=run.policy.sample_fraction, what=run.name.key).to_dict()
-            outcome.validation = {"passed": proof["passed"], "commits": [proof]}
+                sample_fraction=run.policy.sample_fraction, what=run.name.key)
+            outcome.validation = RunProof(scope=proof.scope, proofs=[proof])
             outcome.durations["validation_seconds"] = round(time.perf_counter() - started, 3)
-            if not proof["passed"]:
+            if not proof.passed:
                 outcome.decision = NOT_PUBLISHED
                 outcome.reason = (f"not reverted: the files coming back differ from what main reads now "
                                   f"({failure_summary(proof)}; e.g. a writer deleted rows since the rewrite); "
@@ -118,7 +121,7 @@ class RevertRunner(ContractOperation):
             table=outcome.table, operation=Operation.REVERT, decision=outcome.decision, reason=outcome.reason,
             trigger=request.trigger, identity=run.identity, run_id=request.run_id,
             before_snapshot_id=outcome.head_snapshot_id, after_snapshot_id=outcome.after_snapshot_id,
-            validation=outcome.validation, durations=outcome.durations,
+            validation=outcome.validation.to_dict(), durations=outcome.durations,
             details={"reverted_snapshot_id": request.snapshot_id, "dry_run": request.dry_run,
                      "restored_files": outcome.restored_files, "removed_files": outcome.removed_files}))
         return outcome
