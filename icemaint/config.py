@@ -22,6 +22,7 @@ from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.policy import POLICY_KEYS, PolicyBook, PolicyError, TablePolicy, apply_overrides
 from icemaint.domain.scope import parse_date
 from icemaint.domain.units import human_size, parse_duration, parse_size
+from icemaint.errors import UserError
 
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "glue")
 CLAIM_BACKENDS = ("file", "postgres")
@@ -44,7 +45,7 @@ _shown.maxstring, _shown.maxother, _shown.maxlist, _shown.maxdict, _shown.maxlev
 _LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """The configuration file is missing or has a bad key or value; the message names both."""
 
 

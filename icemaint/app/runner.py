@@ -22,6 +22,7 @@ from maint_assets.partitions import TABLE_DIMENSION, TABLE_TAG, TRIGGER_TAG, dat
     table_range_tags, tables_of, tables_range_tags
 
 from sensors.reaper import process_tags
+from icemaint.errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +59,14 @@ def error_line(error) -> str:
     if error.cls_name == "Py4JJavaError":  # "An error occurred while calling o57.sql." names no cause: the JVM's does
         root = java_cause(error.message or "")
         if root:
-            return root[:400]
-    message = (error.message or "").strip().splitlines()
+            return one_line(root, 400)
+    message = one_line(error.message, 400)
     if not message:
         return error.cls_name or "step failed"
-    head, _, rest = message[0].partition(": ")
+    head, _, rest = message.partition(": ")
     if error.cls_name and head.endswith(error.cls_name):  # `pkg.module.Class: text` -> `Class: text`
-        return f"{error.cls_name}: {rest}"[:400]
-    return message[0][:400]
+        return one_line(f"{error.cls_name}: {rest}", 400)
+    return message
 
 
 def java_cause(text: str) -> str | None:

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from icemaint.domain.names import quote_column
+from icemaint.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ _SORT_ITEM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+(ASC|DESC))?(?:\s+NU
                         re.IGNORECASE)
 
 
-class SortOrderError(ValueError):
+class SortOrderError(UserError, ValueError):
     """A policy sort_order that is not a list of plain columns with optional direction and nulls order."""
 
 

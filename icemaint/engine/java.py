@@ -6,6 +6,7 @@ Shared by the staging, retention and revert engines; no Spark session of its own
 from __future__ import annotations
 
 from contextlib import contextmanager
+from icemaint.errors import one_line
 
 # Names PySpark looks up on the JVM view in every DataFrame call (`F.expr`, `selectExpr`, ...). Py4J resolves a
 # bare name through the view's star imports one by one, each a failed class lookup that searches every jar on
@@ -123,8 +124,7 @@ def java_root_message(exc: BaseException) -> str:
             break
         root, java = java, java.getCause()
     text = str(root.getMessage() or root.getClass().getName()) if root is not None else str(exc)
-    lines = text.strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
+    return one_line(text) or type(exc).__name__
 
 
 def find_on_main(tbl, key: str, value: str):

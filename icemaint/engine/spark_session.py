@@ -24,6 +24,7 @@ from icemaint.engine.java import answer_without_delay, import_hot_classes, java_
 from icemaint.engine.local_fs import CLASSPATH_KEY, local_fs_conf
 from icemaint.engine.class_archive import DEFAULT_OPTIONS_KEY, JAVA_OPTIONS_KEY, archive_conf, java_agent
 from icemaint.engine.spark_defaults import deployment_defaults
+from icemaint.errors import OperationalError
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -47,12 +48,16 @@ WORKER_THREADS_ENV = "ICEBERG_WORKER_NUM_THREADS"
 WORKER_THREADS_FLOOR = 16
 
 
-class JavaMissing(RuntimeError):
-    pass
+class JavaMissing(OperationalError, RuntimeError):
+    """No Java on this machine: Spark cannot start."""
 
 
-class UnsupportedIceberg(RuntimeError):
+class UnsupportedIceberg(OperationalError, RuntimeError):
     """The Iceberg runtime on Spark's classpath is missing or of a version the engine cannot drive."""
+
+
+class IcebergRuntimeUnresolved(OperationalError, RuntimeError):
+    """spark-submit could not resolve a `spark.jars.packages` coordinate (a typo, no mirror, no network)."""
 
 
 def iceberg_jar_path() -> str:

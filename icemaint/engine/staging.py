@@ -37,6 +37,7 @@ from icemaint.engine.digest import can_feed
 from icemaint.engine.planning import date_filter, plan_files
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey, read_splits
+from icemaint.errors import OperationalError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ PROOF_ID_KEY = "icemaint.proof-id"
 STAGED_SNAPSHOT_KEY = "icemaint.staged-snapshot-id"
 STAGE_KEY = "icemaint.stage"
 
-class StagingError(RuntimeError):
+class StagingError(OperationalError, RuntimeError):
     """A staged rewrite could not be written or read; `main` was not changed."""
 
 
@@ -440,7 +441,7 @@ class StagingArea:
             rewrite.commit()
         except Py4JJavaError as exc:
             cls = java_exception_class(exc)
-            first = str(exc.java_exception.getMessage() or "").splitlines()[0][:300] if exc.java_exception else ""
+            first = one_line(exc.java_exception.getMessage()) if exc.java_exception else ""
             if cls in CONFLICT_CLASSES:
                 raise PublishConflict(f"{cls.rsplit('.', 1)[-1]}: {first}") from exc
             if cls == COMMIT_STATE_UNKNOWN:

@@ -23,15 +23,16 @@ from icemaint.observe.manifests import (
     current_manifests, manifest_summaries, metadata_log_bytes, read_file_entries, read_snapshots, schema_columns,
     time_partitioning,
 )
+from icemaint.errors import OperationalError, UserError, one_line
 
 log = logging.getLogger(__name__)
 
 
-class TableNotFound(LookupError):
+class TableNotFound(UserError, LookupError):
     """The catalog has no table of that name."""
 
 
-class CatalogUnavailable(RuntimeError):
+class CatalogUnavailable(OperationalError, RuntimeError):
     """The catalog could not be reached or did not answer in time (named with its URI, never a secret)."""
 
 
@@ -83,7 +84,7 @@ class CatalogReader:
     # -- catalog ---------------------------------------------------------------------------
     def _unavailable(self, exc: BaseException) -> CatalogUnavailable:
         cat = self.config.catalog
-        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        text = one_line(exc)
         return CatalogUnavailable(f"catalog {cat.name!r} ({cat.type} at {cat.uri or cat.warehouse}) did not answer: "
                                   f"{type(exc).__name__}: {text}")
 
@@ -91,7 +92,7 @@ class CatalogReader:
         from icemaint.config import SECRET_ENV_PREFIX
 
         cat = self.config.catalog
-        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        text = one_line(exc)
         names = sorted(n for n in os.environ if n.startswith(SECRET_ENV_PREFIX) and os.environ[n])
         return CatalogDenied(f"catalog {cat.name!r} ({cat.type} at {cat.uri or cat.warehouse}) refused the credentials: "
                              f"{text} (credentials from {', '.join(names) or f'no {SECRET_ENV_PREFIX}* variable'})")

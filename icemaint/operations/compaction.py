@@ -33,12 +33,13 @@ from icemaint.domain.scope import DateScope, parse_date, period_start, span_of
 from icemaint.engine.delete_staging import plan_position_deletes, stage_position_deletes
 from icemaint.engine.java import drop_interrupted_call, dropping_interrupted_call, is_interrupt
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
+from icemaint.errors import OperationalError, one_line
 
 log = logging.getLogger(__name__)
 PROOF_SEED = 0  # which rows the proof samples: the feeding read and the proof must use the same
 
 
-class CompactionError(RuntimeError):
+class CompactionError(OperationalError, RuntimeError):
     """Compaction could not finish; the message says what state the table was left in."""
 
 
@@ -365,7 +366,7 @@ class Compactor(ContractOperation):
                 # A proof that could not run proves nothing: treated as failed, nothing is published.
                 log.exception("the proof of %s %s could not run", name.key, date)
                 proof = {"passed": False, "before_snapshot_id": base, "after_snapshot_id": staged.staged_snapshot_id,
-                         "checks": [], "error": f"the proof could not run: {type(exc).__name__}: {str(exc)[:500]}"}
+                         "checks": [], "error": f"the proof could not run: {type(exc).__name__}: {one_line(exc, 500)}"}
             _add_seconds(outcome, "validation_seconds", t_val)
             outcome.validation["commits"].append(proof)
             outcome.validation["passed"] = all(p["passed"] for p in outcome.validation["commits"])
