@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from icemaint.domain.masking import mask_credentials
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.policy import POLICY_KEYS, PolicyBook, PolicyError, TablePolicy, apply_overrides
 from icemaint.domain.scope import parse_date
@@ -370,8 +371,9 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         warehouse = ".icemaint/warehouse"
     if catalog_type == "hadoop" and isinstance(warehouse, str) and ":" in warehouse.split("/", 1)[0]:
         if not warehouse.startswith("file:"):
-            raise ConfigError(f"catalog.warehouse: {_shown.repr(warehouse)}: a hadoop catalog is read here from a "
-                              "local warehouse directory; for an object store use a rest, jdbc or glue catalog")
+            raise ConfigError(f"catalog.warehouse: {mask_credentials(_shown.repr(warehouse))}: a hadoop catalog is "
+                              "read here from a local warehouse directory; for an object store use a rest, jdbc or glue "
+                              "catalog")
         warehouse = "/" + warehouse[len("file:"):].lstrip("/")  # file:///x, file:/x: the local path /x
     if warehouse is not None and catalog_type in ("hadoop", "jdbc"):  # a path: relative to this file
         warehouse = _local_directory(_resolve(_string(warehouse, "catalog.warehouse"), base_dir),

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from icemaint.config import SECRET_ENV_PREFIX, MaintenanceConfig, catalog_secret_properties, secret_env_name
 from icemaint.engine.spark_session import (ICEBERG_JAR, POSTGRES_JDBC_JAR, SUPPORTED_ICEBERG, TESTED_ICEBERG,
                                            brings_own_iceberg, deployment_conf)
+from icemaint.domain.masking import mask_credentials
 from icemaint.errors import one_line
 
 MIN_JAVA = 17
@@ -119,8 +120,7 @@ def _within(seconds: float, fn: Callable[[], object]):
 
 def shown_uri(uri: str) -> str:
     """The URI with a password in its user info or query replaced by `***`."""
-    uri = re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", uri)
-    return re.sub(r"((?:password|secret|token|credential|key)[^=&;]*=)[^&;]*", r"\1***", uri, flags=re.I)
+    return mask_credentials(uri)
 
 
 def _writable(directory: Path) -> bool:

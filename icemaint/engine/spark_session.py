@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
+from icemaint.domain.masking import mask_credentials
 from icemaint.engine.java import answer_without_delay, import_hot_classes, java_class
 from icemaint.engine.local_fs import CLASSPATH_KEY, local_fs_conf
 from icemaint.engine.class_archive import DEFAULT_OPTIONS_KEY, JAVA_OPTIONS_KEY, archive_conf, java_agent
@@ -86,7 +87,7 @@ def catalog_spark_conf(config: MaintenanceConfig, *, secrets: bool = True) -> di
         conf[f"{prefix}.type"] = cat.type
     if cat.warehouse:
         conf[f"{prefix}.warehouse"] = cat.warehouse
-    if cat.uri:
+    if cat.uri and (secrets or not carries_credentials(cat.uri)):  # else set on the running session only
         conf[f"{prefix}.uri"] = cat.uri
     for key, value in {**cat.properties, **(catalog_secret_properties(cat) if secrets else {})}.items():
         conf[f"{prefix}.{key}"] = value
@@ -94,9 +95,16 @@ def catalog_spark_conf(config: MaintenanceConfig, *, secrets: bool = True) -> di
 
 
 def secret_spark_conf(config: MaintenanceConfig) -> dict[str, str]:
-    """The catalog's secret settings, for the running session only (never the command line)."""
-    prefix = f"spark.sql.catalog.{config.catalog.name}"
-    return {f"{prefix}.{k}": v for k, v in catalog_secret_properties(config.catalog).items()}
+    """The catalog's secret settings, for the running session only (never the command line): the
+    `ICEMAINT_CATALOG_*` properties, and the URI when it carries a password."""
+    cat = config.catalog
+    prefix = f"spark.sql.catalog.{cat.name}"
+    uri = {f"{prefix}.uri": cat.uri} if cat.uri and carries_credentials(cat.uri) else {}
+    return {**uri, **{f"{prefix}.{k}": v for k, v in catalog_secret_properties(cat).items()}}
+
+
+def carries_credentials(uri: str) -> bool:
+    return mask_credentials(uri) != uri
 
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
