@@ -262,6 +262,23 @@ RESERVED_CATALOG_PROPERTIES = {"warehouse": "catalog.warehouse", "uri": "catalog
                                "catalog-impl": "catalog.type", "cache-enabled": "icemaint (always false)"}
 
 
+# Words that make a catalog property a secret (jdbc.password, s3.secret-access-key, s3.session-token, token,
+# credential, adls.sas-token.<account>, gcs.oauth2.token), and a name ending in `key` (adls.account-key,
+# s3.sse.key, a private or API key). `s3.access-key-id` names a key without being one.
+_SECRET_WORDS = ("password", "passwd", "secret", "token", "credential", "apikey")
+# HTTP headers for the REST catalog carry bearer tokens and API keys; these carry none.
+PLAIN_HEADERS = frozenset({"header.x-iceberg-access-delegation"})
+
+
+def is_secret_property(key: str) -> bool:
+    """Whether catalog property `key` holds a secret, which the file must not (`ICEMAINT_CATALOG_*` supplies it)."""
+    key = key.lower()
+    if key.startswith("header."):
+        return key not in PLAIN_HEADERS
+    last = key.rsplit(".", 1)[-1]
+    return any(word in key for word in _SECRET_WORDS) or last == "key" or last.endswith(("-key", "_key"))
+
+
 def _local_directory(path: str, where: str) -> str:
     """A local path that is a directory or can become one (a file there, or above it, would fail every run much
     later, in a traceback)."""
@@ -387,7 +404,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         if key in RESERVED_CATALOG_PROPERTIES:
             raise ConfigError(f"catalog.properties.{key}: set by icemaint from {RESERVED_CATALOG_PROPERTIES[key]}; "
                               "given here too, Spark and pyiceberg would read different catalogs: remove it")
-        if any(s in key.lower() for s in ("password", "secret", "token", "credential")):
+        if is_secret_property(key):
             raise ConfigError(
                 f"catalog.properties.{key}: secrets are not read from the file; set "
                 f"{secret_env_name(key)} in the environment instead"
