@@ -25,7 +25,7 @@ def _classes():
     from icemaint.domain.statistics import StatisticsError
     from icemaint.engine.retention import RetentionCommitUnknown, RetentionConflict
     from icemaint.engine.revert import RevertRefused
-    from icemaint.engine.spark_session import IcebergRuntimeUnresolved, JavaMissing, UnsupportedIceberg
+    from icemaint.engine.spark_session import JavaMissing, PackagesUnresolved, SparkDidNotStart, UnsupportedIceberg
     from icemaint.engine.staging import PublishConflict, PublishStateUnknown, StagingError
     from icemaint.engine.statistics import StatisticsSnapshotGone
     from icemaint.engine.validation import ValidationError
@@ -42,7 +42,8 @@ def _classes():
             (UsageError, ValueError)]
     operational = [(CatalogUnavailable, RuntimeError), (WarehouseMissing, RuntimeError),
                    (CatalogDenied, RuntimeError), (ClaimBusy, Exception), (JavaMissing, RuntimeError),
-                   (UnsupportedIceberg, RuntimeError), (IcebergRuntimeUnresolved, RuntimeError),
+                   (UnsupportedIceberg, RuntimeError), (PackagesUnresolved, RuntimeError),
+                   (SparkDidNotStart, RuntimeError),
                    (StagingError, RuntimeError), (PublishConflict, RuntimeError), (PublishStateUnknown, RuntimeError),
                    (StatisticsSnapshotGone, RuntimeError), (RetentionConflict, RuntimeError),
                    (RetentionCommitUnknown, RuntimeError), (AuditLogCorrupt, RuntimeError),

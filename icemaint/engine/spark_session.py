@@ -24,8 +24,9 @@ from icemaint.domain.masking import mask_credentials
 from icemaint.engine.java import answer_without_delay, import_hot_classes, java_class
 from icemaint.engine.local_fs import CLASSPATH_KEY, local_fs_conf
 from icemaint.engine.class_archive import DEFAULT_OPTIONS_KEY, JAVA_OPTIONS_KEY, archive_conf, java_agent
+from icemaint.engine.driver_output import DriverOutput, last_words, unresolved_packages
 from icemaint.engine.spark_defaults import deployment_defaults
-from icemaint.errors import OperationalError
+from icemaint.errors import OperationalError, one_line
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -57,7 +58,11 @@ class UnsupportedIceberg(OperationalError, RuntimeError):
     """The Iceberg runtime on Spark's classpath is missing or of a version the engine cannot drive."""
 
 
-class IcebergRuntimeUnresolved(OperationalError, RuntimeError):
+class SparkDidNotStart(OperationalError, RuntimeError):
+    """The driver JVM exited before it started; its output is in <state_dir>/logs/jvm.log."""
+
+
+class PackagesUnresolved(SparkDidNotStart):
     """spark-submit could not resolve a `spark.jars.packages` coordinate (a typo, no mirror, no network)."""
 
 
@@ -262,14 +267,15 @@ def log_to_file(config: MaintenanceConfig, conf: dict[str, str]) -> dict[str, st
 
 
 def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
-    """Starts the driver JVM as pyspark would, but with its standard output on the command's standard error.
+    """Starts the driver JVM as pyspark would, but with its output read by `DriverOutput`.
 
-    The JVM inherited the command's standard output, so what the JVM prints there (a flight recording's start,
-    `-verbose:gc` or `-Xlog` from the deployment's Java options, an agent's banner) went into `--json` output
-    and broke it for whoever parses it. On standard error it stays in sight, a JVM's fatal-error report
-    included. pyspark then uses this JVM (`SparkContext._ensure_initialized` takes a gateway already set); one
-    already running is left alone."""
+    What the JVM prints to standard output (a flight recording's start, `-verbose:gc` or `-Xlog` from the
+    deployment's Java options, an agent's banner) went into `--json` output and broke it for whoever parses it:
+    it goes to the command's standard error, once the JVM has started, and to <state_dir>/logs/jvm.log. A JVM
+    that exits before it starts is one line (`SparkDidNotStart`, `PackagesUnresolved`). pyspark then uses this
+    JVM (`SparkContext._ensure_initialized` takes a gateway already set); one already running is left alone."""
     from pyspark import SparkConf, SparkContext
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.java_gateway import launch_gateway
 
     with SparkContext._lock:
@@ -278,9 +284,30 @@ def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
         conf = SparkConf(loadDefaults=False).setMaster(config.spark.master).setAppName("icemaint")
         for key, value in settings.items():
             conf.set(key, value)
-        gateway = launch_gateway(conf, popen_kwargs={"stdout": 2})  # the process's standard error descriptor
+        output = DriverOutput(Path(config.state_dir, "logs").resolve())
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": output.write_fd, "stderr": output.write_fd})
+        except PySparkRuntimeError as exc:
+            if exc.getErrorClass() != "JAVA_GATEWAY_EXITED":
+                output.started()
+                raise
+            raise did_not_start(output.exited(), output.log_path, settings) from None
+        output.started()
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+
+
+def did_not_start(lines: list[str], log: Path, settings: dict[str, str]) -> SparkDidNotStart:
+    """One line for a driver JVM that exited before it started, from what it printed."""
+    unresolved = unresolved_packages(lines)
+    if unresolved:
+        mirror = settings.get("spark.jars.repositories") or "not set"
+        return PackagesUnresolved(
+            f"spark.jars.packages: {', '.join(unresolved)} could not be resolved: check the coordinate, the Maven "
+            f"mirror (spark.jars.repositories: {mask_credentials(mirror)}) and this machine's network or proxy; "
+            f"spark-submit's output is in {log}")
+    return SparkDidNotStart(f"the Spark driver exited before it started: {one_line(last_words(lines))} "
+                            f"(its output is in {log})")
 
 
 def get_spark(config: MaintenanceConfig):
