@@ -118,7 +118,7 @@ def cmd_compact(config: MaintenanceConfig, args) -> int:
         start_in_background(config)  # the JVM starts while Dagster loads and the run decides
     from icemaint.app.runner import MaintenanceRunner
 
-    runner = MaintenanceRunner(config, args.config)
+    runner = MaintenanceRunner(config, args.config, reap=not args.dry_run)
     table = runner.check_table(args.table)
     results, status = [], EXIT_OK
     for date in _dates(args, runner):
@@ -150,7 +150,7 @@ def cmd_maintain(config: MaintenanceConfig, args) -> int:
         from icemaint.engine.spark_session import start_in_background
 
         start_in_background(config)  # the JVM starts while Dagster loads and the pass decides
-    runner = MaintenanceRunner(config, args.config)
+    runner = MaintenanceRunner(config, args.config, reap=not args.dry_run)
     dates = [runner.check_date(d) for d in args.date or []]
     try:
         report = MaintenancePass(runner).run(args.table, dates=dates, expire=args.expire_snapshots,

@@ -70,7 +70,7 @@ def _shown_metric(key: str, value) -> str:
 def _runner(config: MaintenanceConfig, args):
     from icemaint.app.runner import MaintenanceRunner
 
-    runner = MaintenanceRunner(config, args.config)
+    runner = MaintenanceRunner(config, args.config, reap=not getattr(args, "dry_run", False))
     runner.check_table(args.table)  # TableNotFound / InvalidTableName before any run
     return runner
 

@@ -491,7 +491,7 @@ def check_postgres(var: str, sections: list[str], timeout_s: float = NETWORK_TIM
 def check_dagster_instance(config: MaintenanceConfig) -> Check:
     from icemaint.app.instance import get_instance
 
-    instance = get_instance(config)
+    instance = get_instance(config, reap=False)  # doctor looks, it changes nothing
     try:
         runs = instance.get_runs_count()
         storage = type(instance.run_storage).__name__

@@ -85,7 +85,9 @@ def java_cause(text: str) -> str | None:
 class MaintenanceRunner:
     # Dagster's console shows only critical events: a failed step's stack trace belongs in the run's
     # event log (the UI shows it), not on an operator's terminal, which gets `RunReport.failure_line`.
-    def __init__(self, config: MaintenanceConfig, config_path: str | None = None, log_level: str = "CRITICAL"):
+    def __init__(self, config: MaintenanceConfig, config_path: str | None = None, log_level: str = "CRITICAL",
+                 reap: bool = True):
+        """`reap`: mark failed the runs of dead processes as the instance opens (`get_instance`); a dry run does not."""
         # A run that materialized nothing (a dry run, a deferral) has no proof to gate on: Dagster says so
         # on the Python root logger, which would print it on the operator's terminal.
         logging.getLogger("dagster._core.execution.plan.active").setLevel(logging.ERROR)
@@ -93,7 +95,7 @@ class MaintenanceRunner:
 
         self.log_level = log_level
         self.config = config
-        self.instance = get_instance(config)
+        self.instance = get_instance(config, reap=reap)
         self.defs = build_definitions(config_path or config.source)
         self.reader = CatalogReader(config)
         freeze_loaded("runner")  # Dagster, the definitions and the catalog readers are loaded for good

@@ -35,7 +35,7 @@ class Ticker:
         from resources.settings import MaintenanceSettings
 
         self.config = config
-        self.runner = MaintenanceRunner(config, config_path)
+        self.runner = MaintenanceRunner(config, config_path, reap=False)  # each tick reaps, honouring its dry run
         settings = MaintenanceSettings(config_path=str(config_path or config.source or ""))
         self.catalog = IcebergCatalogResource(settings=settings)
         self.claims = TableClaimResource(settings=settings)
