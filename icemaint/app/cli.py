@@ -548,16 +548,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CatalogUnavailable as exc:  # not the user's input: the catalog is down or slow; nothing was done
         print(f"error: {one_line(exc, 2000)}; nothing was done", file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:  # the reader left (`icemaint audit | head`): no traceback, the shell's SIGPIPE status
+        return _reader_left()
     except Exception as exc:
         if is_user_error(exc):
             print(f"error: {one_line(exc, 2000)}", file=sys.stderr)
             return EXIT_USAGE
-        if is_operational(exc) or (isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError)):
+        if is_operational(exc) or isinstance(exc, OSError):
             # outside any run (a run reports its own): a service, a claim, the state dir, a config path, the disk
             print(f"error: {one_line(exc, 2000)}", file=sys.stderr)
             return EXIT_FAILED
-        if isinstance(exc, BrokenPipeError):  # the reader left (`icemaint audit | head`): the shell's SIGPIPE status
-            return _reader_left()
         return _bug(config, args, exc)
     except KeyboardInterrupt as exc:  # outside any run, or no further run after one (a run answers it as a failed run)
         print(f"error: {str(exc) or interrupts.described()}", file=sys.stderr)
@@ -575,11 +575,11 @@ def _reader_left() -> int:
 def _bug(config: MaintenanceConfig | None, args, exc: BaseException) -> int:
     """An error no class of ours names: a bug. Its trace goes to the log, the operator gets one line."""
     try:
-        where = f"its trace is in {_save_trace(config)}"
+        where = f"its trace is in {_save_trace(config)} (please report it with that file)"
     except OSError as log_error:
         where = f"its trace could not be saved ({one_line(log_error)})"
-    print(f"error: icemaint {args.command} failed on a bug: {type(exc).__name__}: {one_line(exc)}; {where} "
-          "(please report it with that file)", file=sys.stderr)
+    print(f"error: icemaint {args.command} failed on a bug: {type(exc).__name__}: {one_line(exc)}; {where}",
+          file=sys.stderr)
     return EXIT_FAILED
 
 
