@@ -18,10 +18,12 @@ from typing import Any, Hashable, Mapping
 
 import yaml
 
+from icemaint.domain.masking import mask_credentials
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.policy import POLICY_KEYS, PolicyBook, PolicyError, TablePolicy, apply_overrides
 from icemaint.domain.scope import parse_date
 from icemaint.domain.units import human_size, parse_duration, parse_size
+from icemaint.errors import UserError
 
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "glue")
 CLAIM_BACKENDS = ("file", "postgres")
@@ -44,7 +46,7 @@ _shown.maxstring, _shown.maxother, _shown.maxlist, _shown.maxdict, _shown.maxlev
 _LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """The configuration file is missing or has a bad key or value; the message names both."""
 
 
@@ -260,6 +262,23 @@ RESERVED_CATALOG_PROPERTIES = {"warehouse": "catalog.warehouse", "uri": "catalog
                                "catalog-impl": "catalog.type", "cache-enabled": "icemaint (always false)"}
 
 
+# Words that make a catalog property a secret (jdbc.password, s3.secret-access-key, s3.session-token, token,
+# credential, adls.sas-token.<account>, gcs.oauth2.token), and a name ending in `key` (adls.account-key,
+# s3.sse.key, a private or API key). `s3.access-key-id` names a key without being one.
+_SECRET_WORDS = ("password", "passwd", "secret", "token", "credential", "apikey")
+# HTTP headers for the REST catalog carry bearer tokens and API keys; these carry none.
+PLAIN_HEADERS = frozenset({"header.x-iceberg-access-delegation"})
+
+
+def is_secret_property(key: str) -> bool:
+    """Whether catalog property `key` holds a secret, which the file must not (`ICEMAINT_CATALOG_*` supplies it)."""
+    key = key.lower()
+    if key.startswith("header."):
+        return key not in PLAIN_HEADERS
+    last = key.rsplit(".", 1)[-1]
+    return any(word in key for word in _SECRET_WORDS) or last == "key" or last.endswith(("-key", "_key"))
+
+
 def _local_directory(path: str, where: str) -> str:
     """A local path that is a directory or can become one (a file there, or above it, would fail every run much
     later, in a traceback)."""
@@ -369,8 +388,9 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         warehouse = ".icemaint/warehouse"
     if catalog_type == "hadoop" and isinstance(warehouse, str) and ":" in warehouse.split("/", 1)[0]:
         if not warehouse.startswith("file:"):
-            raise ConfigError(f"catalog.warehouse: {_shown.repr(warehouse)}: a hadoop catalog is read here from a "
-                              "local warehouse directory; for an object store use a rest, jdbc or glue catalog")
+            raise ConfigError(f"catalog.warehouse: {mask_credentials(_shown.repr(warehouse))}: a hadoop catalog is "
+                              "read here from a local warehouse directory; for an object store use a rest, jdbc or glue "
+                              "catalog")
         warehouse = "/" + warehouse[len("file:"):].lstrip("/")  # file:///x, file:/x: the local path /x
     if warehouse is not None and catalog_type in ("hadoop", "jdbc"):  # a path: relative to this file
         warehouse = _local_directory(_resolve(_string(warehouse, "catalog.warehouse"), base_dir),
@@ -384,7 +404,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         if key in RESERVED_CATALOG_PROPERTIES:
             raise ConfigError(f"catalog.properties.{key}: set by icemaint from {RESERVED_CATALOG_PROPERTIES[key]}; "
                               "given here too, Spark and pyiceberg would read different catalogs: remove it")
-        if any(s in key.lower() for s in ("password", "secret", "token", "credential")):
+        if is_secret_property(key):
             raise ConfigError(
                 f"catalog.properties.{key}: secrets are not read from the file; set "
                 f"{secret_env_name(key)} in the environment instead"

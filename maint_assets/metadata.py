@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import dagster as dg
 
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, launched_by_a_person
+from icemaint.errors import one_line
 
 
 def numeric(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -60,7 +61,7 @@ def run_failure(trigger: str | None, decision: str, *, refused: str, not_done: s
 def partition_error(exc: BaseException) -> str:
     """`Class: first line` of an error that stopped one partition of a run over several (the run goes on with the
     others and fails at the end naming it)."""
-    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+    return f"{type(exc).__name__}: {one_line(exc)}"
 
 
 def report_outcome(context: dg.AssetExecutionContext, asset_key: str, metadata: dict, *, materialize: bool,

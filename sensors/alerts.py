@@ -18,6 +18,7 @@ from maint_assets.partitions import TRIGGER_TAG, split_table_date, tables_of
 from maint_assets.retention import run_table
 from resources.claims import AuditResource
 from resources.settings import MaintenanceSettings
+from icemaint.errors import one_line
 
 # The implicit job that UI materializations and asset backfills run.
 ASSET_JOB = "__ASSET_JOB"
@@ -31,8 +32,7 @@ def _error_line(error) -> str:
     """`Class: first line` of the first error in the chain that is not Dagster's own wrapper."""
     while (error.cls_name or "").startswith("Dagster") and getattr(error, "cause", None) is not None:
         error = error.cause
-    lines = (error.message or "").strip().splitlines()
-    head = lines[0] if lines else ""
+    head = one_line(error.message, 400)
     prefix, _, rest = head.partition(": ")
     if error.cls_name and prefix.endswith(error.cls_name):
         return f"{error.cls_name}: {rest}"

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from icemaint.config import (CONFIG_ENV, ConfigError, catalog_secret_properties, load_config, parse_config,
                              secret_env_name)
@@ -389,3 +390,41 @@ def test_a_date_in_the_file_is_read(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text("dates_start: 2024-02-29\n")
     assert load_config(path).dates_start == dt.date(2024, 2, 29)
+
+
+@pytest.mark.parametrize("key", [
+    "header.Authorization", "header.X-Api-Key", "token", "credential", "jdbc.password", "s3.secret-access-key",
+    "s3.session-token", "client.session-token", "adls.account-key", "adls.sas-token.acct", "gcs.oauth2.token",
+    "s3.sse.key", "rest.private-key", "api_key", "PASSWD",
+])
+def test_every_secret_bearing_catalog_property_is_refused_naming_the_variable(tmp_path, capsys, key):
+    """A bearer token as `header.Authorization` was read from the file while `jdbc.password` was refused."""
+    from conftest import run_cli
+
+    value = "Bearer eyJ-secret-4b1d"
+    with pytest.raises(ConfigError) as info:
+        parse_config({"catalog": {"type": "rest", "uri": "http://rest:8181", "properties": {key: value}}}, tmp_path)
+    message = str(info.value)
+    assert f"catalog.properties.{key}: secrets are not read from the file" in message
+    assert f"set {secret_env_name(key)} in the environment instead" in message and value not in message
+    path = tmp_path / "maintenance.yaml"
+    path.write_text(yaml.safe_dump({"catalog": {"type": "rest", "uri": "http://rest:8181",
+                                                "properties": {key: value}}, "state_dir": str(tmp_path / "s")}))
+    code, out, err = run_cli(capsys, "--config", str(path), "audit")
+    assert code == 2 and err.strip().splitlines() == [f"error: {path}: {message}"], err
+    assert not (tmp_path / "s").exists(), "nothing is created on a refusal"
+
+
+@pytest.mark.parametrize("key", ["jdbc.user", "s3.endpoint", "s3.access-key-id", "s3.path-style-access",
+                                 "header.X-Iceberg-Access-Delegation", "oauth2-server-uri", "rest.signing-name",
+                                 "client.region", "io-impl"])
+def test_plain_catalog_properties_are_read_from_the_file(tmp_path, key):
+    config = parse_config({"catalog": {"type": "rest", "uri": "http://rest:8181", "properties": {key: "v"}}},
+                          tmp_path)
+    assert config.catalog.properties == {key: "v"}
+
+
+def test_a_refused_header_reaches_the_catalog_from_its_variable(monkeypatch):
+    monkeypatch.setenv(secret_env_name("header.Authorization"), "Bearer t")
+    config = parse_config({"catalog": {"type": "rest", "uri": "http://rest:8181"}}, Path("."))
+    assert catalog_secret_properties(config.catalog)["header.authorization"] == "Bearer t"

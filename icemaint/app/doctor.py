@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 from icemaint.config import SECRET_ENV_PREFIX, MaintenanceConfig, catalog_secret_properties, secret_env_name
 from icemaint.engine.spark_session import (ICEBERG_JAR, POSTGRES_JDBC_JAR, SUPPORTED_ICEBERG, TESTED_ICEBERG,
                                            brings_own_iceberg, deployment_conf)
+from icemaint.domain.masking import mask_credentials
+from icemaint.errors import one_line
 
 MIN_JAVA = 17
 NETWORK_TIMEOUT_S = 10.0
@@ -87,13 +89,13 @@ def first_line(exc: BaseException) -> str:
         exc = cause if isinstance(cause, OSError) else exc
     java = getattr(exc, "java_exception", None)
     text = str(java.toString()) if java is not None else str(exc)
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    line = one_line(text, 100_000)
     wrapped = re.match(r"\(([\w.]+)\) (.*)", line)  # SQLAlchemy: "(psycopg2.OperationalError) message"
     if wrapped:
         line = f"{wrapped.group(1)}: {wrapped.group(2)}"
     else:
         line = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
-    return line if len(line) <= 300 else line[:297] + "..."
+    return one_line(line, 300)
 
 
 def _within(seconds: float, fn: Callable[[], object]):
@@ -118,8 +120,7 @@ def _within(seconds: float, fn: Callable[[], object]):
 
 def shown_uri(uri: str) -> str:
     """The URI with a password in its user info or query replaced by `***`."""
-    uri = re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", uri)
-    return re.sub(r"((?:password|secret|token|credential|key)[^=&;]*=)[^&;]*", r"\1***", uri, flags=re.I)
+    return mask_credentials(uri)
 
 
 def _writable(directory: Path) -> bool:
@@ -490,7 +491,7 @@ def check_postgres(var: str, sections: list[str], timeout_s: float = NETWORK_TIM
 def check_dagster_instance(config: MaintenanceConfig) -> Check:
     from icemaint.app.instance import get_instance
 
-    instance = get_instance(config)
+    instance = get_instance(config, reap=False)  # doctor looks, it changes nothing
     try:
         runs = instance.get_runs_count()
         storage = type(instance.run_storage).__name__

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import yaml
@@ -57,11 +58,21 @@ def ensure_dagster_home(config: MaintenanceConfig) -> Path:
     return home
 
 
-def get_instance(config: MaintenanceConfig):
+def get_instance(config: MaintenanceConfig, *, reap: bool = True):
+    """The instance under the state dir. With `reap`, first marks failed every run whose process is provably dead
+    (killed, its machine rebooted), saying so on standard error: such a run stayed STARTED, holding its table's
+    slot in the run queue, until a tick's reaper came by, and a person's `compact` waited behind it."""
     from dagster import DagsterInstance
 
     ensure_dagster_home(config)
-    return DagsterInstance.get()
+    instance = DagsterInstance.get()
+    if reap:
+        from sensors.reaper import reap_dead_runs
+
+        for decision in reap_dead_runs(instance):
+            if decision.reap:
+                print(decision.line(), file=sys.stderr)
+    return instance
 
 
 def allow_runs_in_threads(instance) -> bool:

@@ -22,6 +22,7 @@ from maint_assets.partitions import TABLE_DIMENSION, TABLE_TAG, TRIGGER_TAG, dat
     table_range_tags, tables_of, tables_range_tags
 
 from sensors.reaper import process_tags
+from icemaint.errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +59,14 @@ def error_line(error) -> str:
     if error.cls_name == "Py4JJavaError":  # "An error occurred while calling o57.sql." names no cause: the JVM's does
         root = java_cause(error.message or "")
         if root:
-            return root[:400]
-    message = (error.message or "").strip().splitlines()
+            return one_line(root, 400)
+    message = one_line(error.message, 400)
     if not message:
         return error.cls_name or "step failed"
-    head, _, rest = message[0].partition(": ")
+    head, _, rest = message.partition(": ")
     if error.cls_name and head.endswith(error.cls_name):  # `pkg.module.Class: text` -> `Class: text`
-        return f"{error.cls_name}: {rest}"[:400]
-    return message[0][:400]
+        return one_line(f"{error.cls_name}: {rest}", 400)
+    return message
 
 
 def java_cause(text: str) -> str | None:
@@ -84,7 +85,9 @@ def java_cause(text: str) -> str | None:
 class MaintenanceRunner:
     # Dagster's console shows only critical events: a failed step's stack trace belongs in the run's
     # event log (the UI shows it), not on an operator's terminal, which gets `RunReport.failure_line`.
-    def __init__(self, config: MaintenanceConfig, config_path: str | None = None, log_level: str = "CRITICAL"):
+    def __init__(self, config: MaintenanceConfig, config_path: str | None = None, log_level: str = "CRITICAL",
+                 reap: bool = True):
+        """`reap`: mark failed the runs of dead processes as the instance opens (`get_instance`); a dry run does not."""
         # A run that materialized nothing (a dry run, a deferral) has no proof to gate on: Dagster says so
         # on the Python root logger, which would print it on the operator's terminal.
         logging.getLogger("dagster._core.execution.plan.active").setLevel(logging.ERROR)
@@ -92,7 +95,7 @@ class MaintenanceRunner:
 
         self.log_level = log_level
         self.config = config
-        self.instance = get_instance(config)
+        self.instance = get_instance(config, reap=reap)
         self.defs = build_definitions(config_path or config.source)
         self.reader = CatalogReader(config)
         freeze_loaded("runner")  # Dagster, the definitions and the catalog readers are loaded for good

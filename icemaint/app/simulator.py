@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 from icemaint.domain.names import TableName
+from icemaint.errors import OperationalError
 
 # event_id = batch * ID_STRIDE + row: ids follow from the batch index alone, so a resumed or
 # repeated run writes the same ids for the same batch and two batches never share one.
@@ -50,7 +51,7 @@ TABLE_PROPERTIES = {
 }
 
 
-class SimulatorError(RuntimeError):
+class SimulatorError(OperationalError, RuntimeError):
     """The simulated writer cannot go on safely; the message says why and what to do."""
 
 

@@ -17,6 +17,7 @@ from icemaint.domain.decisions import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE
 from icemaint.domain.units import counted
 from icemaint.domain.tick import KeptHealths, date_batches, encode_cursor, table_batches, table_lanes
 from icemaint.safety import interrupts
+from icemaint.errors import one_line
 
 
 def date_done(outcome: dict) -> bool:
@@ -34,7 +35,7 @@ class Ticker:
         from resources.settings import MaintenanceSettings
 
         self.config = config
-        self.runner = MaintenanceRunner(config, config_path)
+        self.runner = MaintenanceRunner(config, config_path, reap=False)  # each tick reaps, honouring its dry run
         settings = MaintenanceSettings(config_path=str(config_path or config.source or ""))
         self.catalog = IcebergCatalogResource(settings=settings)
         self.claims = TableClaimResource(settings=settings)
@@ -73,8 +74,7 @@ class Ticker:
         try:
             return run(*args, **kwargs)
         except Exception as exc:
-            text = (str(exc).strip().splitlines() or [""])[0][:300]
-            return RunReport(run_id="-", success=False, error=f"{type(exc).__name__}: {text}")
+            return RunReport(run_id="-", success=False, error=f"{type(exc).__name__}: {one_line(exc)}")
 
     def tick(self, dry_run: bool = False) -> dict:
         """One tick: discovery, compaction and retention decisions, requested runs. Returns a JSON-able report."""

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from icemaint.errors import UserError
+
 # Iceberg allows more, but a maintenance system that builds SQL and file paths from names
 # accepts only plain identifiers: no quotes, dots inside parts, slashes, spaces or semicolons.
 _PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
-class InvalidTableName(ValueError):
+class InvalidTableName(UserError, ValueError):
     """A table name that is not `namespace.table` made of plain identifiers."""
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
 from icemaint.domain.units import parse_duration, parse_size, shown
+from icemaint.errors import UserError
 
 OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "revert")
 SORT_STRATEGIES = ("binpack", "sort", "zorder")
@@ -19,7 +20,7 @@ WRITER_SCOPES = ("partition", "table")
 MiB = 2**20
 
 
-class PolicyError(ValueError):
+class PolicyError(UserError, ValueError):
     """A policy value that is not allowed; the message names the key and what is allowed."""
 
 

@@ -12,6 +12,7 @@ from typing import Iterable, Mapping
 
 from icemaint.domain.policy import ORPHAN_MIN_AGE_SECONDS, TablePolicy
 from icemaint.domain.units import human_duration, human_size
+from icemaint.errors import OperationalError, UserError
 
 MAIN_BRANCH = "main"
 # Iceberg's remove_orphan_files procedure refuses younger cutoffs: files of a commit still in
@@ -23,15 +24,15 @@ MAX_AGE_SECONDS = 100 * 366 * 86400
 MAX_RETAIN_LAST = 2**31 - 1
 
 
-class RetentionError(ValueError):
+class RetentionError(UserError, ValueError):
     """A retention setting or request that is not allowed; the message names the setting."""
 
 
-class StaleExpiryPlan(RetentionError):
+class StaleExpiryPlan(OperationalError, RetentionError):
     """The table moved since the expiry was planned: a planned snapshot is now kept by a ref, or gone."""
 
 
-class ConcurrentExpiry(RetentionError):
+class ConcurrentExpiry(OperationalError, RetentionError):
     """The expiry ran, but other snapshots are gone than planned (a concurrent commit changed the table).
 
     `result` is what the call did (the engine's measured result), for the caller's record.
@@ -46,7 +47,7 @@ class GcDisabled(RetentionError):
     """The table has gc.enabled=false: Iceberg refuses to expire snapshots or remove files."""
 
 
-class QuarantineMoveFailed(RetentionError):
+class QuarantineMoveFailed(OperationalError, RetentionError):
     """An orphan could not be moved into quarantine; earlier ones of the batch may already be there."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from icemaint.domain.names import quote_column
+from icemaint.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ _SORT_ITEM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+(ASC|DESC))?(?:\s+NU
                         re.IGNORECASE)
 
 
-class SortOrderError(ValueError):
+class SortOrderError(UserError, ValueError):
     """A policy sort_order that is not a list of plain columns with optional direction and nulls order."""
 
 

@@ -10,13 +10,14 @@ import re
 from dataclasses import dataclass
 
 from icemaint.domain.names import quote_column
+from icemaint.errors import UserError
 
 _TIMESTAMP_TYPES = ("timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns")
 # Python 3.11+ fromisoformat also accepts week dates (2024-W01-1) and compact forms: check the shape first.
 _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
-class InvalidDate(ValueError):
+class InvalidDate(UserError, ValueError):
     """A date that is malformed or outside the maintained range."""
 
 

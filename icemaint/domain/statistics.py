@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from icemaint.errors import UserError
+
 THETA_BLOB = "apache-datasketches-theta-v1"  # the Puffin blob type of a column's theta sketch
 
 # Snapshot summary keys that count changed rows: added and removed data rows, and rows deleted by delete files.
@@ -18,7 +20,7 @@ CHANGE_KEYS = ("added-records", "deleted-records", "added-position-deletes", "ad
 UNCHANGING_OPERATIONS = frozenset({"replace"})  # a rewrite keeps every row
 
 
-class StatisticsError(ValueError):
+class StatisticsError(UserError, ValueError):
     """Statistics that cannot be computed as asked (a column that is not there or not a primitive)."""
 
 

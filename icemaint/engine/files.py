@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from icemaint.domain.retention import QuarantineMoveFailed
 from icemaint.engine.java import java_class
+from icemaint.errors import one_line
 
 _COPY_BUFFER = 1 << 20
 # File lookups (`Files.sizes`) in flight at once: each waits on the store, not on the CPU.
@@ -215,7 +216,7 @@ class Files:
                 raise QuarantineMoveFailed(f"copied {source} to {target} but could not delete it; it is in both "
                                            "places (the copy is whole)")
         except Py4JJavaError as exc:
-            cause = str(exc.java_exception.toString()).splitlines()[0][:300]
+            cause = one_line(exc.java_exception.toString())
             raise QuarantineMoveFailed(f"could not move {source} to {target}: {cause}") from None
 
     def _same_hadoop_fs(self, source: str, target: str) -> bool:

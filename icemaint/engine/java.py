@@ -6,6 +6,7 @@ Shared by the staging, retention and revert engines; no Spark session of its own
 from __future__ import annotations
 
 from contextlib import contextmanager
+from icemaint.errors import one_line
 
 # Names PySpark looks up on the JVM view in every DataFrame call (`F.expr`, `selectExpr`, ...). Py4J resolves a
 # bare name through the view's star imports one by one, each a failed class lookup that searches every jar on
@@ -137,11 +138,9 @@ def race_backoff(attempt: int) -> float:
 
 
 def one_java_line(exc: BaseException) -> str:
-    """The first line of the Java exception's own message (not its cause's), cut to 300 characters."""
+    """The first line of the Java exception's own message (not its cause's), credentials masked."""
     java = getattr(exc, "java_exception", None)
-    text = str(java.getMessage() or "") if java is not None else str(exc)
-    lines = text.strip().splitlines()
-    return lines[0][:300] if lines else ""
+    return one_line(java.getMessage() if java is not None else exc)
 
 
 def java_root_message(exc: BaseException) -> str:
@@ -152,8 +151,7 @@ def java_root_message(exc: BaseException) -> str:
             break
         root, java = java, java.getCause()
     text = str(root.getMessage() or root.getClass().getName()) if root is not None else str(exc)
-    lines = text.strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
+    return one_line(text) or type(exc).__name__
 
 
 def find_on_main(tbl, key: str, value: str):

@@ -25,6 +25,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from icemaint.errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def local_fs() -> LocalFs:
             os.replace(built, target)  # atomic: a concurrent process finds the whole jar or none
     except (OSError, subprocess.SubprocessError) as exc:
         detail = (getattr(exc, "stderr", None) or str(exc)).strip()
-        reason = f"compiling {SOURCE.name} failed: {detail.splitlines()[0] if detail else type(exc).__name__}"
+        reason = f"compiling {SOURCE.name} failed: {one_line(detail) or type(exc).__name__}"
         log.warning("local files keep Hadoop's chmod per file: %s", reason)
         return LocalFs(None, reason)
     return LocalFs(target)

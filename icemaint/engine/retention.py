@@ -34,6 +34,7 @@ from icemaint.domain.retention import (
     ConcurrentExpiry, ExpiryPlan, GcDisabled, RetentionError, SnapshotInfo, SnapshotRef, StaleExpiryPlan, _aware, _ms,
     check_retain_last, expiry_cleanup, marker_keys, procedure_retains,
 )
+from icemaint.errors import OperationalError, one_line
 
 _CATALOG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Snapshot summary key of a retention commit: found again on `main` when the catalog could not confirm it.
@@ -42,14 +43,14 @@ COMMIT_TOKEN_KEY = "icemaint.commit-token"
 BeforeCommit = Callable[[], None]
 
 
-class RetentionConflict(RuntimeError):
+class RetentionConflict(OperationalError, RuntimeError):
     """A writer's commit conflicts with a retention commit and Iceberg refused it; nothing changed.
 
     Decided by the Java exception's class (`CONFLICT_CLASSES`), never by its message. Plan again.
     """
 
 
-class RetentionCommitUnknown(RuntimeError):
+class RetentionCommitUnknown(OperationalError, RuntimeError):
     """The catalog could not confirm a retention commit and re-reading the table did not find it.
 
     The commit may still land later; the caller must not retry blindly.
@@ -61,7 +62,7 @@ def _java_message(exc: BaseException, cls: str | None) -> str:
     java, seen = getattr(exc, "java_exception", None), 0
     while java is not None and seen < 10:
         if java.getClass().getName() == cls:
-            return str(java.getMessage() or "").splitlines()[0][:300] if java.getMessage() else ""
+            return one_line(java.getMessage())
         java, seen = java.getCause(), seen + 1
     return ""
 

@@ -21,11 +21,12 @@ from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.engine.staging import (CONFLICT_CLASSES, PROOF_KEY, PublishConflict, StagingArea, find_on_main,
                                      iterate_java, java_exception_class, java_root_message, listed_java)
+from icemaint.errors import UserError
 
 REVERT_OF_KEY = "icemaint.revert-of"
 
 
-class RevertRefused(ValueError):
+class RevertRefused(UserError, ValueError):
     """The snapshot cannot be reverted safely; nothing was changed. The message says why."""
 
 

@@ -20,10 +20,13 @@ import threading
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig, catalog_secret_properties
+from icemaint.domain.masking import mask_credentials
 from icemaint.engine.java import answer_without_delay, import_hot_classes, java_class
 from icemaint.engine.local_fs import CLASSPATH_KEY, local_fs_conf
 from icemaint.engine.class_archive import DEFAULT_OPTIONS_KEY, JAVA_OPTIONS_KEY, archive_conf, java_agent
+from icemaint.engine.driver_output import DriverOutput, last_words, unresolved_packages
 from icemaint.engine.spark_defaults import deployment_defaults
+from icemaint.errors import OperationalError, one_line
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -47,12 +50,20 @@ WORKER_THREADS_ENV = "ICEBERG_WORKER_NUM_THREADS"
 WORKER_THREADS_FLOOR = 16
 
 
-class JavaMissing(RuntimeError):
-    pass
+class JavaMissing(OperationalError, RuntimeError):
+    """No Java on this machine: Spark cannot start."""
 
 
-class UnsupportedIceberg(RuntimeError):
+class UnsupportedIceberg(OperationalError, RuntimeError):
     """The Iceberg runtime on Spark's classpath is missing or of a version the engine cannot drive."""
+
+
+class SparkDidNotStart(OperationalError, RuntimeError):
+    """The driver JVM exited before it started; its output is in <state_dir>/logs/jvm.log."""
+
+
+class PackagesUnresolved(SparkDidNotStart):
+    """spark-submit could not resolve a `spark.jars.packages` coordinate (a typo, no mirror, no network)."""
 
 
 def iceberg_jar_path() -> str:
@@ -81,7 +92,7 @@ def catalog_spark_conf(config: MaintenanceConfig, *, secrets: bool = True) -> di
         conf[f"{prefix}.type"] = cat.type
     if cat.warehouse:
         conf[f"{prefix}.warehouse"] = cat.warehouse
-    if cat.uri:
+    if cat.uri and (secrets or not carries_credentials(cat.uri)):  # else set on the running session only
         conf[f"{prefix}.uri"] = cat.uri
     for key, value in {**cat.properties, **(catalog_secret_properties(cat) if secrets else {})}.items():
         conf[f"{prefix}.{key}"] = value
@@ -89,9 +100,16 @@ def catalog_spark_conf(config: MaintenanceConfig, *, secrets: bool = True) -> di
 
 
 def secret_spark_conf(config: MaintenanceConfig) -> dict[str, str]:
-    """The catalog's secret settings, for the running session only (never the command line)."""
-    prefix = f"spark.sql.catalog.{config.catalog.name}"
-    return {f"{prefix}.{k}": v for k, v in catalog_secret_properties(config.catalog).items()}
+    """The catalog's secret settings, for the running session only (never the command line): the
+    `ICEMAINT_CATALOG_*` properties, and the URI when it carries a password."""
+    cat = config.catalog
+    prefix = f"spark.sql.catalog.{cat.name}"
+    uri = {f"{prefix}.uri": cat.uri} if cat.uri and carries_credentials(cat.uri) else {}
+    return {**uri, **{f"{prefix}.{k}": v for k, v in catalog_secret_properties(cat).items()}}
+
+
+def carries_credentials(uri: str) -> bool:
+    return mask_credentials(uri) != uri
 
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -249,14 +267,15 @@ def log_to_file(config: MaintenanceConfig, conf: dict[str, str]) -> dict[str, st
 
 
 def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
-    """Starts the driver JVM as pyspark would, but with its standard output on the command's standard error.
+    """Starts the driver JVM as pyspark would, but with its output read by `DriverOutput`.
 
-    The JVM inherited the command's standard output, so what the JVM prints there (a flight recording's start,
-    `-verbose:gc` or `-Xlog` from the deployment's Java options, an agent's banner) went into `--json` output
-    and broke it for whoever parses it. On standard error it stays in sight, a JVM's fatal-error report
-    included. pyspark then uses this JVM (`SparkContext._ensure_initialized` takes a gateway already set); one
-    already running is left alone."""
+    What the JVM prints to standard output (a flight recording's start, `-verbose:gc` or `-Xlog` from the
+    deployment's Java options, an agent's banner) went into `--json` output and broke it for whoever parses it:
+    it goes to the command's standard error, once the JVM has started, and to <state_dir>/logs/jvm.log. A JVM
+    that exits before it starts is one line (`SparkDidNotStart`, `PackagesUnresolved`). pyspark then uses this
+    JVM (`SparkContext._ensure_initialized` takes a gateway already set); one already running is left alone."""
     from pyspark import SparkConf, SparkContext
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.java_gateway import launch_gateway
 
     with SparkContext._lock:
@@ -265,9 +284,30 @@ def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
         conf = SparkConf(loadDefaults=False).setMaster(config.spark.master).setAppName("icemaint")
         for key, value in settings.items():
             conf.set(key, value)
-        gateway = launch_gateway(conf, popen_kwargs={"stdout": 2})  # the process's standard error descriptor
+        output = DriverOutput(Path(config.state_dir, "logs").resolve())
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": output.write_fd, "stderr": output.write_fd})
+        except PySparkRuntimeError as exc:
+            if exc.getErrorClass() != "JAVA_GATEWAY_EXITED":
+                output.started()
+                raise
+            raise did_not_start(output.exited(), output.log_path, settings) from None
+        output.started()
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+
+
+def did_not_start(lines: list[str], log: Path, settings: dict[str, str]) -> SparkDidNotStart:
+    """One line for a driver JVM that exited before it started, from what it printed."""
+    unresolved = unresolved_packages(lines)
+    if unresolved:
+        mirror = settings.get("spark.jars.repositories") or "not set"
+        return PackagesUnresolved(
+            f"spark.jars.packages: {', '.join(unresolved)} could not be resolved: check the coordinate, the Maven "
+            f"mirror (spark.jars.repositories: {mask_credentials(mirror)}) and this machine's network or proxy; "
+            f"spark-submit's output is in {log}")
+    return SparkDidNotStart(f"the Spark driver exited before it started: {one_line(last_words(lines))} "
+                            f"(its output is in {log})")
 
 
 def get_spark(config: MaintenanceConfig):

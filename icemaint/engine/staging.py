@@ -40,6 +40,7 @@ from icemaint.engine.digest import can_feed
 from icemaint.engine.planning import date_filter, plan_files
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey, read_splits
+from icemaint.errors import OperationalError
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ PROOF_ID_KEY = "icemaint.proof-id"
 STAGED_SNAPSHOT_KEY = "icemaint.staged-snapshot-id"
 STAGE_KEY = "icemaint.stage"
 
-class StagingError(RuntimeError):
+class StagingError(OperationalError, RuntimeError):
     """A staged rewrite could not be written or read; `main` was not changed."""
 
 

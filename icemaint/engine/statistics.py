@@ -20,12 +20,13 @@ from icemaint.domain.statistics import THETA_BLOB, statistics_columns
 from icemaint.engine.java import java_class
 from icemaint.engine.retention import RetentionCommitUnknown, RetentionConflict, _commit
 from icemaint.engine.spark_session import iceberg_table
+from icemaint.errors import OperationalError
 
 NDV_PROPERTY = "ndv"
 _SHADED = "org.apache.iceberg.shaded.org.apache.datasketches"
 
 
-class StatisticsSnapshotGone(RuntimeError):
+class StatisticsSnapshotGone(OperationalError, RuntimeError):
     """The snapshot the statistics were computed for is no longer in the table (expired meanwhile)."""
 
 

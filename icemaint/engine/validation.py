@@ -34,6 +34,7 @@ from icemaint.engine.long_lived import freeze_loaded
 from icemaint.engine.digest import (
     FedRows, SnapshotDigest, expected_file_hash_sum, row_hash_args, rows_digest, sampled_rows, snapshot_sql,
 )
+from icemaint.errors import UserError, one_line
 
 ROW_COUNT_PARITY = "row_count_parity"
 SAMPLE_COMPARISON = "sample_comparison"
@@ -44,7 +45,7 @@ CHECK_NAMES = (ROW_COUNT_PARITY, SAMPLE_COMPARISON, COLUMN_AGGREGATES)
 _MAX_TEXT = 8000  # characters kept of a query, a traceback or any long string in a trimmed GX result
 
 
-class ValidationError(ValueError):
+class ValidationError(UserError, ValueError):
     """Arguments to a rewrite validation that cannot be used (wrong types, out of range)."""
 
 
@@ -84,7 +85,7 @@ class ValidationResult:
         """A proof that could not run proves nothing: failed, saying why."""
         return cls(passed=False, before_snapshot_id=before_snapshot_id, after_snapshot_id=after_snapshot_id,
                    scope=scope, checks=(), duration_seconds=0.0,
-                   error=f"the proof could not run: {type(exc).__name__}: {str(exc)[:500]}")
+                   error=f"the proof could not run: {type(exc).__name__}: {one_line(exc, 500)}")
 
     def to_dict(self) -> dict:
         """A JSON-serialisable dict of the whole result (for the audit log and Dagster metadata)."""
@@ -488,7 +489,7 @@ def full_row_hash(spark, table_sql: str, snapshot_id: int, scope: str | None = N
 def failure_summary(proof: ValidationResult) -> str:
     """One line saying what differed in a failed proof."""
     if proof.error:
-        return proof.error.splitlines()[0][:300]
+        return one_line(proof.error)
     parts = []
     for check in proof.checks:
         if check.passed:

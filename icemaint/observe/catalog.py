@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
-from icemaint.config import MaintenanceConfig, catalog_secret_properties
+from icemaint.config import ConfigError, MaintenanceConfig, catalog_secret_properties
+from icemaint.domain.masking import mask_credentials
 from icemaint.domain.health import TableHealth, compute_health, writer_commit_times
 from icemaint.domain.rewrite_plan import sort_order_problem
 from icemaint.domain.names import InvalidTableName, TableName
@@ -24,15 +25,16 @@ from icemaint.observe.manifests import (
     schema_columns,
     time_partitioning,
 )
+from icemaint.errors import OperationalError, UserError, one_line
 
 log = logging.getLogger(__name__)
 
 
-class TableNotFound(LookupError):
+class TableNotFound(UserError, LookupError):
     """The catalog has no table of that name."""
 
 
-class CatalogUnavailable(RuntimeError):
+class CatalogUnavailable(OperationalError, RuntimeError):
     """The catalog could not be reached or did not answer in time (named with its URI, never a secret)."""
 
 
@@ -74,6 +76,11 @@ def bounded_rest_catalog(name: str, timeout: float, **properties):
     return BoundedRestCatalog(name, **properties)
 
 
+def shown_location(cat) -> str:
+    """Where the catalog is, as messages name it: its URI (else its warehouse), credentials masked."""
+    return mask_credentials(cat.uri or cat.warehouse or "")
+
+
 class CatalogReader:
     """Spark-free access to the configured catalog's tables and their metadata."""
 
@@ -84,17 +91,17 @@ class CatalogReader:
     # -- catalog ---------------------------------------------------------------------------
     def _unavailable(self, exc: BaseException) -> CatalogUnavailable:
         cat = self.config.catalog
-        text = (str(exc).strip().splitlines() or [""])[0][:300]
-        return CatalogUnavailable(f"catalog {cat.name!r} ({cat.type} at {cat.uri or cat.warehouse}) did not answer: "
+        text = one_line(exc)
+        return CatalogUnavailable(f"catalog {cat.name!r} ({cat.type} at {shown_location(cat)}) did not answer: "
                                   f"{type(exc).__name__}: {text}")
 
     def _denied(self, exc: BaseException) -> CatalogDenied:
         from icemaint.config import SECRET_ENV_PREFIX
 
         cat = self.config.catalog
-        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        text = one_line(exc)
         names = sorted(n for n in os.environ if n.startswith(SECRET_ENV_PREFIX) and os.environ[n])
-        return CatalogDenied(f"catalog {cat.name!r} ({cat.type} at {cat.uri or cat.warehouse}) refused the credentials: "
+        return CatalogDenied(f"catalog {cat.name!r} ({cat.type} at {shown_location(cat)}) refused the credentials: "
                              f"{text} (credentials from {', '.join(names) or f'no {SECRET_ENV_PREFIX}* variable'})")
 
     def _answer_or_raise(self, call):
@@ -113,8 +120,12 @@ class CatalogReader:
     def _pyiceberg_catalog(self):
         try:
             return self._open_catalog()
-        except (ValueError, TypeError):
-            raise  # a configuration mistake, named by pyiceberg
+        except ConfigError:
+            raise
+        except ValueError as exc:  # a configuration mistake, named by pyiceberg
+            raise ConfigError(f"catalog {self.config.catalog.name!r}: {one_line(exc)}") from None
+        except TypeError:
+            raise
         except Exception as exc:  # network, timeout, refused connection, authentication
             raise self._unavailable(exc) from exc
 
@@ -302,4 +313,5 @@ def jdbc_to_sqlalchemy(uri: str, props: dict[str, str]) -> str:
     if uri.startswith("jdbc:sqlite:"):
         # jdbc:sqlite:/abs/cat.db -> sqlite:////abs/cat.db (absolute); jdbc:sqlite:cat.db -> sqlite:///cat.db
         return "sqlite:///" + uri[len("jdbc:sqlite:"):]
-    raise ValueError(f"catalog.uri {uri!r}: only jdbc:postgresql:// and jdbc:sqlite: JDBC catalogs are supported")
+    raise ConfigError(f"catalog.uri {mask_credentials(uri)!r}: only jdbc:postgresql:// and jdbc:sqlite: JDBC catalogs "
+                      "are supported")

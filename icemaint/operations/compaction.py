@@ -36,12 +36,13 @@ from icemaint.engine.java import drop_interrupted_call, dropping_interrupted_cal
 from icemaint.engine.validation import ValidationResult
 from icemaint.operations.outcomes import GroupVerdict, ReadEvidence, RunProof, StagedGroup
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
+from icemaint.errors import OperationalError
 
 log = logging.getLogger(__name__)
 PROOF_SEED = 0  # which rows the proof samples: the feeding read and the proof must use the same
 
 
-class CompactionError(RuntimeError):
+class CompactionError(OperationalError, RuntimeError):
     """Compaction could not finish; the message says what state the table was left in."""
 
 

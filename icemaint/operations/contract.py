@@ -43,6 +43,7 @@ from icemaint.observe.manifests import main_lineage
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.units import format_duration
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, STAGE_KEY, STAGED_SNAPSHOT_KEY
+from icemaint.errors import one_line
 
 if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
@@ -297,6 +298,5 @@ def first_line(exc: BaseException, limit: int = 500) -> str:
     if getattr(exc, "java_exception", None) is not None:
         from icemaint.engine.java import java_root_message
 
-        return java_root_message(exc)[:limit]
-    text = str(exc)
-    return text.splitlines()[0][:limit] if text else ""
+        return one_line(java_root_message(exc), limit)
+    return one_line(exc, limit)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 
 from icemaint.domain.decisions import ReasonKind, RunHold, refusal_for
+from icemaint.errors import UserError, one_line
 
 # Runs in a row that failed or were interrupted before automation stops requesting the scope.
 MAX_FAILED_RUNS = 3
@@ -20,8 +21,8 @@ FAILED_RUN_ENDS = frozenset({"not_published", "failed", "interrupted"})
 UNPUBLISHED_RUN_ENDS = FAILED_RUN_ENDS | {"defer"}
 
 
-class ApprovalRefused(PermissionError):
-    pass
+class ApprovalRefused(UserError, PermissionError):
+    """The policy does not let this identity approve the table."""
 
 
 def approve(config, audit, table: str, date: str | None, note: str | None = None):
@@ -100,15 +101,11 @@ def held_runs(records, max_failed: int = MAX_FAILED_RUNS) -> dict[str | None, Ru
         if proofs:
             last = proofs[-1]
             held[scope] = RunHold(ReasonKind.PROOF_FAILED, (
-                f"run {last.run_id} at {last.ts:%Y-%m-%d %H:%M} UTC: {_first_line(last.reason)}"))
+                f"run {last.run_id} at {last.ts:%Y-%m-%d %H:%M} UTC: {one_line(last.reason, 200)}"))
         elif len(runs) >= max_failed:
             last = runs[-1]
             held[scope] = RunHold(ReasonKind.RUNS_FAILED, (
                 f"its last {len(runs)} runs failed or were interrupted, the last ({last.run_id}) at "
-                f"{last.ts:%Y-%m-%d %H:%M} UTC: {_first_line(last.reason)}"))
+                f"{last.ts:%Y-%m-%d %H:%M} UTC: {one_line(last.reason, 200)}"))
     return held
 
-
-def _first_line(text: str | None, limit: int = 200) -> str:
-    line = (str(text or "").strip().splitlines() or [""])[0]
-    return line if len(line) <= limit else line[:limit - 3] + "..."

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from icemaint.config import ConfigError
 from icemaint.safety.postgres import PostgresConnector, dsn_from_env
 from icemaint.safety.process import Probe, ProcessRef, ProcessState, probe_process
+from icemaint.errors import OperationalError
 
 if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
@@ -64,7 +65,7 @@ def _current_call() -> str | None:
     return _CALL.get()
 
 
-class AuditLogCorrupt(RuntimeError):
+class AuditLogCorrupt(OperationalError, RuntimeError):
     """A stored audit line that cannot be read back; the message names where it is."""
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Iterator
 from icemaint.config import ConfigError
 from icemaint.domain.names import TableName
 from icemaint.safety.postgres import PostgresConnector, dsn_from_env
+from icemaint.errors import OperationalError
 
 if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
@@ -57,7 +58,7 @@ class ClaimInfo:
         return text
 
 
-class ClaimBusy(Exception):
+class ClaimBusy(OperationalError):
     """The table's claim is held by someone else; `holder`/`since` say who and since when."""
 
     def __init__(self, table: str, info: ClaimInfo | None = None):
