@@ -504,9 +504,10 @@ def check_spark(config: MaintenanceConfig) -> Check:
     """Start Spark as maintenance does and report the Iceberg version it loaded and the catalog's answer."""
     from pyspark.sql import SparkSession
 
-    from icemaint.engine.spark_session import check_iceberg, get_spark
+    from icemaint.engine.spark_session import _running_session, check_iceberg, get_spark
 
-    ours = SparkSession.getActiveSession() is None
+    # A session another thread started is active in that thread only: it is not ours to stop either.
+    ours = SparkSession.getActiveSession() is None and _running_session(SparkSession) is None
     spark = get_spark(config)
     try:
         version = check_iceberg(spark)
