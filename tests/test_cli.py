@@ -71,6 +71,9 @@ def test_health_json_equals_the_pyiceberg_health_and_is_materialized(capsys, est
                                      default=str))
     for key in CLOCK_FIELDS:
         assert printed.pop(key) == pytest.approx(expected.pop(key), abs=120)
+    for mine, theirs in zip(printed["partitions"], expected["partitions"]):  # each date's last writer commit's age
+        assert mine.pop("seconds_since_writer_commit") == pytest.approx(theirs.pop("seconds_since_writer_commit"),
+                                                                        abs=120)
     observed = [dt.datetime.fromisoformat(h.pop("observed_at")) for h in (printed, expected)]
     assert abs((observed[0] - observed[1]).total_seconds()) < 120  # when each measured the ages above
     # what compaction would decide now: every date is due on this streaming table
