@@ -41,7 +41,7 @@ from pathlib import Path
 import yaml
 
 from reliability.figures import audit_figures, check_rows, check_rows_while_writing
-from reliability.soak import (HERE, _code_line, _kinds, _utc, code_changes, dagster_runs, log_tick, product_code,
+from reliability.soak import (HERE, TickResult, _code_line, _kinds, _utc, code_changes, dagster_runs, log_tick, product_code,
                               read_ids, run_tick, say, staging_branches, start_group, stop_writers, wait_for_writers)
 from reliability.streaming_figures import (compactions_from_audit, date_lags, lag_summary, publish_figures,
                                            streaming_verdict)
@@ -177,7 +177,9 @@ def soak(args) -> int:
     writer = start_group([sys.executable, "-m", "reliability.stream_writer", "--config", str(config_path),
                           "--work", str(work)], work / "writer.log")
     sampler = Sampler(config, work)
-    ticks, midrun, loads = [], [], []
+    ticks: list[TickResult] = []
+    midrun: list[dict] = []
+    loads: list = []
     decisions: list[dict] = []
     rng = random.Random(args.seed)
     try:
