@@ -33,8 +33,10 @@ import argparse
 import datetime as dt
 import json
 import random
+import re
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -97,12 +99,32 @@ class Sampler:
     """Snapshot and manifest counts over time (with pyiceberg), and every snapshot's commit time seen, so a
     compaction's base snapshot can be dated after expiry removed it."""
 
-    def __init__(self, config, work: Path):
-        self.config, self.work = config, work
+    def __init__(self, config, work: Path, every_seconds: float = 10.0):
+        self.config, self.work, self.every = config, work, every_seconds
         self.snapshot_ms: dict[int, int] = {}
         self.samples: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def start(self) -> None:
+        """Sample every few seconds in the background too: a tick can run for minutes, and the counts peak
+        inside it (the first runs sampled only around the ticks and missed their peak)."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.sample("while writing")
 
     def sample(self, when: str) -> dict | None:
+        with self._lock:
+            return self._sample(when)
+
+    def _sample(self, when: str) -> dict | None:
         from icemaint.observe.catalog import CatalogReader
 
         for _ in range(10):  # a Hadoop table's version hint is missing for a moment in each commit
@@ -145,6 +167,21 @@ def files_by_date(config, small_bytes: int) -> dict[str, dict]:
     return out
 
 
+def expiry_counts(records: list[dict]) -> dict:
+    """The snapshot counts each expiry saw ("expired 260 of 362 snapshots ..."): the peaks it cut down."""
+    seen = [int(m.group(1)) for r in records if r.get("operation") == "expire" and r.get("decision") == "run"
+            for m in [re.search(r"expired \d+ of (\d+) snapshots", r.get("reason") or "")] if m]
+    return {"snapshots_at_expiries": seen}
+
+
+def metadata_files(work: Path) -> dict:
+    """The table's metadata directory at the end: metadata.json versions kept, all files, bytes."""
+    meta = work / "warehouse" / Path(*TABLE.split(".")) / "metadata"
+    files = [p for p in meta.iterdir() if p.is_file() and not p.name.startswith(".")] if meta.exists() else []
+    return {"metadata_json_files": sum(p.name.endswith(".metadata.json") for p in files),
+            "metadata_dir_files": len(files), "metadata_dir_bytes": sum(p.stat().st_size for p in files)}
+
+
 def ledger_sets(work: Path) -> tuple[set[int], set[int]]:
     from reliability.stream_writer import StreamLedger
 
@@ -185,6 +222,7 @@ def soak(args) -> int:
     try:
         wait_for_writers(writer, work)
         say(f"writer ready on {TABLE}")
+        sampler.start()
         t_end = time.monotonic() + args.minutes * 60
         while time.monotonic() < t_end:
             if writer.poll() is not None:
@@ -212,6 +250,7 @@ def soak(args) -> int:
                 time.sleep(min(5.0, max(0.0, t_tick + args.tick_interval - time.monotonic())))
                 sampler.sample("between ticks")
     finally:
+        sampler.stop()
         sampler.sample("writer stopping")
         stopped_at = _utc()
         writer_report = stop_writers(writer, work)
@@ -244,11 +283,11 @@ def soak(args) -> int:
     lag = lag_summary(lags)
     publishes = publish_figures(compactions, audit)
     samples = list(sampler.samples)
-    writing = [s for s in samples if s["when"] in ("before tick", "after tick", "between ticks")]
+    writing = [s for s in samples if s["when"] in ("before tick", "after tick", "between ticks", "while writing")]
     metadata = {"snapshots_end": samples[-1]["snapshots"], "manifests_end": samples[-1]["manifests"],
                 "snapshots_peak": max(s["snapshots"] for s in writing or samples),
                 "manifests_peak": max(s["manifests"] for s in writing or samples),
-                "samples": len(samples)}
+                "samples": len(samples), **expiry_counts(records), **metadata_files(work)}
     wstats = (writer_report.get("writers") or [{}])[0]
     passed, verdict = streaming_verdict(args.minutes, rows, lag, publishes, wstats, metadata)
     last_final = {(d.get("date") or d.get("operation")): d.get("reason") for d in decisions if d.get("final")}
@@ -354,6 +393,10 @@ def append_results(path: Path, f: dict, args) -> None:
         f"| expiries / manifest rewrites | {a['expiries']} / {a['manifest_rewrites']} |",
         f"| snapshots at the end (peak while writing) | {md['snapshots_end']} ({md['snapshots_peak']}) |",
         f"| manifests at the end (peak while writing) | {md['manifests_end']} ({md['manifests_peak']}) |",
+        f"| snapshots each expiry found (it cut them to snapshot_max_count) | "
+        f"{', '.join(map(str, md['snapshots_at_expiries'])) or 'none'} |",
+        f"| metadata directory at the end: metadata.json versions / files / MiB | {md['metadata_json_files']} / "
+        f"{md['metadata_dir_files']} / {md['metadata_dir_bytes'] / 2**20:.0f} |",
         f"| staging branches left / Dagster runs left in flight | {len(f['staging_left'])} / "
         f"{len(f['dagster_runs']['left_in_flight'])} |",
         f"| ticks without a report / with table errors | {len(f['ticks']['aborted'])} / {len(f['ticks']['errors'])} |",
