@@ -142,3 +142,10 @@ bench-stack: setup java
 
 clean:
 	rm -rf .icemaint
+
+# The streaming soak, not part of `make test`: a writer that never stops (a commit a second into the current date of
+# a simulated calendar, late rows, deletes; it ignores the claim), `icemaint tick` every ~20 s, then rows, publishes,
+# each date's compaction lag and retention checked; a one-line verdict, appended to reliability/RESULTS.md.
+.PHONY: soak-streaming
+soak-streaming: setup java
+	$(BIN)/python -m reliability.soak_streaming --minutes $(if $(filter command line,$(origin MINUTES)),$(MINUTES),20)
