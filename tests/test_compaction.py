@@ -521,7 +521,7 @@ def test_a_run_interrupted_in_the_middle_of_a_java_call_still_removes_the_stagin
 def test_a_run_interrupted_right_after_its_publish_records_what_landed(spark, config, table_name, monkeypatch):
     """An interrupt that lands after the publish commit: the call's audit record says interrupted, names the snapshot
     it committed and main's move (it said only 'interrupted', with no snapshot), main keeps the proven rewrite and
-    every row, and no staging branch is left to clean (the publish removed it in its own commit)."""
+    every row, and the next run's cleanup of the branch says the rewrite was published, not that main never moved."""
     from icemaint.engine.staging import StagingArea
     from icemaint.safety import interrupts
 
@@ -534,7 +534,7 @@ def test_a_run_interrupted_right_after_its_publish_records_what_landed(spark, co
         raise KeyboardInterrupt
 
     monkeypatch.setattr(StagingArea, "publish", publish_then_interrupt)
-    monkeypatch.setattr(StagingArea, "discard", lambda self, branch: None)  # as a kill before any later removal
+    monkeypatch.setattr(StagingArea, "discard", lambda self, branch: None)  # as a kill before the removal
     with pytest.raises(KeyboardInterrupt):
         compactor(config, spark).run(CompactionRequest(table_name, DATE))
     monkeypatch.undo()
@@ -546,12 +546,14 @@ def test_a_run_interrupted_right_after_its_publish_records_what_landed(spark, co
     assert f"after committing snapshot {published}" in record.reason, record.reason
     assert f"main moved from snapshot {before} to {published}" in record.reason, record.reason
 
-    # the staging branch went with the publish, in the same table commit: no kill can leave a published run's
-    # branch behind, and the next run has nothing to clean
-    assert set(CatalogReader(config).load(table_name).metadata.refs) == {"main"}
+    # the branch left behind (as a kill between publish and its removal leaves it) is named as published
+    assert [b for b in CatalogReader(config).load(table_name).metadata.refs if b != "main"]
     interrupts.reset()  # the next run is the next command's (in this one the interrupt stops every later run)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert not open_audit(config).records(table=table_name, operation="cleanup") and not outcome.cleaned_staging
+    [cleanup] = open_audit(config).records(table=table_name, operation="cleanup")
+    assert f"its rewrite is on main as snapshot {published}" in cleanup.reason, cleanup.reason
+    assert "never changed" not in cleanup.reason and cleanup.details["published_snapshot_id"] == published
+    assert outcome.cleaned_staging and set(CatalogReader(config).load(table_name).metadata.refs) == {"main"}
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
 
 
