@@ -48,10 +48,9 @@ class AgentInputError(UsageError):
 
 
 def sanitized(value: Any) -> Any:
-    """`value` with credentials masked in every string and every secret-named key's value masked whole."""
+    """`value` with credentials masked in every string (a URI's password, a secret-named query parameter)."""
     if isinstance(value, dict):
-        return {str(k): MASK if is_secret_property(str(k)) and isinstance(v, str) else sanitized(v)
-                for k, v in value.items()}
+        return {str(k): sanitized(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [sanitized(v) for v in value]
     if isinstance(value, str):
@@ -62,10 +61,11 @@ def sanitized(value: Any) -> Any:
 
 
 def untrusted(mapping: dict[str, Any]) -> dict[str, str]:
-    """Table-written text, bounded: at most MAX_UNTRUSTED_ITEMS keys, each value cut to MAX_UNTRUSTED_CHARS."""
+    """Table-written text, bounded: at most MAX_UNTRUSTED_ITEMS keys, each value cut to MAX_UNTRUSTED_CHARS; the
+    value of a key that names a secret (as the config's catalog properties are judged) masked whole."""
     out = {}
     for key in sorted(mapping)[:MAX_UNTRUSTED_ITEMS]:
-        text = str(mapping[key])
+        text = MASK if is_secret_property(str(key)) else str(mapping[key])
         out[str(key)[:200]] = text if len(text) <= MAX_UNTRUSTED_CHARS else text[:MAX_UNTRUSTED_CHARS] + "..."
     return out
 
@@ -132,7 +132,9 @@ class AgentDesk:
     def _estate(self):
         from icemaint.app.explain import ReadOnlyEstate
 
-        return ReadOnlyEstate(self.config)  # fresh: its audit and claim reads are per answer
+        # Fresh: its audit and claim reads are per answer. Once this server runs jobs, the runner's instance: two
+        # openings of a new SQLite instance at once in one process race to create its tables.
+        return ReadOnlyEstate(self.config, instance=self._runner.instance if self._runner is not None else None)
 
     def list_tables(self) -> dict:
         from icemaint.domain.screen import Screened
@@ -166,7 +168,8 @@ class AgentDesk:
         tbl = reader.load(key)
         health = reader.health(key, loaded=tbl).to_dict()
         snapshot = tbl.current_snapshot()
-        summary = {k: str(v) for k, v in snapshot.summary.items()} if snapshot and snapshot.summary else {}
+        summary = ({"operation": str(snapshot.summary.operation.value), **snapshot.summary.additional_properties}
+                   if snapshot and snapshot.summary else {})
         health["untrusted"] = {"note": UNTRUSTED_NOTE, "table_properties": untrusted(dict(tbl.properties)),
                                "current_snapshot_summary": untrusted(summary)}
         return sanitized(health)
@@ -231,12 +234,14 @@ class AgentDesk:
         records = [r for r in open_audit(self.config).records(table=table) if r.run_id == run_id
                    and r.decision not in (REQUESTED, "started")] if table else []
         out["outcomes"] = [_audit_entry(r) for r in records]
-        out["finished"] = bool(records) or out.get("status") in ("SUCCESS", "FAILURE", "CANCELED") \
+        # The run's audit record is written before its Dagster run ends: finished is the run's own status.
+        out["finished"] = out.get("status") in ("SUCCESS", "FAILURE", "CANCELED") \
             or (launched is not None and launched.state == "failed")
         return sanitized(out)
 
     def _instance_run(self, run_id: str) -> dict | None:
-        instance = self._runner.instance if self._runner is not None else self._estate().instance()
+        # A run of ours: the runner's instance (built before the run starts; waiting for it here, not racing it).
+        instance = self.runner().instance if run_id in self._runs else self._estate().instance()
         if instance is None:
             return None
         record = instance.get_run_record_by_id(run_id)
@@ -330,13 +335,12 @@ class AgentDesk:
         return sanitized({"table": key, "agent": agent.name, "operation": operation, "results": [result]})
 
     def _gate(self, agent: AgentSpec, key: str, operation: str, why: str) -> dict | None:
-        """The agent's own gates before any decision: the policy gives it the operation, its limits allow one more
-        request. A refusal is recorded and answered; None lets the request on."""
-        refused = operation_refusal(self.config.policy(key), operation, agent.name)
-        kind = "policy"
+        """The agent's own gates before any decision: its limits allow one more request (first: a runaway agent is
+        limited whatever it asks for), the policy gives it the operation. A refusal is recorded and answered; None
+        lets the request on."""
+        refused, kind = request_limit_refusal(agent, usage(self._past_requests(agent), self.clock())), RATE_LIMITED
         if refused is None:
-            refused, kind = request_limit_refusal(agent, usage(self._past_requests(agent), self.clock())), \
-                RATE_LIMITED
+            refused, kind = operation_refusal(self.config.policy(key), operation, agent.name), "policy"
         if refused is None:
             return None
         return sanitized({"table": key, "agent": agent.name, "operation": operation,
