@@ -18,6 +18,7 @@ from typing import Any, Hashable, Mapping
 
 import yaml
 
+from icemaint.domain.agents import AGENT_NAME, DEFAULT_REQUESTS_PER_HOUR, DEFAULT_REWRITE_BYTES_PER_DAY, AgentSpec
 from icemaint.domain.masking import mask_credentials
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.policy import POLICY_KEYS, PolicyBook, PolicyError, TablePolicy, apply_overrides
@@ -186,6 +187,8 @@ class MaintenanceConfig:
     # Where orphan removal's quarantine keeps files: a local directory or an object-store URI
     # (s3://bucket/prefix); None is <state_dir>/quarantine.
     quarantine_dir: str | None = None
+    # The AI agents `icemaint mcp` serves, by name (their identity); none: the MCP server has no one to serve.
+    agents: Mapping[str, AgentSpec] = field(default_factory=dict)
 
     def policy(self, table: str) -> TablePolicy:
         return self.policies.for_table(table)
@@ -218,7 +221,7 @@ def _os_user() -> str | None:
 
 
 _TOP_KEYS = ("catalog", "spark", "state_dir", "claims", "audit", "scope", "dates_start",
-             "max_runs_total", "defaults", "tables", "alerts", "dagster", "quarantine_dir")
+             "max_runs_total", "defaults", "tables", "alerts", "dagster", "quarantine_dir", "agents")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -371,6 +374,41 @@ def _alerts(value: Any) -> AlertsConfig:
     return AlertsConfig(env, _flag(section.get("audit", False), "alerts.audit"), owners)
 
 
+_AGENT_KEYS = ("token_env", "requests_per_hour", "rewrite_bytes_per_day")
+
+
+def _agents(value: Any) -> dict[str, AgentSpec]:
+    """`agents:` name -> {token_env, requests_per_hour, rewrite_bytes_per_day}; the token itself stays in the
+    environment (`token_env` names the variable), never in the file."""
+    out = {}
+    for name, settings in _mapping(value, "agents").items():
+        if not isinstance(name, str) or not AGENT_NAME.fullmatch(name):
+            raise ConfigError(f"agents.{_key(name)}: an agent's name is its identity: a letter, then up to 63 "
+                              "letters, digits, '_', '.' or '-'")
+        where = f"agents.{name}"
+        section = _mapping(settings, where)
+        if "token" in section:  # the token itself: never repeat it in a message
+            raise ConfigError(f"{where}.token: a bearer token is a secret and is not read from the file; set it in "
+                              f"the environment and name the variable in {where}.token_env")
+        _only(section, _AGENT_KEYS, where)
+        env = section.get("token_env")
+        if env is not None and (not isinstance(env, str) or not _ENV_NAME.fullmatch(env)):
+            raise ConfigError(f"{where}.token_env: {_shown.repr(env)} is not an environment variable name (the "
+                              "token itself stays in that variable, never in the file)")
+        per_hour = section.get("requests_per_hour", DEFAULT_REQUESTS_PER_HOUR)
+        if isinstance(per_hour, bool) or not isinstance(per_hour, int) or not 1 <= per_hour <= 1_000_000:
+            raise ConfigError(f"{where}.requests_per_hour: {_shown.repr(per_hour)} must be a whole number from 1 to "
+                              "1000000")
+        try:
+            per_day = parse_size(section.get("rewrite_bytes_per_day", DEFAULT_REWRITE_BYTES_PER_DAY))
+        except ValueError as exc:
+            raise ConfigError(f"{where}.rewrite_bytes_per_day: {exc}") from None
+        if per_day > MAX_SIZE_BYTES:
+            raise ConfigError(f"{where}.rewrite_bytes_per_day: {per_day} bytes is too large; at most {MAX_SIZE_BYTES}")
+        out[name] = AgentSpec(name, env, per_hour, per_day)
+    return out
+
+
 def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> MaintenanceConfig:
     """Parse a loaded YAML document. Raises ConfigError naming the bad key and value."""
     doc = _mapping(raw, "config")
@@ -495,7 +533,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
 
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,
                              PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")), dagster,
-                             quarantine)
+                             quarantine, _agents(doc.get("agents")))
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

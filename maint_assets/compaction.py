@@ -13,8 +13,8 @@ from icemaint.domain.decisions import NOOP, NOT_PUBLISHED, RUN
 from icemaint.engine.validation import READ_COMPLETENESS, ROW_COUNT_PARITY
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, materializes, numeric, partition_error, report_outcome, run_failure
-from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, split_table_date, \
-    table_partitions
+from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, \
+    run_identity, split_table_date, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.spark import SparkResource
@@ -176,7 +176,7 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
     for table, date, key in targets:
         request = CompactionRequest(
             table=table, date=date, dry_run=config.dry_run, approved=config.approved,
-            trigger=tags.get(TRIGGER_TAG, "manual"), run_id=context.run.run_id,
+            trigger=tags.get(TRIGGER_TAG, "manual"), run_id=context.run.run_id, identity=run_identity(tags),
             planned_snapshot_id=int(planned) if planned and not batched else None,
             planned_schema_id=int(planned_schema) if planned_schema and not batched else None)
         try:

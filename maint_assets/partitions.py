@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 
 import dagster as dg
 
+from icemaint.domain.decisions import AGENT_TRIGGER
+
 TABLE_DIMENSION = "table"
 DATE_DIMENSION = "date"
 
@@ -29,6 +31,8 @@ SLOT_TAG_PREFIX = "icemaint/slot/"
 TABLE_SLOTS = 1024
 PARTITION_TABLE_TAG = f"dagster/partition/{TABLE_DIMENSION}"
 TRIGGER_TAG = "icemaint/trigger"
+# The agent an `agent`-triggered run was requested by (`icemaint mcp`): the run's identity under the policy.
+AGENT_TAG = "icemaint/agent"
 PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
 PLANNED_SCHEMA_TAG = "icemaint/planned_schema_id"
 PARTITION_TAG = "dagster/partition"
@@ -37,6 +41,12 @@ RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 table_partitions = dg.DynamicPartitionsDefinition(name=TABLE_DIMENSION)
+
+
+def run_identity(tags) -> str | None:
+    """Who a run runs as when not the process's identity: the agent an agent-triggered run names (`icemaint mcp`
+    sets both tags). A run that names an agent without the agent trigger is a person's, as before."""
+    return tags.get(AGENT_TAG) if tags.get(TRIGGER_TAG) == AGENT_TRIGGER else None
 
 
 def date_partitions(start: dt.date) -> dg.DailyPartitionsDefinition:

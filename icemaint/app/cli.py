@@ -384,6 +384,14 @@ def cmd_ui(config: MaintenanceConfig, args) -> int:
     return EXIT_OK  # not reached
 
 
+def cmd_mcp(config: MaintenanceConfig, args) -> int:
+    """The agent interface (Model Context Protocol) until its client leaves (stdio) or it is stopped (HTTP)."""
+    from icemaint.app.mcp_server import serve
+
+    serve(config, args.config, agent=args.agent, http=args.http, allow_remote=args.allow_remote)
+    return EXIT_OK
+
+
 def cmd_demo(config: MaintenanceConfig, args) -> int:
     from icemaint.app.demo import run_demo
 
@@ -520,6 +528,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("ui", help="open this instance in the Dagster UI (dagster dev on 127.0.0.1)")
     s.add_argument("--port", type=_port, default=3000)
     s.set_defaults(func=cmd_ui)
+
+    s = sub.add_parser("mcp", help="serve AI agents over the Model Context Protocol: read-only views, and "
+                                   "maintenance requests decided by the same policy (stdio, or --http)")
+    s.add_argument("--agent", help="stdio: the configured agent this server serves (default: the only one)")
+    s.add_argument("--http", metavar="HOST:PORT",
+                   help="serve streamable HTTP on a loopback address instead of stdio; each agent by its bearer token")
+    s.add_argument("--allow-remote", action="store_true", help="with --http: allow a non-loopback address")
+    s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("demo", help="build the demo warehouse and run the maintenance loop on it")
     s.add_argument("--batches", type=int, default=12)

@@ -51,7 +51,8 @@ class ReadOnlyEstate:
     """The reads the decisions need, none of them a write: catalog, claim holders, the audit log and
     (only when it exists already) the Dagster instance for retention's ordering marks."""
 
-    def __init__(self, config: MaintenanceConfig):
+    def __init__(self, config: MaintenanceConfig, instance=None):
+        """`instance`: a Dagster instance the caller holds open already (else opened here when it exists)."""
         from icemaint.observe.catalog import CatalogReader
         from icemaint.safety.audit import open_audit
         from icemaint.safety.claims import open_claims
@@ -61,7 +62,7 @@ class ReadOnlyEstate:
         self.claims = open_claims(config)
         self.audit = open_audit(config)
         self._records = None
-        self._instance = False
+        self._instance = instance if instance is not None else False
 
     def holder(self, table: str) -> str | None:
         info = self.claims.holder_of(table)

@@ -115,7 +115,9 @@ class MaintenanceRunner:
 
     # -- runs --------------------------------------------------------------------------------
     def _execute(self, job_name: str, partition_key: str | None, run_config: dict | None = None,
-                 tags: dict | None = None, outcome_key: str = "outcome") -> RunReport:
+                 tags: dict | None = None, outcome_key: str = "outcome", run_id: str | None = None) -> RunReport:
+        """Executes the job in this process; `run_id`: the id to give the run (a caller that answers with it
+        before the run ends, `icemaint mcp`), else a new one."""
         interrupts.before_run()  # after an operator's Ctrl-C no further run starts (a tick's lanes, batches, ticks)
         job = self.defs.resolve_job_def(job_name)
         # The queue's slot tags: a daemon-launched run of one of these tables waits while this one runs.
@@ -124,7 +126,7 @@ class MaintenanceRunner:
         before = self._main(table)
         run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": self.log_level}}}}
         # This process executes the run: its pid, host and start let the reaper prove it dead if it dies.
-        run_id = str(uuid.uuid4())
+        run_id = run_id or str(uuid.uuid4())
         result = job.execute_in_process(instance=self.instance, partition_key=partition_key, run_id=run_id,
                                         run_config=run_config, tags={**tags, **process_tags(run_id)},
                                         raise_on_error=False)
@@ -170,15 +172,18 @@ class MaintenanceRunner:
                              outcome_key="health")
 
     def compact(self, table: str, date: str | None, *, dry_run: bool = False, approved: bool = False,
-                trigger: str = "cli") -> RunReport:
-        """Materialize `compaction` for (date, table), or with no date `table_compaction` for the table."""
+                trigger: str = "cli", tags: dict | None = None, run_id: str | None = None) -> RunReport:
+        """Materialize `compaction` for (date, table), or with no date `table_compaction` for the table (`tags`:
+        more run tags, e.g. the agent of an agent's run; `run_id`: as `_execute`'s)."""
         key = self.check_table(table)
         config = {"config": {"dry_run": dry_run, "approved": approved}}
-        tags = {TABLE_TAG: key, TRIGGER_TAG: trigger}
+        tags = {**(tags or {}), TABLE_TAG: key, TRIGGER_TAG: trigger}
         if date is None:
-            return self._execute("table_compaction_job", key, {"ops": {"table_compaction": config}}, tags=tags)
+            return self._execute("table_compaction_job", key, {"ops": {"table_compaction": config}}, tags=tags,
+                                 run_id=run_id)
         day = self.check_date(date)
-        return self._execute("compaction_job", f"{day}|{key}", {"ops": {"compaction": config}}, tags=tags)
+        return self._execute("compaction_job", f"{day}|{key}", {"ops": {"compaction": config}}, tags=tags,
+                             run_id=run_id)
 
     def compact_dates(self, table: str, dates: list[str], *, trigger: str = "cli") -> RunReport:
         """Materialize `compaction` for consecutive dates of one table in one run: the partition range a
@@ -229,11 +234,21 @@ class MaintenanceRunner:
         return days
 
     # -- retention ---------------------------------------------------------------------------
-    def _retention(self, job_name: str, asset: str, table: str, settings: dict, trigger: str) -> RunReport:
+    def _retention(self, job_name: str, asset: str, table: str, settings: dict, trigger: str,
+                   tags: dict | None = None, run_id: str | None = None) -> RunReport:
         key = self.check_table(table)
         config = {k: v for k, v in settings.items() if v is not None}
         return self._execute(job_name, key, {"ops": {asset: {"config": config}}},
-                             tags={TABLE_TAG: key, TRIGGER_TAG: trigger})
+                             tags={**(tags or {}), TABLE_TAG: key, TRIGGER_TAG: trigger}, run_id=run_id)
+
+    def retention(self, operation: str, table: str, *, trigger: str, tags: dict | None = None,
+                  run_id: str | None = None) -> RunReport:
+        """One retention operation ("expire", "manifests", "statistics", "orphans") on one table by its policy."""
+        from icemaint.domain.retention_tick import RETENTION_JOBS
+        from maint_assets.retention import RETENTION_ASSET_OF
+
+        return self._retention(RETENTION_JOBS[operation], RETENTION_ASSET_OF[operation], table, {}, trigger,
+                               tags=tags, run_id=run_id)
 
     def expire(self, table: str, *, older_than: str | None = None, retain_last: int | None = None,
                keep_files: bool | None = None, dry_run: bool = False, trigger: str = "cli") -> RunReport:

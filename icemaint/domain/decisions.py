@@ -77,7 +77,11 @@ class Operation(Word):
 # Who launched a run. Automatic triggers come back on their own (the next tick decides again), so
 # they defer at once; a person, a backfill or a script waits for a busy claim (policy `claim_wait`)
 # and a run of theirs that could not do its work fails, naming why.
-AUTOMATIC_TRIGGERS = frozenset({"sensor", "window", "tick"})
+# An AI agent (`icemaint mcp`) is automatic here on purpose: it polls and asks again rather than holding a run
+# worker on a busy claim, its deferral is an answer (the run ends with the reason, it does not fail), and the holds
+# automation respects (a failed proof, runs that kept failing) hold its requests too until a person approves.
+AGENT_TRIGGER = "agent"
+AUTOMATIC_TRIGGERS = frozenset({"sensor", "window", "tick", AGENT_TRIGGER})
 
 
 def launched_by_a_person(trigger: str | None) -> bool:
@@ -133,6 +137,8 @@ class Gates:
     # Scopes automation leaves alone after runs a retry would repeat (`safety.approvals.held_runs`): a failed
     # proof, or several runs in a row that failed. Held until an approval; a person's own run is not held.
     held: Mapping[str | None, "RunHold"] = field(default_factory=dict)
+    # Who launched the decision's run: an agent's (AGENT_TRIGGER) is also held to the policy's agent_operations.
+    trigger: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,7 @@ class RunHold:
     note: str
 
 
-def _refusal(policy: TablePolicy, operation: str, identity: str) -> str | None:
+def _refusal(policy: TablePolicy, operation: str, identity: str, trigger: str | None = None) -> str | None:
     if not policy.enabled:
         return "maintenance is disabled for this table by policy (enabled: false)"
     if policy.read_only:
@@ -154,6 +160,9 @@ def _refusal(policy: TablePolicy, operation: str, identity: str) -> str | None:
     if not policy.allows_identity(identity):
         return (f"identity {identity!r} is not allowed by policy "
                 f"(allowed_identities: {', '.join(sorted(policy.allowed_identities or ()))})")
+    if trigger == AGENT_TRIGGER and operation not in policy.agent_operations:
+        return (f"operation {operation!r} is not given to agents by policy "
+                f"(agent_operations: {', '.join(sorted(policy.agent_operations)) or 'none'})")
     return None
 
 
@@ -163,9 +172,10 @@ def _undated(health: TableHealth) -> str:
             "the manifests hold no bounds for it), so no date scope reaches them")
 
 
-def refusal_for(policy: TablePolicy, operation: str, identity: str) -> str | None:
-    """Why `identity` may not run `operation` on a table under `policy`, or None when it may."""
-    return _refusal(policy, operation, identity)
+def refusal_for(policy: TablePolicy, operation: str, identity: str, trigger: str | None = None) -> str | None:
+    """Why `identity` may not run `operation` on a table under `policy`, or None when it may; a run an agent
+    asked for (`trigger` AGENT_TRIGGER) also needs the operation in the policy's `agent_operations`."""
+    return _refusal(policy, operation, identity, trigger)
 
 
 def writer_check(health: TableHealth, policy: TablePolicy, key: str | None = None) -> dict[str, Any]:
@@ -256,7 +266,7 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     """Whether one date partition of a table should be compacted now, and why (or why not)."""
     base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="", date=date,
                     writer_check=writer_check(health, policy, date))
-    refused = _refusal(policy, "compact", gates.identity)
+    refused = _refusal(policy, "compact", gates.identity, gates.trigger)
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
     if health.time_column is None:
@@ -415,7 +425,7 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
     active = _active_partitions(health, policy)
     base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="",
                     writer_check=_layout_writer_check(health, policy, active))
-    refused = _refusal(policy, "compact", gates.identity) or health.sort_order_problem
+    refused = _refusal(policy, "compact", gates.identity, gates.trigger) or health.sort_order_problem
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
     if health.time_column_problem:

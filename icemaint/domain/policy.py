@@ -14,6 +14,9 @@ from icemaint.domain.units import parse_duration, parse_size, shown
 from icemaint.errors import UserError
 
 OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "revert")
+# What an AI agent may be given (`agent_operations`): requests that run under the operating contract with a proof
+# or a policy window. Orphan removal deletes files and revert undoes a person's decision: never an agent's.
+AGENT_OPERATIONS = ("compact", "expire", "manifests", "statistics")
 SORT_STRATEGIES = ("binpack", "sort", "zorder")
 WRITER_SCOPES = ("partition", "table")
 
@@ -71,6 +74,8 @@ class TablePolicy:
     max_rewrite_bytes: int = 10 * 2**30
     allowed_operations: frozenset[str] | None = None
     allowed_identities: frozenset[str] | None = None
+    # what agents (`icemaint mcp`) may request on the table; none by default: an agent only reads until given more
+    agent_operations: frozenset[str] = frozenset()
     # validation
     sample_fraction: float = 0.05
     # retention
@@ -168,6 +173,19 @@ def _operations(v: Any) -> frozenset[str]:
     return frozenset(v)
 
 
+def _agent_operations(v: Any) -> frozenset[str]:
+    if not isinstance(v, list):
+        raise ValueError(f"{shown(v)} is not a list; use a list of: {', '.join(AGENT_OPERATIONS)}")
+    never = [x for x in v if x in OPERATIONS and x not in AGENT_OPERATIONS]
+    if never:
+        raise ValueError(f"{shown(never)} cannot be given to agents (orphan removal deletes files, revert undoes a "
+                         f"person's decision); allowed: {', '.join(AGENT_OPERATIONS)}")
+    bad = [x for x in v if x not in AGENT_OPERATIONS]
+    if bad:
+        raise ValueError(f"{shown(bad)} not allowed; agent operations: {', '.join(AGENT_OPERATIONS)}")
+    return frozenset(v)
+
+
 def _identities(v: Any) -> frozenset[str]:
     if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
         raise ValueError(f"{shown(v)} is not a list of identity names")
@@ -241,6 +259,7 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "max_rewrite_bytes": ("max_rewrite_bytes", parse_size),
     "allowed_operations": ("allowed_operations", _operations),
     "allowed_identities": ("allowed_identities", _identities),
+    "agent_operations": ("agent_operations", _agent_operations),
     "sample_fraction": ("sample_fraction", _fraction),
     "snapshot_older_than": ("snapshot_older_than_seconds", parse_duration),
     "retain_last": ("snapshot_retain_last", _retain_last),

@@ -105,7 +105,8 @@ def expiry_due_at(signals: RetentionSignals, policy: TablePolicy) -> Optional[fl
 def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: str, now: dt.datetime, *,
                      claim_holder: Optional[str], in_flight_jobs: set[str], expiry_mark: Optional[int],
                      orphans_mark: Optional[int], requested: Optional[dict[str, Optional[str]]] = None,
-                     jobs: Mapping[str, str] = RETENTION_JOBS) -> list[RetentionDecision]:
+                     jobs: Mapping[str, str] = RETENTION_JOBS, trigger: Optional[str] = None
+                     ) -> list[RetentionDecision]:
     """Expiry, orphan, manifest and column-statistics decisions for one table.
 
     Args:
@@ -119,13 +120,14 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
         orphans_mark: Event id of its latest orphan_files materialization (None: never).
         requested: Operation -> run key already requested; the same key again is not a new run.
         jobs: The run name that carries each operation.
+        trigger: Who asks (an agent's request is also held to the policy's agent_operations).
     """
     table = signals.table
     location_key = digest(signals.metadata_location)
     age = max(now.timestamp() - signals.oldest_snapshot_at, 0.0) if signals.oldest_snapshot_at else 0.0
 
     def gated(operation: str, why: str, run_key: str, busy_jobs: set[str]) -> RetentionDecision:
-        refused = refusal_for(policy, operation, identity)
+        refused = refusal_for(policy, operation, identity, trigger)
         if refused:
             return RetentionDecision(table, operation, REFUSE, refused, kind=ReasonKind.POLICY)
         if busy_jobs:

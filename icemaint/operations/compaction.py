@@ -58,6 +58,7 @@ class CompactionRequest:
     run_id: str | None = None
     planned_snapshot_id: int | None = None
     planned_schema_id: int | None = None
+    identity: str | None = None  # who asked, when not the process's identity (an agent's run: the agent)
 
 
 @dataclass
@@ -151,7 +152,8 @@ class Compactor(ContractOperation):
                                                       dry_run=request.dry_run),
             act=lambda run, outcome: self._act(request, run, date, outcome),
             record=lambda run, outcome: self._record(request, outcome, run),
-            wait_for_claim=launched_by_a_person(request.trigger), progress=self.progress, sleep=self.sleep)
+            wait_for_claim=launched_by_a_person(request.trigger), progress=self.progress, sleep=self.sleep,
+            identity=request.identity, trigger=request.trigger)
 
     def _act(self, request: CompactionRequest, run: ContractRun, date: str | None, outcome: CompactionOutcome) -> None:
         try:
@@ -178,7 +180,7 @@ class Compactor(ContractOperation):
         approved = approved or is_approved(records, date)
         gates = Gates(now=dt.datetime.now(dt.timezone.utc), identity=identity, approved=approved,
                       bytes_per_second=measured_throughput(past), reverted=reverted_scopes(records),
-                      held=held_runs(records) if trigger in AUTOMATIC_TRIGGERS else {})
+                      held=held_runs(records) if trigger in AUTOMATIC_TRIGGERS else {}, trigger=trigger)
         if date is None:
             if health.dated:
                 return health, Decision(table=name.key, operation=Operation.COMPACT, verdict=REFUSE, kind=ReasonKind.POLICY,

@@ -110,7 +110,8 @@ class OperatingContract(Generic[Outcome]):
             record: Callable[[ContractRun, Outcome], Outcome],
             wait_for_claim: bool = False,
             progress: Callable[[str], None] = lambda message: None,
-            sleep: Callable[[float], None] = time.sleep) -> Outcome:
+            sleep: Callable[[float], None] = time.sleep,
+            identity: str | None = None, trigger: str | None = None) -> Outcome:
         """Runs `act` under the table's claim, after the policy allowed it; `record` always runs once.
 
         Args:
@@ -119,6 +120,8 @@ class OperatingContract(Generic[Outcome]):
             record: Writes the one audit record for the call and returns the outcome.
             wait_for_claim: Await a busy claim up to the policy's `claim_wait` (progress reported every
                 poll) before deferring; runs a person launched do, automatic ones do not.
+            identity: Who the call runs as (an agent's run: the agent); None: the process's `config.identity()`.
+            trigger: Who launched it: an agent's call is also held to the policy's `agent_operations`.
 
         Raises:
             InvalidTableName, TableNotFound: bad input, before anything is touched.
@@ -126,16 +129,18 @@ class OperatingContract(Generic[Outcome]):
         """
         with audit_call(uuid.uuid4().hex):  # pairs the started marker with the record step's decision
             return self._run(operation, table, run_id, new_outcome=new_outcome, act=act, record=record,
-                             wait_for_claim=wait_for_claim, progress=progress, sleep=sleep)
+                             wait_for_claim=wait_for_claim, progress=progress, sleep=sleep, identity=identity,
+                             trigger=trigger)
 
-    def _run(self, operation, table, run_id, *, new_outcome, act, record, wait_for_claim, progress, sleep):
+    def _run(self, operation, table, run_id, *, new_outcome, act, record, wait_for_claim, progress, sleep,
+             identity=None, trigger=None):
         started = time.perf_counter()
         name = TableName.parse(table)
         location = self.reader.metadata_location(name.key)  # TableNotFound before anything else
-        run = ContractRun(str(operation), name, self.config.policy(name.key), self.config.identity(), location,
-                          started)
+        run = ContractRun(str(operation), name, self.config.policy(name.key), identity or self.config.identity(),
+                          location, started)
         outcome = new_outcome(run)
-        refused = refusal_for(run.policy, run.operation, run.identity)
+        refused = refusal_for(run.policy, run.operation, run.identity, trigger)
         if refused:  # policy first: a read-only table refuses whether or not a writer holds its claim
             outcome.decision, outcome.reason = REFUSE, refused
             return record(run, outcome)

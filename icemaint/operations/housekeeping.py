@@ -78,6 +78,7 @@ class ExpiryRequest:
     in_flight_snapshot_ids: tuple[int, ...] = ()
     trigger: str = "manual"
     run_id: str | None = None
+    identity: str | None = None  # who asked, when not the process's identity (an agent's run: the agent)
 
     def __post_init__(self) -> None:
         check_age(self.older_than_seconds, "older_than")
@@ -96,6 +97,7 @@ class OrphanRequest:
     quarantine: bool = False
     trigger: str = "manual"
     run_id: str | None = None
+    identity: str | None = None
 
     def __post_init__(self) -> None:
         check_age(self.older_than_seconds, "older_than")
@@ -110,6 +112,7 @@ class ManifestRequest:
     force: bool = False
     trigger: str = "manual"
     run_id: str | None = None
+    identity: str | None = None
 
 
 @dataclass
@@ -217,7 +220,8 @@ class Housekeeper(ContractOperation):
                 settings=settings, metadata_location_before=run.metadata_location),
             act=lambda run, outcome: act(run.name, run.policy, request, outcome),
             record=lambda run, outcome: self._finish(request, outcome, run),
-            wait_for_claim=launched_by_a_person(request.trigger), progress=self.progress, sleep=self.sleep)
+            wait_for_claim=launched_by_a_person(request.trigger), progress=self.progress, sleep=self.sleep,
+            identity=request.identity, trigger=request.trigger)
 
     def _finish(self, request, outcome: RetentionOutcome, run: ContractRun) -> RetentionOutcome:
         from icemaint.safety.audit import AuditRecord

@@ -29,6 +29,7 @@ class StatisticsRequest:
     columns: tuple[str, ...] | None = None  # None: the policy's statistics_columns, else every primitive column
     trigger: str = "manual"
     run_id: str | None = None
+    identity: str | None = None  # who asked, when not the process's identity (an agent's run: the agent)
 
     def __post_init__(self) -> None:
         if self.columns is not None and (not isinstance(self.columns, tuple) or not self.columns or not all(
