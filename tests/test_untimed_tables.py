@@ -137,7 +137,8 @@ def test_an_operators_approval_lets_the_next_run_rewrite_a_partition_over_the_ce
     config = load_config(path)
     before = CatalogReader(config).health(clone)
     expected = full_row_hash(spark, clone_sql, before.snapshot_id)
-    code, out, _ = run_cli(capsys, "--config", str(path), "compact", clone, "--json")
+    code, out, err = run_cli(capsys, "--config", str(path), "compact", clone, "--json")
+    assert out, err
     [held] = json.loads(out)
     assert code == 1 and held["decision"] == "defer" and "awaiting approval" in held["reason"], held
     assert CatalogReader(config).metadata_location(clone) == before.metadata_location
