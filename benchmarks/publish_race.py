@@ -135,6 +135,52 @@ def verdict(runs: list[dict]) -> dict:
             "writer_failures": failures}
 
 
+def findings(runs: list[dict]) -> list[str]:
+    """What the runs' records show, each line only when the records show it (the causes are read from Iceberg's and
+    pyiceberg's code, cited)."""
+    out = []
+    after = [r for r in runs if r["version"] == "after"]
+    lost = [r for r in after if not r["published"] and "CommitFailedException" in r["commits"]["publish_errors"]]
+    if lost:
+        attempts = [s for r in lost for s in r["commits"]["publish_seconds"]]
+        out.append(
+            f"**The publish starves** in {len(lost)} of {len(after)} runs of this version: {len(attempts)} attempts of "
+            f"{min(attempts):.1f}-{max(attempts):.1f} s, each lost to a writer's commit that landed meanwhile. Every "
+            "lost attempt is a whole attempt again: the publish is one transaction (the `replace` and the branch's "
+            "removal), and Iceberg's retry of a transaction re-applies each update on the refreshed table, which a "
+            "ref change cannot do (`BaseTransaction.TransactionTableOperations.commit`: \"Table metadata refresh is "
+            "required\"), so Iceberg gives up at the first race and icemaint's loop builds the commit afresh (the "
+            "replaced files' deletes over Py4J, the manifests that list them filtered again). A standalone "
+            "`newRewrite().commit()` would retry inside `SnapshotProducer` on the refreshed metadata and keep the "
+            "manifests it already filtered; an attempt longer than the writer's interval cannot win this way.")
+    failed = {(r["catalog"], r["version"]): r["writer"]["failed"] for r in runs}
+    value_errors = [r for r in runs if any("ValueError" in e["error"] and "sequence number" in (e.get("message") or "")
+                                           for e in r.get("writer_errors", []))]
+    if value_errors:
+        out.append(
+            "pyiceberg's failed commits are the sequence-number race, in both versions: the staged append to the "
+            "branch takes the table's next sequence number while `main` stays where it was, so the writer's "
+            "requirement (`AssertRefSnapshotId` on main) still holds and its snapshot, numbered from its stale "
+            "metadata, is refused while the SQL catalog applies it (`pyiceberg/table/update/__init__.py`: "
+            "`ValueError: Cannot add snapshot with sequence number N older than last sequence number N`). Its retry "
+            "(`commit.retry.num-retries` 4, 100 ms doubling) catches only `CommitFailedException`, so **no pyiceberg "
+            "setting makes these zero**: the writer must refresh and retry on that ValueError itself, or maintenance "
+            "must not commit to a branch while main stays (apache/iceberg#15001 is the same race on a REST "
+            "catalog, made retryable server-side by #15126). Fewer ref commits (createBranch, removeBranch) do not "
+            "touch it: they take no sequence number.")
+    java = [r for r in runs if r["catalog"] == "hadoop"]
+    if java:
+        n = sum(r["writer"]["failed"] for r in java)
+        retried = "" if n else (" With Iceberg's defaults (`commit.retry.num-retries` 4, `min-wait-ms` 100, "
+                                "`max-wait-ms` 60000) the Java writer lost no commit: a lost race is re-applied "
+                                "on the refreshed table within its own commit.")
+        if n:
+            retried = (f" The Java writer lost {n} commit(s) after Iceberg's 4 retries: raising "
+                       "`commit.retry.num-retries` (and `min-wait-ms`) is the writer's setting for it.")
+        out.append("The Hadoop catalog's Java writer:" + retried)
+    return out
+
+
 def _secs(values, limit: int = 8) -> str:
     if not values:
         return "-"
@@ -241,8 +287,7 @@ def render(res: dict) -> str:
             "Every commit, the writer's and the publish's, writes a new metadata.json of that size and a manifest "
             "list naming every manifest; the publish also rewrites the manifests that list the replaced files "
             f"({bound['manifests']:,} here, one per small file) before its commit.")
-    if res.get("findings"):
-        lines += [f"- {f}" for f in res["findings"]]
+    lines += [f"- {f}" for f in findings(runs)]
     lines.append(f"- Rows: pyiceberg read every row back after each run: "
                  + ("all ok (every build id and every id the writer's ledger committed, each once; none of a failed "
                     "commit)." if v["rows_ok"] else "**a check failed** (see the table)."))

@@ -126,3 +126,21 @@ def test_quick_results_are_printed_not_written(tmp_path, capsys, monkeypatch):
     assert publish_race.main(["--from-results", str(saved)]) == 0
     assert capsys.readouterr().out.startswith(SECTION)
     assert not (tmp_path / "RESULTS.md").exists()
+
+
+def test_findings_name_the_starving_publish_and_the_sequence_number_race_only_when_seen():
+    runs = copy.deepcopy(RESULTS["runs"])
+    text = "\n".join(publish_race.findings(runs))
+    assert "starves" not in text
+    assert "no pyiceberg setting makes these zero" in text  # the jdbc runs' writers met the ValueError
+    assert "the Java writer lost no commit" in text
+    runs[0].update(published=False)
+    runs[0]["commits"]["publish_seconds"] = [4.0, 5.5]
+    runs[0]["commits"]["publish_errors"] = ["CommitFailedException", "CommitFailedException"]
+    runs[1]["writer"]["failed"] = 2
+    for r in runs:
+        r["writer_errors"] = []
+    text = "\n".join(publish_race.findings(runs))
+    assert "**The publish starves** in 1 of 2 runs" in text and "2 attempts of 4.0-5.5 s" in text
+    assert "pyiceberg" not in text
+    assert "lost 2 commit(s)" in text
