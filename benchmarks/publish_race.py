@@ -150,9 +150,17 @@ def findings(runs: list[dict]) -> list[str]:
             "removal), and Iceberg's retry of a transaction re-applies each update on the refreshed table, which a "
             "ref change cannot do (`BaseTransaction.TransactionTableOperations.commit`: \"Table metadata refresh is "
             "required\"), so Iceberg gives up at the first race and icemaint's loop builds the commit afresh (the "
-            "replaced files' deletes over Py4J, the manifests that list them filtered again). A standalone "
-            "`newRewrite().commit()` would retry inside `SnapshotProducer` on the refreshed metadata and keep the "
-            "manifests it already filtered; an attempt longer than the writer's interval cannot win this way.")
+            "replaced files' deletes over Py4J, the manifests that list them filtered again): an attempt longer than "
+            "the writer's interval cannot win this way.")
+    before_lost = [r for r in runs if r["version"] == "before" and not r["published"]]
+    if before_lost:
+        secs = [s for r in before_lost for s in r["commits"]["publish_seconds"]]
+        out.append(
+            f"The version before lost too ({len(before_lost)} of {sum(r['version'] == 'before' for r in runs)} runs): "
+            "its publish was a standalone `newRewrite().commit()`, which Iceberg retries itself (4 times, on the "
+            "refreshed metadata, keeping the manifests it already filtered), and still lost, in one call of "
+            f"{min(secs):.0f}-{max(secs):.0f} s. Neither way of retrying wins against a writer that commits faster "
+            "than one attempt of this publish takes.")
     failed = {(r["catalog"], r["version"]): r["writer"]["failed"] for r in runs}
     value_errors = [r for r in runs if any("ValueError" in e["error"] and "sequence number" in (e.get("message") or "")
                                            for e in r.get("writer_errors", []))]

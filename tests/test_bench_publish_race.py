@@ -144,3 +144,6 @@ def test_findings_name_the_starving_publish_and_the_sequence_number_race_only_wh
     assert "**The publish starves** in 1 of 2 runs" in text and "2 attempts of 4.0-5.5 s" in text
     assert "pyiceberg" not in text
     assert "lost 2 commit(s)" in text
+    assert "The version before lost" not in text
+    runs[1].update(published=False)
+    assert "The version before lost too (1 of 2 runs)" in "\n".join(publish_race.findings(runs))
