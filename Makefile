@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings clean
+.PHONY: setup java demo ui lint test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish clean
 
 setup: $(STAMP)
 
@@ -57,6 +57,7 @@ bench: setup java
 	$(MAKE) --no-print-directory bench-jvm
 	$(MAKE) --no-print-directory bench-statistics
 	$(MAKE) --no-print-directory bench-settings
+	$(MAKE) --no-print-directory bench-publish
 
 # 20 small tables caught up by `icemaint tick --until-idle` with max_runs_total 1, 2 and 4: tables' runs
 # at once on one Spark session against one at a time (a section of benchmarks/RESULTS.md).
@@ -77,6 +78,14 @@ bench-jvm: setup java
 # 1,000-commit date, interleaved (a section of benchmarks/RESULTS.md).
 bench-settings: setup java
 	$(BIN)/python -m benchmarks.driver_settings
+
+# A publish under a claimless writer committing every 0.5 s and 0.1 s on a 3,000-snapshot table, on the Hadoop and
+# the JDBC (PostgreSQL) catalogs, and the writers' failed commits, this version against the one before (a temporary
+# git worktree), interleaved (a section of benchmarks/RESULTS.md). PUBLISH_ARGS="--quick" for a smoke run.
+PUBLISH_ARGS ?=
+bench-publish: setup java
+	bash scripts/ensure_postgres.sh
+	$(BIN)/python -m benchmarks.publish_race $(PUBLISH_ARGS)
 
 # Column statistics: icemaint's against Iceberg's compute_table_stats, quiet and under a claimless writer (a
 # section of benchmarks/RESULTS.md).

@@ -182,6 +182,9 @@ class Worker:
             if not req["proof"] and digest is not None:  # (`patched` sets only what the version has)
                 skipped += stack.enter_context(patched(digest, {"digest_feed": _skip_digest_feed}))
             stack.enter_context(self._timed_internals(times))
+            commit_calls: list[dict] = []
+            if req.get("commit_log") and self.staged:
+                stack.enter_context(self._logged_commits(commit_calls))
             load = os.getloadavg()[0]
             cpu = _cpu_seconds()
             started = time.perf_counter()
@@ -191,6 +194,8 @@ class Worker:
             cpu = _cpu_seconds() - cpu
         out = self._describe(outcome, started, ended, marks, times, recorded, skipped, load)
         out["cpu_seconds"] = cpu
+        if req.get("commit_log"):
+            out["commit_calls"] = commit_calls
         return out
 
     # -- helpers ----------------------------------------------------------------------------
@@ -212,6 +217,38 @@ class Worker:
                     "read_snapshots": times.wrap("read_snapshots", compaction.read_snapshots),
                     "call_rewrite_data_files": times.wrap("rewrite_data_files CALL",
                                                           compaction.call_rewrite_data_files)}))
+            yield
+
+    # The version's methods that make a table commit (each call one commit, or one attempt of one): the staged
+    # append (with the branch's creation since 7c2c8b4), the branch's creation and removal before it, the publish
+    # (before 7c2c8b4 the whole `publish`, since then each attempt `_commit_publish`).
+    COMMIT_METHODS = ("open_branch", "commit_to_branch", "_commit_publish", "publish", "discard")
+
+    @contextlib.contextmanager
+    def _logged_commits(self, calls: list):
+        """Each call of the version's commit-making staging methods: name, wall-clock start, seconds, error class
+        (a read-only wrapper, removed after the run). Publish attempts of the newer version are `_commit_publish`."""
+        area = ours("icemaint.engine.staging").StagingArea
+
+        def logged(name, fn):
+            def call(*args, **kwargs):
+                t0, p0 = time.time(), time.perf_counter()
+                error = None
+                try:
+                    return fn(*args, **kwargs)
+                except BaseException as exc:
+                    java = getattr(exc, "java_exception", None)
+                    error = java.getClass().getName() if java is not None else type(exc).__name__
+                    raise
+                finally:
+                    calls.append({"name": name, "start": t0, "seconds": round(time.perf_counter() - p0, 4),
+                                  "error": error})
+            return call
+
+        names = [n for n in self.COMMIT_METHODS if hasattr(area, n)]
+        if "_commit_publish" in names:
+            names.remove("publish")  # its attempts are logged one by one
+        with patched(area, {n: logged(n, getattr(area, n)) for n in names}):
             yield
 
     def _describe(self, outcome, started, ended, marks, times, recorded, skipped, load) -> dict:
@@ -241,7 +278,7 @@ class Worker:
             rows = next((c["observed"].get("before_row_count") for c in commits[0]["checks"]
                          if c["name"] == "row_count_parity"), None)
         return {
-            "decision": outcome.decision, "reason": outcome.reason,
+            "decision": outcome.decision, "reason": outcome.reason, "published": getattr(outcome, "published", None),
             "passed": proof.get("passed"), "proof_skipped": proof_skipped, "patched": skipped,
             "wall_seconds": wall, "durations": d, "phases": phases,
             "proof_reads_seconds": sum(r.get("planning_ms", 0) + r.get("scan_ms", 0) for r in reads) / 1000,
