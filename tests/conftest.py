@@ -1,4 +1,5 @@
-"""Shared fixtures: one real Spark session and one temp Iceberg warehouse for the whole run.
+"""Shared fixtures: one real Spark session and one temp Iceberg warehouse per test process (`make test` runs two
+pytest-xdist workers, each with its own; see ONE_WORKER_FILES for the tests that must share one).
 
 Tests create their own uniquely named tables in that warehouse (see `table_name`).
 """
