@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint test test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish clean
+.PHONY: setup java demo ui lint test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish clean
 
 setup: $(STAMP)
 
@@ -33,11 +33,23 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Three tiers (README, "Tests"): `make test` is everything and what CI runs; `make test-mid` leaves out the
+# `slow` end-to-end tests (the production stack, the daemon's, the UI's); `make test-fast` leaves out Java.
+# The suite runs on TEST_WORKERS pytest-xdist workers, each with its own Spark session; `--dist loadgroup`
+# keeps the production stack's tests (fixed ports) on one of them. TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
+
 # The production-profile tests need a real PostgreSQL, the UI tests Chromium: installed from Debian when missing.
 test: setup java
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_chromium.sh
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+
+# Everything but the `slow` end-to-end tests: Spark, Dagster and PostgreSQL for real, no stack, no daemon.
+test-mid: setup java
+	bash scripts/ensure_postgres.sh
+	$(BIN)/pytest $(XDIST) -m "not slow and not cluster" $(PYTEST_ARGS)
 
 # The pure and Dagster-only tests, with no Java on PATH (the `java` marker is set by tests/conftest.py
 # on every test that starts Spark) and no PostgreSQL: seconds, not minutes.

@@ -1,10 +1,17 @@
-"""A maintenance process for the cluster tests, with a fault the test process cannot inject from outside.
+"""Maintenance processes for the cluster tests: one with a fault the test process cannot inject from outside,
+and one that runs several CLI commands in one Spark application.
 
 Spark allows one session per process and the test process already has a local one, so a compaction on
 the Spark cluster runs here: `python tests/cluster_driver.py corrupt-proof CONFIG TABLE DATE` compacts
 the date with the product's Compactor, and between staging and the proof changes one value inside a
 staged file on S3 (same length: what bad memory or a buggy writer leaves), then waits until a writer's
 commit lands on `main`. Prints the outcome as one JSON line.
+
+`python tests/cluster_driver.py commands FD` runs `icemaint <argv>` through the CLI's `main` for each JSON list
+of arguments read from its standard input, one session for all of them, and answers each on file descriptor FD
+with one JSON line (exit code, stdout, stderr; an exception's traceback as stderr with exit code 1, as a
+process of its own would end). A command of its own process pays a driver JVM and two
+executor JVMs (10-20 s on 2 cores); where the process boundary is not what a test is about, this pays them once.
 """
 
 from __future__ import annotations
@@ -75,8 +82,36 @@ def corrupt_proof(config_path: str, table: str, date: str) -> dict:
             "master": spark.sparkContext.master, "app_id": spark.sparkContext.applicationId, **seen}
 
 
+def serve_commands(requests, answers) -> None:
+    """Each line of `requests` a JSON list of CLI arguments: run in this process, answered on `answers`."""
+    import contextlib
+    import io
+
+    from icemaint.app.cli import main
+
+    for line in requests:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(json.loads(line))
+            except SystemExit as exc:  # argparse's own exits
+                code = exc.code
+            except Exception:  # noqa: BLE001  (a bug: reported as the command's own process would end)
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+        answers.write(json.dumps({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}) + "\n")
+        answers.flush()
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    if command != "corrupt-proof":
+    if command == "corrupt-proof":
+        print(json.dumps(corrupt_proof(*args)))
+    elif command == "commands":
+        import os
+
+        serve_commands(sys.stdin, os.fdopen(int(args[0]), "w"))
+    else:
         raise SystemExit(f"unknown command {command!r}")
-    print(json.dumps(corrupt_proof(*args)))

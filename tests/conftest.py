@@ -1,4 +1,5 @@
-"""Shared fixtures: one real Spark session and one temp Iceberg warehouse for the whole run.
+"""Shared fixtures: one real Spark session and one temp Iceberg warehouse per test process (`make test` runs two
+pytest-xdist workers, each with its own; see ONE_WORKER_FILES for the tests that must share one).
 
 Tests create their own uniquely named tables in that warehouse (see `table_name`).
 """
@@ -98,10 +99,35 @@ def isolated_dagster_home(monkeypatch, tmp_path) -> None:
 JAVA_FIXTURES = {"spark"}
 
 
+# Test files whose tests share one pytest-xdist worker (`make test` runs two), by the group's name: the production
+# stack listens on fixed ports (scripts/stack.py), and one worker starts it once for all of them.
+ONE_WORKER_FILES = {"tests/test_cluster.py": "production stack"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if JAVA_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.java)
+        if item.get_closest_marker("cluster") and item.nodeid.split("::", 1)[0] not in ONE_WORKER_FILES:
+            raise pytest.UsageError(f"{item.nodeid}: a `cluster` test in a file not in conftest.ONE_WORKER_FILES "
+                                    "would start a second stack on the same ports in another worker")
+    # The longest tests first: under xdist a worker that meets one last leaves the other idle meanwhile. The
+    # production stack's tests (one worker, minutes), then the other `slow` ones; a stable sort keeps file order.
+    items.sort(key=lambda item: 0 if item.get_closest_marker("cluster") else 1 if item.get_closest_marker("slow") else 2)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` with ONE_WORKER_FILES as groups. pytest-xdist's own `xdist_group` marks do not group
+    under pytest 9 (xdist 3.8 tags a test's node id, which pytest 9 no longer lets a plugin change)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class OneWorkerFiles(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return ONE_WORKER_FILES.get(nodeid.split("::", 1)[0]) or super()._split_scope(nodeid)
+
+    return OneWorkerFiles(config, log)
 
 
 def streaming_table(spark, catalog: str, table: str, *, batches: int, days: int = 3, rows_per_day: int = 15,

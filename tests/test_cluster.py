@@ -1,7 +1,9 @@
 """The production shape, end to end: an S3 table behind the Iceberg REST catalog (SeaweedFS), rewritten on a
 Spark standalone cluster of two workers, orchestrated by a Dagster instance on PostgreSQL, claims and
-audit on PostgreSQL. Every maintenance step runs as its own process (the CLI, or tests/cluster_driver.py
-for a fault the test cannot inject from outside), the way a deployment runs them.
+audit on PostgreSQL. The ticks run as processes of their own (the CLI), the way a deployment runs them, and so
+does the compaction whose proof fails (tests/cluster_driver.py, for a fault the test cannot inject from outside);
+the retention commands after them run one after another in one process (tests/cluster_driver.py commands: one
+Spark application instead of six, each a driver and two executor JVMs).
 
 A pyiceberg writer in this process appends and deletes without taking the claim; its ledger, a pyiceberg
 scan and an S3 listing (pyarrow, not the product's code) are the independent witnesses.
@@ -111,6 +113,46 @@ def cli(config_path: Path, env: dict, *argv: str, timeout: float = 600) -> subpr
                           env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
+class CommandsProcess:
+    """`icemaint` commands run one after another in one process (tests/cluster_driver.py commands): one Spark
+    application on the cluster for all of them. Each answer is a CompletedProcess, as `cli` returns."""
+
+    def __init__(self, config_path: Path, env: dict, log: Path):
+        self.config_path, self.log = config_path, log
+        read_fd, write_fd = os.pipe()
+        with open(log, "w") as log_fh:  # the process's own output (Spark's, the JVM's): not the commands'
+            self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cluster_driver.py"), "commands",
+                                          str(write_fd)], env=env, cwd=ROOT, stdin=subprocess.PIPE,
+                                         stdout=log_fh, stderr=subprocess.STDOUT, text=True, pass_fds=(write_fd,))
+        os.close(write_fd)
+        self.answers = os.fdopen(read_fd)
+
+    def __call__(self, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        import select
+
+        argv = ("--config", str(self.config_path), *argv)
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        if not select.select([self.answers], [], [], timeout)[0]:
+            raise AssertionError(f"no answer to {argv} within {timeout} s: {self.log.read_text()[-3000:]}")
+        line = self.answers.readline()
+        if not line:
+            self.proc.wait(timeout=60)
+            raise AssertionError(f"the commands process ended ({self.proc.returncode}) during {argv}: "
+                                 f"{self.log.read_text()[-3000:]}")
+        answer = json.loads(line)
+        return subprocess.CompletedProcess(argv, answer["returncode"], answer["stdout"], answer["stderr"])
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self.answers.close()
+
+
 def tick(config_path: Path, env: dict) -> dict:
     """One `icemaint tick --json`; its report, asserted to have failed nowhere."""
     done = cli(config_path, env, "tick", "--json")
@@ -160,8 +202,18 @@ def deployment(production_stack, tmp_path, monkeypatch):
         yield path, env, namespace
 
 
+@pytest.fixture
+def commands(deployment, tmp_path):
+    """The retention steps' commands in one process on the cluster (their outcomes, not their process
+    boundary, are under test here: the ticks and the driver each run as a process of their own)."""
+    config_path, env, _ = deployment
+    process = CommandsProcess(config_path, env, tmp_path / "commands.log")
+    yield process
+    process.close()
+
+
 def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_expiry_and_orphans(
-        production_stack, deployment):
+        production_stack, deployment, commands):
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import DayTransform
@@ -259,13 +311,13 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     fs.create_dir(marker, recursive=False)
     table.refresh()
     manifests_before = len(table.inspect.manifests())
-    rewritten = cli(config_path, env, "manifests", table_key, "--force", "--json")
+    rewritten = commands("manifests", table_key, "--force", "--json")
     assert rewritten.returncode == 0, rewritten.stdout[-1000:] + rewritten.stderr[-2000:]
     table.refresh()
     assert len(table.inspect.manifests()) < manifests_before
     assert table_ids(table) == sorted(writer.expected)
     # Column statistics of that snapshot: a Puffin file written through S3FileIO, kept by expiry and orphan removal.
-    statistics = cli(config_path, env, "statistics", table_key, "--force", "--json")
+    statistics = commands("statistics", table_key, "--force", "--json")
     assert statistics.returncode == 0, statistics.stdout[-1000:] + statistics.stderr[-2000:]
     table.refresh()
     (stats_file,) = table.metadata.statistics
@@ -273,8 +325,7 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     stats_object = stats_file.statistics_path.split("://", 1)[1]
     assert fs.get_file_info(stats_object).size == stats_file.file_size_in_bytes
     before = objects_under(fs, location)
-    expired = cli(config_path, env, "expire", table_key, "--older-than", "0s", "--retain-last", "1", "--keep-files",
-                  "--json")
+    expired = commands("expire", table_key, "--older-than", "0s", "--retain-last", "1", "--keep-files", "--json")
     assert expired.returncode == 0, expired.stdout[-1000:] + expired.stderr[-2000:]
     after_expiry = objects_under(fs, location)
     assert set(before) <= set(after_expiry), "expiry with keep_files deleted objects"
@@ -298,12 +349,12 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     # The failed proof's staged files (written before the driver ended) are older than the cutoff.
     time.sleep(max(0.0, driver_ended + CUTOFF_S + 5 - time.monotonic()))
     cutoff = f"{CUTOFF_S}s"
-    dry = cli(config_path, env, "orphans", table_key, "--older-than", cutoff, "--force", "--dry-run", "--json")
+    dry = commands("orphans", table_key, "--older-than", cutoff, "--force", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stdout[-1000:] + dry.stderr[-2000:]
     assert objects_under(fs, location) == after_expiry, "a dry run changed the table's objects"
     with fs.open_output_stream(young) as out:  # younger than the cutoff when the next run lists
         out.write(b"not a table file")
-    moved = cli(config_path, env, "orphans", table_key, "--older-than", cutoff, "--force", "--quarantine", "--json")
+    moved = commands("orphans", table_key, "--older-than", cutoff, "--force", "--quarantine", "--json")
     assert moved.returncode == 0, moved.stdout[-1000:] + moved.stderr[-2000:]
     in_quarantine = objects_under(fs, quarantine)
     # Each quarantined object's source, asked for directly: none may still be in place.
@@ -330,7 +381,7 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     assert referenced <= set(left)
     assert table_ids(table) == sorted(writer.expected)
 
-    purged = cli(config_path, env, "purge-quarantine", "--older-than", "0s", "--json")
+    purged = commands("purge-quarantine", "--older-than", "0s", "--json")
     assert purged.returncode == 0, purged.stdout[-1000:] + purged.stderr[-2000:]
     assert objects_under(fs, quarantine) == {}
     assert table_ids(table) == sorted(writer.expected)

@@ -1,0 +1,58 @@
+"""The suite's time, kept visible: reads pytest's JUnit XML report and prints the slowest tests, the time per
+file, and the run's wall time against CI's budget.
+
+    python scripts/slowest_tests.py REPORT.xml [--top 25] [--budget-s 900] [--wall-s SECONDS]
+
+A test's time is its setup, call and teardown together (pytest's `junit_duration_report = total`); under
+pytest-xdist the tests of two workers overlap, so their times add up to more than the wall time. Over the
+budget it says so on its last line and exits 0: on shared 2-core machines a slow run is more often the
+machine's load than the suite's, and the figures above the line say which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+
+
+def test_times(report: str) -> list[tuple[float, str]]:
+    """(seconds, node id) of every test case in the report, slowest first."""
+    cases = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        module = case.get("classname", "").split(".")
+        # classname is `tests.test_x` or `tests.test_x.TestClass`: the file is the part up to `test_*`
+        path = "/".join(module[:next((i + 1 for i, p in enumerate(module) if p.startswith("test_")), len(module))])
+        cases.append((float(case.get("time") or 0.0), f"{path}.py::{case.get('name')}"))
+    return sorted(cases, reverse=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--budget-s", type=float, default=900.0, help="CI's target for the whole run")
+    parser.add_argument("--wall-s", type=float, help="the run's wall time, when the caller measured it")
+    args = parser.parse_args(argv)
+
+    cases = test_times(args.report)
+    total = sum(t for t, _ in cases)
+    print(f"slowest {min(args.top, len(cases))} of {len(cases)} tests (setup + call + teardown):")
+    for seconds, node in cases[:args.top]:
+        print(f"  {seconds:8.1f} s  {node}")
+    by_file: dict[str, float] = defaultdict(float)
+    for seconds, node in cases:
+        by_file[node.split("::", 1)[0]] += seconds
+    print("slowest files:")
+    for path, seconds in sorted(by_file.items(), key=lambda kv: -kv[1])[:10]:
+        print(f"  {seconds:8.1f} s  {path}")
+    print(f"test time summed over workers: {total:.0f} s")
+    if args.wall_s is not None:
+        verdict = "within" if args.wall_s <= args.budget_s else "OVER"
+        print(f"wall time {args.wall_s:.0f} s: {verdict} the {args.budget_s:.0f} s budget")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

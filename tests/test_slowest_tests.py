@@ -1,0 +1,54 @@
+"""CI's report of the suite's time (scripts/slowest_tests.py) reads pytest's JUnit XML as pytest writes it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def report_module():
+    spec = importlib.util.spec_from_file_location("slowest_tests", ROOT / "scripts" / "slowest_tests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_report_ranks_pytests_own_junit_xml_and_says_when_over_budget(tmp_path):
+    (tmp_path / "test_pace.py").write_text(textwrap.dedent("""
+        import time
+        import pytest
+
+        def test_slow():
+            time.sleep(0.3)
+
+        def test_quick():
+            pass
+
+        class TestGroup:
+            @pytest.mark.parametrize("n", [1])
+            def test_in_a_class(self, n):
+                time.sleep(0.1)
+    """))
+    xml = tmp_path / "junit.xml"
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                          "--rootdir", str(tmp_path), str(tmp_path / "test_pace.py")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # no Dagster plugin: seconds
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+    times = report_module().test_times(str(xml))
+    assert [node for _, node in times] == ["test_pace.py::test_slow", "test_pace.py::test_in_a_class[1]",
+                                           "test_pace.py::test_quick"]
+    assert times[0][0] >= 0.3
+
+    printed = subprocess.run([sys.executable, str(ROOT / "scripts" / "slowest_tests.py"), str(xml), "--top", "2",
+                              "--wall-s", "1000", "--budget-s", "900"], capture_output=True, text=True, timeout=60)
+    lines = printed.stdout.splitlines()
+    assert printed.returncode == 0 and lines[0] == "slowest 2 of 3 tests (setup + call + teardown):", printed.stdout
+    assert lines[1].endswith("test_pace.py::test_slow") and lines[-1] == "wall time 1000 s: OVER the 900 s budget"
