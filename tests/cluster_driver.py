@@ -95,7 +95,7 @@ def serve_commands(requests, answers) -> None:
             try:
                 code = main(json.loads(line))
             except SystemExit as exc:  # argparse's own exits
-                code = exc.code
+                code = exc.code  # type: ignore[assignment]  # None or a message: reported as it is
             except Exception:  # noqa: BLE001  (a bug: reported as the command's own process would end)
                 import traceback
 
