@@ -184,9 +184,18 @@ def test_a_writer_active_on_the_date_defers_and_hostile_input_changes_nothing(es
     async def ask(call):
         answers = [(await call(tool, **args), message) for tool, args, message in hostile]
         deferred = await call("request_compaction", table=estate.table, dates=[D3], reason="D3 looks fragmented")
-        return answers, deferred
+        # retention requests pass the same gates: an operation the policy does not give agents is refused, one it
+        # gives is decided as the retention sensor decides it (a handful of manifests: below manifest_min_count)
+        statistics = await call("request_column_statistics", table=estate.table, reason="stale stats?")
+        manifests = await call("request_manifest_rewrite", table=estate.table, reason="many manifests?")
+        return answers, deferred, statistics, manifests
 
-    answers, deferred = stdio(estate.busy, "bot", ask, seen)
+    answers, deferred, statistics, manifests = stdio(estate.busy, "bot", ask, seen)
+    [s] = results(statistics)
+    assert s["decision"] == "refuse" and s["kind"] == "policy" and "statistics" in s["reason"], s
+    [m] = results(manifests)
+    assert m["decision"] == "noop" and m["kind"] == "below_thresholds" and "manifest_min_count" in m["reason"], m
+    assert {r.operation for r in agent_records(estate, estate.busy, "bot")} >= {"statistics", "manifests"}
     for answer, message in answers:
         assert answer.is_error and message in answer.content[0].text and "\n" not in answer.content[0].text
     [d] = results(deferred)
