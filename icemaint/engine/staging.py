@@ -269,12 +269,13 @@ class StagingArea:
         only the commit is repeated."""
         def attempt() -> None:
             tbl = self.table()
-            txn = tbl.newTransaction() if create_at is not None else None
-            if txn is not None:
-                txn.manageSnapshots().createBranch(branch, int(create_at or 0)).commit()
-            update(txn if txn is not None else tbl).set(MAINTENANCE_TAG, "true").set(STAGE_KEY, branch).commit()
-            if txn is not None:
-                txn.commitTransaction()
+            if create_at is None:
+                update(tbl).set(MAINTENANCE_TAG, "true").set(STAGE_KEY, branch).commit()
+                return
+            txn = tbl.newTransaction()
+            txn.manageSnapshots().createBranch(branch, int(create_at)).commit()
+            update(txn).set(MAINTENANCE_TAG, "true").set(STAGE_KEY, branch).commit()
+            txn.commitTransaction()
 
         self.commit_racing(attempt, "staging", self.race_timeout_seconds)
         return int(self.table().refs().get(branch).snapshotId())
@@ -463,7 +464,7 @@ class StagingArea:
 
         Raises:
             PublishConflict: A writer's commit since S conflicts (Iceberg's validation), or the races went on
-                past `timeout_seconds`; nothing changed.
+                past `race_timeout_seconds`; nothing changed.
             PublishStateUnknown: The catalog could not confirm the commit and it was not found after.
         """
         from py4j.protocol import Py4JJavaError
@@ -497,9 +498,9 @@ class StagingArea:
         Alone, not in a transaction with the branch's removal: Iceberg retries a lost race of a standalone rewrite
         inside its `SnapshotProducer`, on the refreshed metadata, keeping the manifests it already filtered (cheap:
         milliseconds); a transaction holding a ref change cannot be re-applied ("Table metadata refresh is required"
-        at the first race), so every lost race cost a whole new attempt, which on a date of 3,000 files under a
-        writer committing every 0.5 s (benchmarks/publish_race.py) took longer than the writer's interval and never
-        landed. The branch is removed right after, by its own ref commit (`discard`)."""
+        at the first race), so every lost race cost a whole new attempt: 33-126 s for a date of 3,000 files on a
+        loaded machine (benchmarks/publish_race.py), far longer than a streaming writer's interval. The branch is
+        removed right after, by its own ref commit (`discard`)."""
         tbl = self.table()
         rewrite = tbl.newRewrite().validateFromSnapshot(staged.base_snapshot_id)
         if staged.target == "data":
