@@ -315,7 +315,7 @@ class Compactor(ContractOperation):
                     all(e.verdict == GroupVerdict.NO_GAIN for e in outcome.staged):
                 e = outcome.staged[-1]
                 outcome.decision = NOOP
-                outcome.reason = (f"nothing gained: the rewrite of {e['replaced_files']} files wrote {e['new_files']}, "
+                outcome.reason = (f"nothing gained: the rewrite of {e.replaced_files} files wrote {e.new_files}, "
                                   "so it was not published (main is unchanged); the writer rolls files before "
                                   "target_file_size_bytes: check it against small_file_size_bytes and the table's "
                                   "write.parquet.page-size-bytes / row-group size")
