@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from icemaint.app.simulator import Ledger, WorkloadSpec, delete_sql
-from reliability.writers import RESOLVE_TRIES, _error_kind
+from reliability.writers import RESOLVE_TRIES, _error_kind, _write_json
 
 log = logging.getLogger("reliability.stream_writer")
 ID_STRIDE = 1_000  # event_id = commit * ID_STRIDE + row
@@ -260,12 +260,6 @@ class StreamWriter:
         return {"at": _iso(_now()), "table": self.plan["table"], "current_date": str(self.current_date()),
                 "next_commit": self.ledger.next_commit, "expected_rows": self.ledger.ledger.expected_count(),
                 "dates": len(self.ledger.dates), **asdict(self.stats)}
-
-
-def _write_json(path: Path, doc) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=str))
-    tmp.replace(path)
 
 
 def main(argv=None) -> int:
