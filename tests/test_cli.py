@@ -218,7 +218,7 @@ def test_read_only_table_is_refused_with_a_failing_exit_code(capsys, estate):
     assert metadata_location(estate) == location
     code, out, err = run_cli(capsys, "--config", estate.read_only, "audit", "--table", estate.table,
                              "--operation", "compact", "--json")
-    last = json.loads(out)[-1]
+    last = json.loads(out)[0]  # newest first
     assert (last["decision"], last["date"]) == ("refuse", "2026-01-03") and "read-only" in last["reason"]
 
 
