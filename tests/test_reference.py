@@ -57,3 +57,21 @@ def test_every_decision_reason_kind_and_operation_has_a_meaning():
     assert set(glossary.OPERATIONS) == set(Operation)
     assert {STARTED, INTERRUPTED, UNPROVEN, "approved", *map(str, AlertKind)} <= set(glossary.OTHER_DECISIONS)
     assert {"approve", "alert", "lineage"} <= set(glossary.OTHER_OPERATIONS)  # `audit --operation` takes them too
+
+
+def test_every_link_of_the_readme_into_the_docs_names_a_page_of_the_site():
+    """mkdocs --strict checks the site's own links; the README is outside it."""
+    import re
+
+    import yaml
+
+    links = re.findall(r"\]\((docs/[^)#]+)", (ROOT / "README.md").read_text())
+    assert len(links) > 10
+    assert [link for link in links if not (ROOT / link).is_file()] == []
+    nav = yaml.load((ROOT / "mkdocs.yml").read_text().replace("!!python/name:", ""), Loader=yaml.SafeLoader)["nav"]
+
+    def pages(entries):
+        for entry in entries:
+            for value in entry.values():
+                yield from pages(value) if isinstance(value, list) else [value]
+    assert {link[len("docs/"):] for link in links} <= set(pages(nav))
