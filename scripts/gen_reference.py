@@ -18,6 +18,7 @@ import os
 import sys
 from dataclasses import fields
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "reference"
@@ -28,7 +29,7 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
+def _table(head: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
@@ -80,7 +81,7 @@ def policy_page() -> str:
 
 
 def _flag_rows(parser: argparse.ArgumentParser) -> list[tuple[object, ...]]:
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
             continue

@@ -6,7 +6,7 @@ command lets it go. Read from the decision's typed kind and its numbers, never f
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from icemaint.domain.decisions import Decision, ReasonKind, Verdict
 from icemaint.domain.retention_tick import RetentionDecision
@@ -45,7 +45,7 @@ def decision_hint(verdict: str, kind: ReasonKind | str, table: str, date: str | 
     except ValueError:
         return None
     scope = f"{table} --date {date}" if date else table
-    hints = {
+    hints: dict[ReasonKind, Callable[[], str]] = {
         ReasonKind.WRITER_ACTIVE: lambda: _writer_hint(table, date, writer or {}),
         ReasonKind.HOT_PARTITION: lambda: (
             f"runs by itself once {date} ended hot_partition_age ago; policy hot_partition_age sets it "
