@@ -117,7 +117,7 @@ def audit_page() -> str:
     return (HEADER + "# Audit decisions and reasons\n\n"
             "Every maintenance decision is one append-only audit record (`icemaint audit`, `--json` for the fields): "
             "its operation, its decision and, for compaction and retention, the kind of its reason. Deferrals and "
-            "refusals printed by `compact` and `tick` carry a `hint`: what would let them go.\n\n"
+            "refusals printed by `compact`, `tick`, `plan` and `explain` carry a `hint`: what would let them go.\n\n"
             "## Decisions\n\n"
             + _table(("decision", "meaning"), [(f"`{v}`", m) for v, m in glossary.VERDICTS.items()]
                      + [(f"`{v}`", m) for v, m in glossary.OTHER_DECISIONS.items()])
