@@ -175,6 +175,8 @@ def cmd_maintain(config: MaintenanceConfig, args) -> int:
         print(f"{report.table}: one pass under claim {report.holder}")
         for step in report.steps:
             print(f"  {step.line}")
+            if step.hint:
+                print(f"      hint: {step.hint}")
         if report.stopped:
             print(f"  stopped: {report.stopped}")
     return EXIT_OK if report.success else EXIT_FAILED
