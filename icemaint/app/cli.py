@@ -13,6 +13,7 @@ import sys
 from typing import Sequence
 
 from icemaint.app import cli_retention
+from icemaint.app import metrics_server
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
 from icemaint.domain.layout import describe
 from icemaint.domain.names import TableName
@@ -547,6 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_doctor)
     cli_retention.register(sub)  # expire, orphans, manifests, purge-quarantine
+    metrics_server.register(sub, _port)  # metrics: the Prometheus endpoint
     return p
 
 
