@@ -13,11 +13,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from icemaint.app.metrics_server import EstateCollector, build_registry, make_metrics_server
+from icemaint.app.metrics_server import EstateExposition, build_registry, make_metrics_server
 from icemaint.config import parse_config
 from icemaint.domain.audit_tally import AuditTally, reason_kind
 from icemaint.domain.decisions import DEFER, NOOP, Decision, ReasonKind
-from icemaint.domain.health_summary import HealthSummary, due_age_seconds, summarize_health
+from icemaint.domain.health_summary import HealthSummary, summarize_health
 from icemaint.safety.audit import AuditRecord, FileAuditLog
 from icemaint.safety.audit_tail import FileAuditTail
 from icemaint.safety.health_store import HealthStore
@@ -105,7 +105,6 @@ def test_a_health_summary_says_what_is_due_held_and_lagging(tick_config):
     summary = summarize_health(health, [d for d in plan.decisions if d.table == "t.a"], 3, NOW)
     assert (summary.data_files, summary.small_files, summary.small_files_max_partition) == (9, 9, 5)
     assert (summary.oldest_due_date, summary.lagging_partitions, summary.held) == (DAY, 2, False)
-    assert due_age_seconds(summary, NOW) == 9.5 * 86400
     hot = summarize_health(plan.observed["t.hot"], [d for d in plan.decisions if d.table == "t.hot"], 3, NOW)
     assert hot.oldest_due_date == DAY and hot.lagging_partitions == 0  # waiting on its writer: not lagging
     held = Decision("t.a", "compact", DEFER, "proof failed", DAY, kind=ReasonKind.PROOF_FAILED)
@@ -129,9 +128,9 @@ def test_the_store_replaces_summaries_drops_gone_tables_and_rewrites_only_on_cha
                                        "held": False}}
 
 
-def _samples(registry) -> dict:
+def _samples(text: bytes) -> dict:
     out = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+    for family in text_string_to_metric_families(text.decode()):
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
@@ -146,16 +145,15 @@ def test_the_collector_exports_tables_and_counts_the_audit_incrementally(tmp_pat
                        small_files_threshold=10, delete_files=3, deleted_row_ratio=0.25, snapshots=70, manifests=12,
                        oldest_due_date="2026-10-31", lagging_partitions=1, held=True, held_kind="proof_failed")],
         {"at": T0.isoformat(), "evaluated": 1, "unchanged": 0, "errors": 0, "tables": 1})
-    from prometheus_client import CollectorRegistry
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(EstateCollector(config, clock=lambda: T0 + dt.timedelta(hours=2)))
-    first = _samples(registry)
+    registry, exposition = build_registry(config), EstateExposition(config)
+    first = _samples(generate_latest(registry))
+    assert _samples(exposition.render()).keys() == first.keys()  # the mounted app's cached text: the same series
     t = (("table", "db.t"),)
     assert first[("icemaint_table_data_files", t)] == 40 and first[("icemaint_table_small_files", t)] == 38
     assert first[("icemaint_table_deleted_row_ratio", t)] == 0.25 and first[("icemaint_table_held", t)] == 1
-    assert first[("icemaint_table_oldest_due_date_age_seconds", t)] == 38 * 3600
-    assert first[("icemaint_table_last_publish_age_seconds", t)] == 3600
+    assert first[("icemaint_table_oldest_due_date_timestamp_seconds", t)] == dt.datetime(
+        2026, 10, 31, tzinfo=dt.timezone.utc).timestamp()
+    assert first[("icemaint_table_last_publish_timestamp_seconds", t)] == (T0 + dt.timedelta(hours=1)).timestamp()
     assert ("icemaint_table_metadata_json_bytes", t) not in first  # not measured: no sample, not a zero
     assert first[("icemaint_last_tick_timestamp_seconds", ())] == T0.timestamp()
     kind = (("decision", "defer"), ("operation", "compact"), ("reason_kind", "writer_active"))
@@ -164,8 +162,9 @@ def test_the_collector_exports_tables_and_counts_the_audit_incrementally(tmp_pat
     assert first[("icemaint_step_duration_seconds_count", (("operation", "compact"), ("step", "publish")))] == 3
     log.append(AuditRecord(table="db.t", operation="compact", decision="defer", reason="writer active",
                            details={"reason_kind": "writer_active"}))
-    second = _samples(registry)
+    second = _samples(generate_latest(registry))
     assert second[("icemaint_operations_total", kind)] == 2 and second[("icemaint_audit_records_total", ())] == 8
+    assert _samples(exposition.render())[("icemaint_operations_total", kind)] == 2
 
 
 def test_icemaint_metrics_serves_the_registry_and_refuses_a_bad_port(tmp_path, capsys):

@@ -83,8 +83,8 @@ class Prometheus:
         return answer["data"]["result"]
 
     def query_range(self, expr: str, start: float) -> list[dict]:
-        answer = requests.get(f"{self.url}/api/v1/query_range", params={
-            "query": expr, "start": start, "end": time.time(), "step": "1s"}, timeout=10).json()
+        window = {"query": expr, "start": str(start), "end": str(time.time()), "step": "1s"}
+        answer = requests.get(f"{self.url}/api/v1/query_range", params=window, timeout=10).json()
         assert answer["status"] == "success", (expr, answer)
         return answer["data"]["result"]
 
@@ -177,7 +177,7 @@ def test_prometheus_sees_files_before_and_after_and_each_decision_with_its_reaso
     assert p.value(f'icemaint_table_data_files{{table="{table}"}}') == 1
     assert p.value(f'icemaint_table_small_files_threshold{{table="{table}"}}') == 3
     assert p.value(f'icemaint_table_held{{table="{table}"}}') == 0
-    assert p.value(f'icemaint_table_last_publish_age_seconds{{table="{table}"}} < 120') is not None
+    assert p.value(f'time() - icemaint_table_last_publish_timestamp_seconds{{table="{table}"}} < 120') is not None
     by_kind = {(r["metric"]["operation"], r["metric"]["decision"], r["metric"]["reason_kind"]): float(r["value"][1])
                for r in p.query('icemaint_operations_total{operation="compact"}')}
     assert by_kind == {("compact", "defer", "claim_busy"): 1, ("compact", "refuse", "policy"): 1,

@@ -17,7 +17,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from socketserver import ThreadingMixIn
 
 from icemaint.domain.audit_tally import AuditTally
-from icemaint.domain.health_summary import HealthSummary, due_age_seconds
+from icemaint.domain.health_summary import HealthSummary
 from icemaint.safety.audit_tail import open_audit_tail
 from icemaint.safety.health_store import HealthStore
 
@@ -28,10 +28,13 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 9464
 PREFIX = "icemaint"
+# The text format's content type (prometheus_client's own default moved to 1.0.0; every Prometheus reads 0.0.4).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # per-table gauges: (name, help, the summary's field)
 TABLE_GAUGES = (
     ("table_data_files", "Live data files of the table's current snapshot", "data_files"),
-    ("table_small_files", "Live data files under the table's small-file size", "small_files"),
+    ("table_small_files", "Live data files under the table's small-file size (absent when the tick screened the "
+     "table from its manifest list: nothing can be due there)", "small_files"),
     ("table_small_files_max_partition", "Small files in the table's partition (date) that holds most",
      "small_files_max_partition"),
     ("table_small_files_threshold", "Small files that make a partition due (the policy's min_input_files)",
@@ -43,42 +46,105 @@ TABLE_GAUGES = (
     ("table_metadata_json_bytes", "Bytes of the table's metadata.json files (when measured)", "metadata_bytes"),
     ("table_lagging_partitions", "Partitions at or above their small-file threshold that wait on no writer",
      "lagging_partitions"),
+    ("table_held", "1 while a scope of the table is held (awaiting approval, after a failed proof, failed runs or "
+     "a revert)", "held"),
+    ("table_observed_timestamp_seconds", "When the tick last read the table's metadata", "observed"),
+    ("table_oldest_due_date_timestamp_seconds", "Start (UTC) of the table's oldest date decided due; its age is "
+     "time() minus this", "oldest_due"),
 )
+LAST_PUBLISH = ("table_last_publish_timestamp_seconds", "When the table's last compaction was published (from the "
+                "audit trail); seconds since: time() minus this")
+
+Rows = dict[str, list[tuple[str, float]]]
+
+
+def table_rows(tables: dict[str, dict[str, Any]]) -> Rows:
+    """Each per-table gauge's (table, value) pairs from the stored summaries; ages are left to PromQL (`time() -`),
+    so the rows change only when the tick stores new summaries."""
+    rows: Rows = {name: [] for name, _, _ in TABLE_GAUGES}
+    fields = [(name, f) for name, _, f in TABLE_GAUGES]
+    for table, stored in tables.items():
+        s = HealthSummary.from_dict(stored)
+        derived = {"held": 1 if s.held else 0,
+                   "observed": dt.datetime.fromisoformat(s.observed_at).timestamp(),
+                   "oldest_due": due_start(s)}
+        for name, f in fields:
+            value = derived[f] if f in derived else getattr(s, f)
+            if value is not None:
+                rows[name].append((table, float(value)))
+    return rows
+
+
+def due_start(s: HealthSummary) -> float | None:
+    if s.oldest_due_date is None:
+        return None
+    return dt.datetime.combine(dt.date.fromisoformat(s.oldest_due_date), dt.time(), dt.timezone.utc).timestamp()
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def gauge_text(name: str, doc: str, rows: list[tuple[str, float]]) -> str:
+    """One per-table gauge in the text format, written directly: at 10,000 tables prometheus_client's generic
+    formatting of ~130,000 samples took most of a scrape (benchmarks/metrics_scrape.py)."""
+    head = f"# HELP {PREFIX}_{name} {doc}\n# TYPE {PREFIX}_{name} gauge\n"
+    return head + "".join(f'{PREFIX}_{name}{{table="{_label(t)}"}} {v!r}\n' for t, v in rows)
 
 
 class EstateCollector:
-    """A prometheus_client collector: the estate's figures at scrape time (see the module docstring)."""
+    """A prometheus_client collector: the estate's figures at scrape time (see the module docstring). With
+    `tables` false it leaves the per-table gauges to `EstateExposition`'s cached text."""
 
-    def __init__(self, config: "MaintenanceConfig", clock: Callable[[], dt.datetime] | None = None):
+    def __init__(self, config: "MaintenanceConfig", tables: bool = True):
         self.store = HealthStore(config.state_dir)
         self.tail = open_audit_tail(config)
         self.tally = AuditTally()
-        self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
+        self.tables = tables
         self._lock = threading.Lock()  # scrapes may arrive at once; the tail's offset is read by one at a time
-        self.audit_errors = 0
+        self._rows: tuple[object, Rows] | None = None
 
     def describe(self) -> list:
         return []  # registering must not scrape (nor touch the audit log)
 
+    def rows(self) -> Rows:
+        """The per-table rows, rebuilt only when the stored summaries changed."""
+        tables = self.store.tables()
+        if self._rows is None or self._rows[0] is not tables:
+            self._rows = (tables, table_rows(tables))
+        return self._rows[1]
+
     def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
         started = time.perf_counter()
         with self._lock:
             audit_up = self._read_audit()
             yield from self._audit_families(audit_up)
-        now = self.clock()
-        yield from self._table_families(self.store.tables(), now)
         yield from self._tick_families(self.store.last_tick())
-        from prometheus_client.core import GaugeMetricFamily
+        if self.tables:
+            docs = {name: doc for name, doc, _ in TABLE_GAUGES}
+            for name, rows in self.rows().items():
+                family = GaugeMetricFamily(f"{PREFIX}_{name}", docs[name], labels=["table"])
+                for table, value in rows:
+                    family.add_metric([table], value)
+                yield family
+            family = GaugeMetricFamily(f"{PREFIX}_{LAST_PUBLISH[0]}", LAST_PUBLISH[1], labels=["table"])
+            for table, value in self.published_rows():
+                family.add_metric([table], value)
+            yield family
+            yield GaugeMetricFamily(f"{PREFIX}_scrape_duration_seconds", "Seconds the last scrape took to collect",
+                                    value=time.perf_counter() - started)
 
-        yield GaugeMetricFamily(f"{PREFIX}_scrape_duration_seconds", "Seconds this scrape took to collect",
-                                value=time.perf_counter() - started)
+    def published_rows(self) -> list[tuple[str, float]]:
+        tables = self.store.tables()
+        return [(t, when) for t, when in sorted(self.tally.last_published.items()) if t in tables]
 
     def _read_audit(self) -> bool:
         try:
             for record in self.tail.read_new():
                 self.tally.add(record)
-        except Exception:  # the database down: the counters keep their values, the scrape says the read failed
-            self.audit_errors += 1
+        except Exception:  # the database down: the counters keep their values, icemaint_audit_up says so
             return False
         return True
 
@@ -124,41 +190,10 @@ class EstateCollector:
         ratio.add_metric([], t.proof_to_rewrite.buckets(), t.proof_to_rewrite.total)
         yield ratio
 
-    def _table_families(self, tables: dict[str, dict[str, Any]], now: dt.datetime) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
-
-        families = {f: GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["table"]) for name, doc, f in TABLE_GAUGES}
-        due = GaugeMetricFamily(f"{PREFIX}_table_oldest_due_date_age_seconds",
-                                "Seconds since the start of the table's oldest date decided due", labels=["table"])
-        held = GaugeMetricFamily(f"{PREFIX}_table_held", "1 while a scope of the table is held (awaiting approval, "
-                                 "after a failed proof, failed runs or a revert)", labels=["table"])
-        observed = GaugeMetricFamily(f"{PREFIX}_table_observed_timestamp_seconds",
-                                     "When the tick last read the table's metadata", labels=["table"])
-        published = GaugeMetricFamily(f"{PREFIX}_table_last_publish_age_seconds",
-                                      "Seconds since the table's last published compaction", labels=["table"])
-        now_s = now.timestamp()
-        for table, stored in tables.items():
-            s = HealthSummary.from_dict(stored)
-            labels = [table]
-            for field_name, family in families.items():
-                value = getattr(s, field_name)
-                if value is not None:
-                    family.add_metric(labels, value)
-            age = due_age_seconds(s, now)
-            if age is not None:
-                due.add_metric(labels, age)
-            held.add_metric(labels, 1 if s.held else 0)
-            observed.add_metric(labels, dt.datetime.fromisoformat(s.observed_at).timestamp())
-        for table, when in self.tally.last_published.items():
-            if table in tables:
-                published.add_metric([table], max(now_s - when, 0.0))
-        yield from families.values()
-        yield from (due, held, observed, published)
-        yield GaugeMetricFamily(f"{PREFIX}_tables", "Tables with a health summary", value=len(tables))
-
     def _tick_families(self, tick: dict[str, Any]) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
+        yield GaugeMetricFamily(f"{PREFIX}_tables", "Tables with a health summary", value=len(self.store.tables()))
         if not tick.get("at"):
             return
         yield GaugeMetricFamily(f"{PREFIX}_last_tick_timestamp_seconds", "When the last compaction tick finished",
@@ -168,9 +203,40 @@ class EstateCollector:
             yield GaugeMetricFamily(f"{PREFIX}_last_tick_{key}", doc, value=float(tick.get(key) or 0))
 
 
+class EstateExposition:
+    """The whole `/metrics` text: the audit's and tick's families through prometheus_client, the per-table gauges
+    as text cached until the tick stores new summaries."""
+
+    def __init__(self, config: "MaintenanceConfig"):
+        from prometheus_client import CollectorRegistry
+
+        self.collector = EstateCollector(config, tables=False)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        self._text: tuple[object, bytes] | None = None
+
+    def _tables_text(self) -> bytes:
+        rows = self.collector.rows()
+        if self._text is None or self._text[0] is not rows:
+            docs = {name: doc for name, doc, _ in TABLE_GAUGES}
+            self._text = (rows, "".join(gauge_text(name, docs[name], r) for name, r in rows.items()).encode())
+        return self._text[1]
+
+    def render(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        started = time.perf_counter()
+        body = generate_latest(self.registry) + self._tables_text() + gauge_text(
+            LAST_PUBLISH[0], LAST_PUBLISH[1], self.collector.published_rows()).encode()
+        took = time.perf_counter() - started
+        return body + (f"# HELP {PREFIX}_scrape_duration_seconds Seconds this scrape took to render\n"
+                       f"# TYPE {PREFIX}_scrape_duration_seconds gauge\n"
+                       f"{PREFIX}_scrape_duration_seconds {took!r}\n").encode()
+
+
 def build_registry(config: "MaintenanceConfig") -> "CollectorRegistry":
-    """A registry holding the estate's collector, for a deployment to expose (e.g. `prometheus_client.make_wsgi_app`
-    or `generate_latest`) in its own process."""
+    """A registry holding the estate's collector, for a deployment to merge with its own (`generate_latest`).
+    `wsgi_app` serves the same figures faster (its per-table text is cached): prefer it where it can be mounted."""
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
@@ -179,10 +245,15 @@ def build_registry(config: "MaintenanceConfig") -> "CollectorRegistry":
 
 
 def wsgi_app(config: "MaintenanceConfig"):
-    """A WSGI app serving the estate's figures on any path (`/metrics` by convention)."""
-    from prometheus_client import make_wsgi_app
+    """A WSGI app serving the estate's figures on any path (`/metrics` by convention), for a deployment to mount."""
+    exposition = EstateExposition(config)
 
-    return make_wsgi_app(build_registry(config))
+    def app(environ, start_response):
+        body = exposition.render()
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
 
 
 class _Server(ThreadingMixIn, WSGIServer):

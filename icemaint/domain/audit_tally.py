@@ -86,8 +86,8 @@ class AuditTally:
     """Everything `icemaint metrics` counts from the audit trail, fed one stored record at a time."""
 
     records: int = 0
-    operations: Counter = field(default_factory=Counter)          # (operation, decision, reason_kind)
-    proof_failures: Counter = field(default_factory=Counter)      # operation
+    operations: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # operation, decision, kind
+    proof_failures: Counter[str] = field(default_factory=Counter)  # by operation
     rewritten_bytes: float = 0.0
     rewritten_files: int = 0
     written_files: int = 0
@@ -95,10 +95,10 @@ class AuditTally:
     snapshots_expired: int = 0
     orphans_removed: int = 0
     manifests_rewritten: int = 0
-    run_seconds: dict = field(default_factory=dict)               # operation -> Histogram
-    step_seconds: dict = field(default_factory=dict)              # (operation, step) -> Histogram
+    run_seconds: dict[str, Histogram] = field(default_factory=dict)  # by operation
+    step_seconds: dict[tuple[str, str], Histogram] = field(default_factory=dict)  # by operation, step
     proof_to_rewrite: Histogram = field(default_factory=lambda: Histogram(RATIO_BUCKETS))
-    last_published: dict = field(default_factory=dict)            # table -> epoch seconds of its last publish
+    last_published: dict[str, float] = field(default_factory=dict)  # table -> its last publish (epoch s)
 
     def add(self, record: Mapping[str, Any]) -> None:
         """Counts one stored record; a dry run or a `started` marker counts nothing."""

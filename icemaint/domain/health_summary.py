@@ -90,10 +90,3 @@ def summarize_screened(table: str, metadata_location: str, data_files: int | Non
                          data_files=data_files, delete_files=0, deleted_row_ratio=0.0, snapshots=snapshots,
                          manifests=manifests, small_files_threshold=min_input_files)
 
-
-def due_age_seconds(summary: HealthSummary, now: dt.datetime) -> float | None:
-    """Seconds since the start (UTC) of the table's oldest due date; None when no date is due."""
-    if summary.oldest_due_date is None:
-        return None
-    start = dt.datetime.combine(dt.date.fromisoformat(summary.oldest_due_date), dt.time(), dt.timezone.utc)
-    return max((now - start).total_seconds(), 0.0)
