@@ -8,7 +8,6 @@ One module estate: two tables, three ticks, ONE compaction; Prometheus on a free
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import shutil
 import socket
@@ -111,14 +110,11 @@ class Prometheus:
             self.process.wait()
 
 
-def _tick(path: Path) -> dict:
-    from icemaint.app.cli import main
+def _ticker(path: Path):
+    """One `icemaint tick` process's ticker for the module's three ticks (Dagster's definitions load once)."""
+    from icemaint.app.ticker import Ticker
 
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(["--config", str(path), "tick", "--json"])
-    assert code == 0, out.getvalue()[-2000:]
-    return json.loads(out.getvalue())
+    return Ticker(load_config(path), str(path))
 
 
 @pytest.fixture(scope="module")
@@ -150,19 +146,20 @@ def watched(spark, lake_root, tmp_path_factory):
         try:
             prometheus.wait_ready()
             started = time.time()
+            ticker = _ticker(path)
             claim = open_claims(config).acquire(stream, holder="ingest-job")  # a cooperating writer's
             try:
-                first = _tick(path)
+                first = ticker.tick()
             finally:
                 claim.release()
             writer.run(1)  # the writer's next commit: the table moved, so the next tick decides it again
             verdicts = {(d["table"], d["decision"]) for d in first["decisions"] if d["operation"] == "compact"}
             assert verdicts == {(stream, "defer"), (ro, "refuse")}, first["decisions"]
             prometheus.wait_for(f'icemaint_table_data_files{{table="{stream}"}}', 3)  # scraped before compaction
-            second = _tick(path)
+            second = ticker.tick()
             [ran] = [d for d in second["decisions"] if d["table"] == stream and d["operation"] == "compact"]
             assert ran["published"] is True and (ran["files_before"], ran["files_after"]) == (4, 1), ran
-            _tick(path)  # reads the compacted table
+            assert not ticker.tick()["errors"]  # reads the compacted table
             prometheus.wait_for(f'icemaint_table_data_files{{table="{stream}"}}', 1)
             yield SimpleNamespace(prometheus=prometheus, stream=stream, read_only=ro, config=config, started=started)
         finally:

@@ -17,7 +17,6 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from socketserver import ThreadingMixIn
 
 from icemaint.domain.audit_tally import AuditTally
-from icemaint.domain.health_summary import HealthSummary
 from icemaint.safety.audit_tail import open_audit_tail
 from icemaint.safety.health_store import HealthStore
 
@@ -59,26 +58,27 @@ Rows = dict[str, list[tuple[str, float]]]
 
 
 def table_rows(tables: dict[str, dict[str, Any]]) -> Rows:
-    """Each per-table gauge's (table, value) pairs from the stored summaries; ages are left to PromQL (`time() -`),
-    so the rows change only when the tick stores new summaries."""
+    """Each per-table gauge's (table, value) pairs from the stored summaries (`HealthSummary.to_dict`); ages are
+    left to PromQL (`time() -`), so the rows change only when the tick stores new summaries. Read from the stored
+    dicts directly: building 10,000 dataclasses was half of a rebuild."""
     rows: Rows = {name: [] for name, _, _ in TABLE_GAUGES}
-    fields = [(name, f) for name, _, f in TABLE_GAUGES]
+    plain = [(rows[name], f) for name, _, f in TABLE_GAUGES if f not in ("held", "observed", "oldest_due")]
+    held, observed, due = rows["table_held"], rows["table_observed_timestamp_seconds"], \
+        rows["table_oldest_due_date_timestamp_seconds"]
+    starts: dict[str, float] = {}
     for table, stored in tables.items():
-        s = HealthSummary.from_dict(stored)
-        derived = {"held": 1 if s.held else 0,
-                   "observed": dt.datetime.fromisoformat(s.observed_at).timestamp(),
-                   "oldest_due": due_start(s)}
-        for name, f in fields:
-            value = derived[f] if f in derived else getattr(s, f)
+        for out, f in plain:
+            value = stored.get(f)
             if value is not None:
-                rows[name].append((table, float(value)))
+                out.append((table, float(value)))
+        held.append((table, 1.0 if stored.get("held") else 0.0))
+        observed.append((table, dt.datetime.fromisoformat(stored["observed_at"]).timestamp()))
+        date = stored.get("oldest_due_date")
+        if date is not None:
+            if date not in starts:
+                starts[date] = dt.datetime.combine(dt.date.fromisoformat(date), dt.time(), dt.timezone.utc).timestamp()
+            due.append((table, starts[date]))
     return rows
-
-
-def due_start(s: HealthSummary) -> float | None:
-    if s.oldest_due_date is None:
-        return None
-    return dt.datetime.combine(dt.date.fromisoformat(s.oldest_due_date), dt.time(), dt.timezone.utc).timestamp()
 
 
 def _label(value: str) -> str:
