@@ -9,6 +9,7 @@ reader never needs a lock and never sees half a file. Summaries of tables no lon
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -34,20 +35,21 @@ class HealthStore:
     def record(self, summaries: Iterable[HealthSummary], tick: Mapping[str, Any],
                estate: Iterable[str] | None = None) -> None:
         """Stores the tick's summaries (replacing each table's previous one) and its heartbeat; with `estate`,
-        drops the summaries of tables not in it. The summaries file is rewritten only when it changes."""
+        drops the summaries of tables not in it. The summaries file is read and rewritten only when a summary is
+        new or the estate changed (an unchanged tick of 10,000 tables writes the heartbeat alone)."""
         self.root.mkdir(parents=True, exist_ok=True)
         fresh = {s.table: s.to_dict() for s in summaries}
+        keep = set(estate) if estate is not None else None
+        digest = hashlib.sha1("\n".join(sorted(keep)).encode()).hexdigest() if keep is not None else None
         with open(self.root / "health.lock", "a") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            tables = dict(self._read_file())
-            before = len(tables)
-            tables.update(fresh)
-            if estate is not None:
-                keep = set(estate)
-                tables = {t: s for t, s in tables.items() if t in keep}
-            if fresh or len(tables) != before:
+            if fresh or digest is None or digest != self.last_tick().get("estate"):
+                tables = dict(self._read_file())
+                tables.update(fresh)
+                if keep is not None:
+                    tables = {t: s for t, s in tables.items() if t in keep}
                 self._replace(self.path, {"format": FORMAT, "tables": tables})
-            self._replace(self.tick_path, dict(tick))
+            self._replace(self.tick_path, {**tick, "estate": digest})
 
     def _read_file(self) -> dict[str, dict[str, Any]]:
         try:
