@@ -205,3 +205,42 @@ def test_every_dashboard_query_returns_series(watched):
     assert len(queries) >= 20
     empty = [(title, expr) for title, expr in queries if not watched.prometheus.query_range(expr, watched.started)]
     assert empty == [], empty
+
+
+def test_a_proof_failure_the_endpoint_counts_fires_its_rule(watched, tmp_path):
+    """A compaction record whose proof failed, as the run writes it, scraped before and after: the two values,
+    as promtool's input series, fire IcemaintProofFailed (the live estate's one compaction passed its proof)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from icemaint.app.metrics_server import EstateExposition
+    from icemaint.config import parse_config
+    from icemaint.safety.audit import FileAuditLog
+    from test_metrics import _compaction
+
+    config = parse_config({"state_dir": str(tmp_path / "state")}, tmp_path)
+    exposition = EstateExposition(config)
+
+    def failures() -> float:
+        [family] = [f for f in text_string_to_metric_families(exposition.render().decode())
+                    if f.name == "icemaint_proof_failures"]
+        return {s.labels["operation"]: s.value for s in family.samples if s.name.endswith("_total")}["compact"]
+
+    before = failures()
+    FileAuditLog(config.state_dir).append(_compaction(decision="not_published", published=False, passed=False))
+    after = failures()
+    assert (before, after) == (0, 1)
+    case = tmp_path / "proof-failure.test.yml"
+    case.write_text(json.dumps({
+        "rule_files": [str(RULES)], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m",
+                   "input_series": [{"series": 'icemaint_proof_failures_total{operation="compact"}',
+                                     "values": f"{before:g}x10 {after:g}x30"}],
+                   "alert_rule_test": [
+                       {"eval_time": "5m", "alertname": "IcemaintProofFailed", "exp_alerts": []},
+                       {"eval_time": "15m", "alertname": "IcemaintProofFailed", "exp_alerts": [{
+                           "exp_labels": {"severity": "critical", "operation": "compact"},
+                           "exp_annotations": {
+                               "summary": "icemaint: a proof of a compact failed; nothing was published"}}]}]}]}))
+    check = subprocess.run([_tool("promtool"), "test", "rules", str(case)], capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
