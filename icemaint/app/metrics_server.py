@@ -244,16 +244,21 @@ def build_registry(config: "MaintenanceConfig") -> "CollectorRegistry":
     return registry
 
 
-def wsgi_app(config: "MaintenanceConfig"):
-    """A WSGI app serving the estate's figures on any path (`/metrics` by convention), for a deployment to mount."""
-    exposition = EstateExposition(config)
+class MetricsApp:
+    """The WSGI app: the exposition's text on any path (`/metrics` by convention)."""
 
-    def app(environ, start_response):
-        body = exposition.render()
+    def __init__(self, exposition: EstateExposition):
+        self.exposition = exposition
+
+    def __call__(self, environ, start_response):
+        body = self.exposition.render()
         start_response("200 OK", [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))])
         return [body]
 
-    return app
+
+def wsgi_app(config: "MaintenanceConfig") -> MetricsApp:
+    """A WSGI app serving the estate's figures, for a deployment to mount."""
+    return MetricsApp(EstateExposition(config))
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -265,20 +270,26 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def make_metrics_server(config: "MaintenanceConfig", host: str, port: int) -> WSGIServer:
+def make_metrics_server(config: "MaintenanceConfig", host: str, port: int, app: MetricsApp | None = None) -> WSGIServer:
     """The HTTP server (`serve_forever`, `shutdown`); port 0 takes a free one (`server_port` says which)."""
-    return make_server(host, port, wsgi_app(config), server_class=_Server, handler_class=_QuietHandler)
+    return make_server(host, port, app or wsgi_app(config), server_class=_Server, handler_class=_QuietHandler)
 
 
 def cmd_metrics(config: "MaintenanceConfig", args) -> int:
     from icemaint.config import ConfigError
 
+    app = wsgi_app(config)
     try:
-        server = make_metrics_server(config, args.host, args.port)
+        server = make_metrics_server(config, args.host, args.port, app)
     except OSError as exc:
         raise ConfigError(f"port {args.port} on {args.host} cannot be used ({exc.strerror}): give another with "
                           "--port") from None
-    print(f"icemaint metrics on http://{args.host}:{server.server_port}/metrics (state dir {config.state_dir}); "
+    # The first scrape tallies the whole audit trail: done before serving, so it cannot outlast a scrape timeout.
+    started = time.perf_counter()
+    exposition = app.exposition
+    exposition.render()
+    print(f"icemaint metrics on http://{args.host}:{server.server_port}/metrics (state dir {config.state_dir}; "
+          f"{exposition.collector.tally.records} audit records read in {time.perf_counter() - started:.1f} s); "
           "Ctrl-C stops it", flush=True)
     try:
         server.serve_forever()
