@@ -96,6 +96,35 @@ def test_the_tail_reads_only_what_was_appended_and_never_half_a_line(tmp_path):
     assert [r["reason"] for r in tail.read_new()] == ["two"] and tail.skipped == 1  # the torn line, skipped
 
 
+@pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.postgres)])
+def sink_config(request, tmp_path, monkeypatch):
+    """A config on each audit sink: the JSON-lines file, and an empty PostgreSQL database."""
+    if request.param == "file":
+        yield parse_config({"state_dir": str(tmp_path / "state")}, tmp_path)
+        return
+    from pg_server import fresh_database
+
+    with fresh_database(request.getfixturevalue("postgres_dsn"), f"metrics_{tmp_path.name[-12:]}") as dsn:
+        monkeypatch.setenv("ICEMAINT_TEST_METRICS_DSN", dsn)
+        yield parse_config({"state_dir": str(tmp_path / "state"),
+                            "audit": {"sink": "postgres", "dsn_env": "ICEMAINT_TEST_METRICS_DSN"}}, tmp_path)
+
+
+def test_each_sink_is_tailed_from_where_the_last_read_stopped(sink_config):
+    from icemaint.safety.audit import open_audit
+    from icemaint.safety.audit_tail import open_audit_tail
+
+    tail = open_audit_tail(sink_config)
+    assert tail.read_new() == []  # nothing audited yet (no file, no table)
+    log = open_audit(sink_config)
+    for reason in ("one", "two"):
+        log.append(AuditRecord(table="db.a", operation="compact", decision="defer", reason=reason))
+    assert [r["reason"] for r in tail.read_new()] == ["one", "two"]
+    assert tail.read_new() == []
+    log.append(AuditRecord(table="db.a", operation="compact", decision="run", reason="three"))
+    assert [r["reason"] for r in tail.read_new()] == ["three"]
+
+
 def test_a_health_summary_says_what_is_due_held_and_lagging(tick_config):
     estate = Estate()
     estate.add("t.a", small_files(5) + small_files(4, "2024-06-03"))
