@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish clean
+.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,7 @@ XDIST = -n $(TEST_WORKERS) --dist loadgroup
 test: setup java
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_chromium.sh
+	bash scripts/ensure_prometheus.sh
 	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 # Everything but the `slow` end-to-end tests: Spark, Dagster and PostgreSQL for real, no stack, no daemon.
@@ -104,6 +105,11 @@ PUBLISH_ARGS ?=
 bench-publish: setup java
 	bash scripts/ensure_postgres.sh
 	$(BIN)/python -m benchmarks.publish_race $(PUBLISH_ARGS)
+
+# One scrape of `icemaint metrics` over a 10,000-table estate's persisted summaries and a 100,000-record audit log
+# (a section of benchmarks/RESULTS.md).
+bench-metrics: setup
+	$(BIN)/python -m benchmarks.metrics_scrape
 
 # Column statistics: icemaint's against Iceberg's compute_table_stats, quiet and under a claimless writer (a
 # section of benchmarks/RESULTS.md).

@@ -3,12 +3,16 @@
 
 import datetime as dt
 import hashlib
+import logging
 from collections.abc import Callable, Sequence
 
 import dagster as dg
 
 from icemaint.safety.approvals import UNPUBLISHED_RUN_ENDS, held_runs, is_approved, reverted_scopes
 from icemaint.safety.audit import AuditRecord
+from icemaint.safety.health_store import HealthStore
+from icemaint.domain.health_summary import summarize_health, summarize_screened
+from icemaint.domain.screen import Screened
 from icemaint.domain.decisions import DEFER, REFUSE
 from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick, \
     table_batches
@@ -166,8 +170,30 @@ def evaluate_compaction(instance, catalog: IcebergCatalogResource, claims: Table
             audit.append(AuditRecord(table=d.table, operation="compact", decision=d.verdict, reason=d.reason,
                                      date=d.date, trigger="sensor", identity=config.identity(),
                                      writer_check=d.writer_check, partition_rationale=d.rationale,
-                                     cost_estimate=d.cost_estimate))
+                                     cost_estimate=d.cost_estimate, details={"reason_kind": str(d.kind)}))
+    if record:
+        record_health(config, plan, tables, now)
     return plan
+
+
+def record_health(config, plan, tables: list[str], now: dt.datetime) -> None:
+    """The tick's health reads, summarised per table for `icemaint metrics` (`icemaint.safety.health_store`), with
+    the tick's heartbeat. Metrics are not worth a tick: a store that cannot be written is logged, not raised."""
+    decisions: dict[str, list] = {}
+    for d in plan.decisions:
+        decisions.setdefault(d.table, []).append(d)
+    summaries = []
+    for table, h in plan.observed.items():
+        threshold = config.policy(table).min_input_files
+        summaries.append(summarize_screened(h.table, h.metadata_location, h.data_files, h.snapshots, h.manifests,
+                                            threshold, now) if isinstance(h, Screened)
+                         else summarize_health(h, decisions.get(table, []), threshold, now))
+    heartbeat = {"at": now.isoformat(), "tables": len(tables), "evaluated": len(plan.evaluated),
+                 "unchanged": len(plan.unchanged), "errors": len(plan.errors)}
+    try:
+        HealthStore(config.state_dir).record(summaries, heartbeat, estate=tables)
+    except OSError as exc:
+        logging.getLogger(__name__).warning("health summaries for icemaint metrics not written: %s", exc)
 
 
 def decision_observation(decision) -> dg.AssetObservation:

@@ -54,7 +54,7 @@ def evaluate_retention(instance, catalog: IcebergCatalogResource, claims: TableC
         cursor=decode_cursor(cursor_text), now=now)
     for d in plan.to_record if record else ():
         audit.append(AuditRecord(table=d.table, operation=str(d.operation), decision=str(d.verdict), reason=d.reason,
-                                 trigger="sensor", identity=identity))
+                                 trigger="sensor", identity=identity, details={"reason_kind": str(d.kind)}))
     return plan
 
 

@@ -112,6 +112,14 @@ COMMANDS: dict[str, CommandHelp] = {
         "`agent`). An agent never approves, never removes orphans and never reverts.",
         ("icemaint mcp --agent ops-bot                 # stdio, for an MCP client's mcpServers entry",
          "icemaint mcp --http 127.0.0.1:8765           # streamable HTTP, bearer token per agent")),
+    "metrics": CommandHelp(
+        "serve Prometheus metrics over the tick's last health read and the audit trail (/metrics)",
+        "Serve Prometheus metrics on /metrics: per-table health as the last tick read it (no table's metadata is\n"
+        "read per scrape), counters and durations from the audit trail read incrementally. Run it where the\n"
+        "sensors or `icemaint tick` run (it reads their state dir). Alert rules: deploy/prometheus/; a Grafana\n"
+        "dashboard: deploy/grafana/ (docs: Metrics).",
+        ("icemaint metrics                      # http://127.0.0.1:9464/metrics",
+         "icemaint metrics --host 0.0.0.0 --port 9464   # for a Prometheus on another host")),
     "demo": CommandHelp(
         "build the demo warehouse and run the maintenance loop on it",
         "Build a demo warehouse under the state dir: a simulated streaming writer commits small files into\n"

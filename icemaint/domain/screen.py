@@ -33,6 +33,10 @@ class Screened:
     table: str
     metadata_location: str
     reason: str
+    # what the manifest list and the metadata file tell without reading manifests (None: not known)
+    data_files: int | None = None
+    snapshots: int | None = None
+    manifests: int | None = None
 
 
 def most_files_on_one_date(manifests: Sequence[ManifestSummary]) -> int | None:

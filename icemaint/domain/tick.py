@@ -74,6 +74,8 @@ class TickPlan:
     # Defers and refusals that differ from what the previous evaluation of their table recorded:
     # a table deferred tick after tick for the same reason is audited once, not every tick.
     to_record: list[Decision] = field(default_factory=list)
+    # What the tick read of each evaluated table (kept for the metrics endpoint's health summaries)
+    observed: dict[str, TableHealth | Screened] = field(default_factory=dict)
 
     def summary(self) -> str:
         counts = {v: sum(1 for d in self.decisions if d.verdict == v) for v in (RUN, DEFER, REFUSE, NOOP)}
@@ -237,6 +239,7 @@ def plan_compaction_tick(
             continue
         previous, policy = cursor.get(table), policies[table]
         plan.evaluated.append(table)
+        plan.observed[table] = h
         if isinstance(h, Screened):
             plan.screened.append(table)
             table_decisions = [screened_decision(h, policy, identity)]

@@ -255,10 +255,12 @@ class CatalogReader:
         manifests = current_manifests(tbl)
         timing = time_partitioning(tbl, policy.time_column)
         if timing.found or not policy.time_column:  # a policy time_column that is wrong is refused in full
-            reason = screen_compaction(manifest_summaries(tbl, timing, manifests), policy.min_input_files,
-                                       dated=timing.found)
+            summaries = manifest_summaries(tbl, timing, manifests)
+            reason = screen_compaction(summaries, policy.min_input_files, dated=timing.found)
             if reason:
-                return Screened(TableName.parse(table).key, tbl.metadata_location, reason)
+                return Screened(TableName.parse(table).key, tbl.metadata_location, reason,
+                                data_files=sum(m.live_files or 0 for m in summaries if not m.deletes),
+                                snapshots=len(tbl.metadata.snapshots), manifests=len(manifests))
         return self._health(table, tbl, manifests, now)
 
     def _health(self, table: str, tbl, manifests: list, now: dt.datetime | None,

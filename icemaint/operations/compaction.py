@@ -518,6 +518,8 @@ class Compactor(ContractOperation):
                      "published": outcome.published, "staged": [g.to_dict() for g in outcome.staged],
                      "cleaned_staging": outcome.cleaned_staging,
                      "replanned": outcome.replanned, "attempts": outcome.attempts,
+                     # the typed kind of the decision this record ends with (none when the run ended otherwise)
+                     **({"reason_kind": detail["kind"]} if detail.get("verdict") == str(outcome.decision) else {}),
                      # which Spark application did the work (its executors' logs, the master's UI); none
                      # when the run decided from metadata alone
                      **_spark_app_of(self.spark)},
