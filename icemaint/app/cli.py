@@ -14,6 +14,7 @@ from typing import Sequence
 
 from icemaint.app import cli_retention
 from icemaint.app import metrics_server
+from icemaint.app import serve
 from icemaint.app.cli_help import DRY_RUN_HELP, JSON_HELP, MAIN_DESCRIPTION, MAIN_EPILOG, add_command
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
 from icemaint.domain.hints import decision_hint
@@ -565,6 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     cli_retention.register(sub)  # expire, orphans, manifests, statistics, purge-quarantine
     metrics_server.register(sub, _port)  # metrics: the Prometheus endpoint
+    serve.register(sub, _port)  # serve: the long-lived engine
     return p
 
 

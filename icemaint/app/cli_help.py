@@ -120,6 +120,17 @@ COMMANDS: dict[str, CommandHelp] = {
         "dashboard: deploy/grafana/ (docs: Metrics).",
         ("icemaint metrics                      # http://127.0.0.1:9464/metrics",
          "icemaint metrics --host 0.0.0.0 --port 9464   # for a Prometheus on another host")),
+    "serve": CommandHelp(
+        "tick on an interval in one long-lived process on one warm Spark session, with health probes for a "
+        "supervisor",
+        "Tick as `icemaint tick` does, again and again in one process: the JVM starts once and every run of every\n"
+        "tick uses it. --health-port serves GET /healthz (the loop beats) and /readyz (Spark started, the last tick\n"
+        "did not fail on an outage or a bug) as JSON for systemd or Kubernetes. SIGTERM or Ctrl-C: the run in\n"
+        "flight stops at its next step boundary (main unchanged) or finishes, no tick starts, exit 0. Each tick's\n"
+        "line carries the process's and its JVM's resident memory (docs: Operations, serve).",
+        ("icemaint serve --interval 60s --health-port 8080",
+         "icemaint serve --interval 5m --json              # one JSON object per tick, for a log pipeline",
+         "icemaint serve --interval 10s --max-ticks 3      # a smoke test")),
     "demo": CommandHelp(
         "build the demo warehouse and run the maintenance loop on it",
         "Build a demo warehouse under the state dir: a simulated streaming writer commits small files into\n"

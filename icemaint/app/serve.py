@@ -1,0 +1,295 @@
+"""`icemaint serve`: one long-lived process that ticks on an interval over one warm Spark session.
+
+Each tick is `icemaint tick`'s (`Ticker.tick`, one `Ticker` and so one Dagster instance for the process); the JVM
+starts once, before the first tick, and every run of every tick uses it. A supervisor probes `/healthz` (the loop
+beats) and `/readyz` (Spark started, the last tick did not raise) on a small HTTP server in a thread; the verdicts
+are `icemaint.domain.serve_health`'s. SIGTERM or Ctrl-C stops it gracefully: the run in flight stops at its next step
+boundary (`icemaint.safety.interrupts`: before the act, before staging, before each publish) or finishes, no tick
+starts after it, and it exits 0 with one line; a second signal interrupts at once, as Ctrl-C does in `tick`.
+
+Every tick's line carries the resident memory of this process and of its JVM (docs/operations/serve.md;
+`make bench-serve` measures it over many ticks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable
+
+from icemaint.domain.serve_health import BUG, OPERATIONAL, ServeState, TickRecord, alive, ready, stale_after
+from icemaint.domain.units import counted, human_duration, human_size, parse_duration, printable
+from icemaint.errors import UserError, is_operational, one_line
+from icemaint.safety import interrupts
+
+DEFAULT_INTERVAL = "60s"
+WAIT_SLICE = 0.5  # seconds: how soon a signal between ticks is seen
+
+
+def interval_arg(text: str) -> float:
+    """`--interval` / `--stale-after`: a readable duration of at least one second."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is under a second: give at least 1s")
+    return seconds
+
+
+def rss_bytes(pid: int) -> int | None:
+    """A process's resident set size (Linux /proc), or None where it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def jvm_pid(spark) -> int | None:
+    """The driver JVM's process id, as the JVM itself says it."""
+    try:
+        return int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception:  # noqa: BLE001 - a session without a local JVM (Spark Connect): no pid to measure
+        return None
+
+
+class HealthServer:
+    """`GET /healthz` and `GET /readyz` as JSON, 200 or 503, from the loop's state (a thread, `http.server`)."""
+
+    def __init__(self, host: str, port: int, answer: Callable[[str], tuple[int, dict] | None]):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                found = answer(self.path.split("?", 1)[0])
+                status, body = found if found else (404, {"error": f"no such path {self.path!r}: /healthz, /readyz"})
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format, *args) -> None:  # noqa: A002 - a probe every few seconds is no log line
+                pass
+
+        try:
+            self.server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            raise UserError(f"--health-host {host} --health-port {port} cannot be used ({exc.strerror or exc}): "
+                            "give another port or address") from None
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="icemaint-serve-health", daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.server_address[:2]
+        return str(host), int(port)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Serve:
+    """The loop: one `Ticker`, one Spark session, a tick every `interval` seconds (between a tick's end and the next's
+    start, so ticks never overlap), until `max_ticks` or an interrupt."""
+
+    def __init__(self, config, config_path: str | None, interval: float, stale: float | None = None,
+                 health: tuple[str, int] | None = None, json_lines: bool = False, emit: Callable[[str], None] = print):
+        self.config, self.config_path, self.json_lines, self.emit = config, config_path, json_lines, emit
+        now = time.time()
+        self.state = ServeState(started_at=now, interval=interval, stale_after=stale_after(interval, stale),
+                                heartbeat=now)
+        self.lock = threading.Lock()
+        self.health = HealthServer(health[0], health[1], self.probe) if health else None  # before Spark: a bad port
+        self.spark = None
+        self.ticker = None
+
+    def probe(self, path: str) -> tuple[int, dict] | None:
+        verdict = {"/healthz": alive, "/readyz": ready}.get(path)
+        if verdict is None:
+            return None
+        with self.lock:
+            ok, body = verdict(self.state, time.time())
+        return (200 if ok else 503), body
+
+    def beat(self, **changes) -> None:
+        with self.lock:
+            self.state.heartbeat = time.time()
+            for key, value in changes.items():
+                setattr(self.state, key, value)
+
+    def start(self) -> None:
+        """The Dagster instance and the warm Spark session every tick's runs use."""
+        from icemaint.app.ticker import Ticker
+        from icemaint.engine.spark_session import get_spark
+
+        self.ticker = Ticker(self.config, self.config_path)
+        self.spark = get_spark(self.config)
+        self.beat(spark_started=True, spark_app_id=self.spark.sparkContext.applicationId)
+
+    def run(self, max_ticks: int | None = None) -> int:
+        """Ticks until `max_ticks` or an interrupt; the number of ticks that started."""
+        if self.ticker is None:
+            self.start()
+        n = 0
+        try:
+            while not interrupts.stopping() and (max_ticks is None or n < max_ticks):
+                n += 1
+                self.tick(n)
+                if interrupts.stopping() or (max_ticks is not None and n >= max_ticks):
+                    break
+                self.wait()
+        except KeyboardInterrupt:  # a run answered the interrupt, no further run started, or a second signal
+            pass
+        self.beat(stopping=True, ticking=None)
+        return n
+
+    def wait(self) -> None:
+        deadline = time.monotonic() + self.state.interval
+        while not interrupts.stopping():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(WAIT_SLICE, left))
+            self.beat()
+
+    def tick(self, n: int) -> TickRecord:
+        assert self.ticker is not None
+        self.beat(ticking=n)
+        started, report, raised, error = time.monotonic(), None, None, None
+        try:
+            report = self.ticker.tick()
+        except Exception as exc:  # the loop goes on; /readyz says why it is not ready until a tick succeeds
+            raised = OPERATIONAL if is_operational(exc) or isinstance(exc, OSError) else BUG
+            error = f"{type(exc).__name__}: {one_line(exc)}"
+            if raised == BUG:
+                error += f" (trace in {_save_trace(self.config)})"
+        finally:
+            seconds = time.monotonic() - started
+        record = TickRecord(n, time.time(), seconds, failed=bool(report and report["failed"]), raised=raised,
+                            error=error)
+        with self.lock:
+            self.state.last, self.state.ticks = record, n
+        self.beat(ticking=None)
+        self.emit_tick(record, report)
+        return record
+
+    def measured(self) -> dict:
+        """This tick's memory: this process's and its JVM's resident set, and which JVM it is."""
+        import os
+
+        pid = jvm_pid(self.spark) if self.spark is not None else None
+        return {"rss_python_bytes": rss_bytes(os.getpid()), "jvm_pid": pid,
+                "rss_jvm_bytes": rss_bytes(pid) if pid else None,
+                "spark_app_id": self.state.spark_app_id}
+
+    def emit_tick(self, record: TickRecord, report: dict | None) -> None:
+        decisions = (report or {}).get("decisions", [])
+        runs = len({d["run_id"] for d in decisions if d.get("run_id")})
+        published = sum(1 for d in decisions if d.get("published"))
+        line = {"event": "tick", "tick": record.number, "finished_at": record.finished_at,
+                "seconds": round(record.seconds, 3), "failed": record.failed or bool(record.raised),
+                "raised": record.raised, "error": record.error, "runs": runs, "published": published,
+                **self.measured()}
+        if self.json_lines:
+            self.emit(json.dumps(line))
+            return
+        for text in (report or {}).get("lines", []):
+            self.emit(printable(text))
+        memory = " + ".join(f"{name} {human_size(line[key])}" for name, key in
+                            (("python", "rss_python_bytes"), ("jvm", "rss_jvm_bytes")) if line[key] is not None)
+        self.emit(f"serve: tick {record.number} {'FAILED' if line['failed'] else 'done'} in "
+                  f"{human_duration(record.seconds) if record.seconds >= 1 else f'{record.seconds:.1f}s'}: "
+                  f"{counted(runs, 'run')}, {published} published"
+                  + (f"; {printable(record.error)}" if record.error else "")
+                  + (f"; memory {memory}" if memory else ""))
+
+    def close(self) -> None:
+        if self.health is not None:
+            self.health.close()
+
+
+def _save_trace(config) -> str:
+    from icemaint.app.cli import _save_trace as save
+
+    return save(config)
+
+
+class _Signals:
+    """SIGTERM and SIGINT during `serve`: the first only lands on the interrupts' wakeup pipe (a Python handler must
+    exist for it to be written), so the run in flight stops at its next step boundary; a second interrupts at once."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, signum, frame) -> None:
+        self.seen += 1
+        if self.seen > 1:
+            raise KeyboardInterrupt(f"{interrupts.described()} again: stopping now")
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self)
+
+
+def cmd_serve(config, args) -> int:
+    interrupts.install()  # main() did already; a no-op then
+    _Signals().install()
+    serve = Serve(config, args.config, args.interval, args.stale_after,
+                  (args.health_host, args.health_port) if args.health_port is not None else None,
+                  json_lines=args.json, emit=lambda text: print(text, flush=True))
+    address = serve.health.address if serve.health is not None else None
+    if args.json:
+        serve.emit(json.dumps({"event": "start", "interval_seconds": args.interval,
+                               "health": None if address is None else f"http://{address[0]}:{address[1]}"}))
+    else:
+        where = "" if address is None else f" health on http://{address[0]}:{address[1]} (/healthz, /readyz);"
+        serve.emit(f"serve: ticking every {human_duration(args.interval)};{where} SIGTERM or Ctrl-C stops it after "
+                   "the current step")
+    try:
+        ticks = serve.run(args.max_ticks)
+    finally:
+        serve.close()
+    why = interrupts.described() if interrupts.stopping() else f"--max-ticks {args.max_ticks}"
+    print(f"serve: stopped ({why}) after {counted(ticks, 'tick')}", file=sys.stderr, flush=True)
+    return 0
+
+
+def register(sub, port_type: Callable[[str], int]) -> None:
+    """Adds `icemaint serve` to the CLI's subcommands."""
+    from icemaint.app.cli_help import add_command
+
+    s = add_command(sub, "serve", cmd_serve)
+    s.add_argument("--interval", type=interval_arg, default=parse_duration(DEFAULT_INTERVAL), metavar="DURATION",
+                   help=f"wait between the end of a tick and the start of the next (default {DEFAULT_INTERVAL})")
+    s.add_argument("--health-port", type=port_type, default=None, metavar="PORT",
+                   help="serve GET /healthz and /readyz (JSON) on this port (default: no probe server)")
+    s.add_argument("--health-host", default="127.0.0.1", metavar="HOST",
+                   help="address the probe server binds (default 127.0.0.1; 0.0.0.0 for a kubelet's probes)")
+    s.add_argument("--stale-after", type=interval_arg, default=None, metavar="DURATION",
+                   help="/healthz fails when the loop has not beaten for this long (default: 3 intervals, at "
+                        "least 15m; the loop does not beat inside a tick, so it must exceed the longest tick)")
+    s.add_argument("--max-ticks", type=_positive, default=None, metavar="N",
+                   help="stop after N ticks (a benchmark, a smoke test); default: until SIGTERM or Ctrl-C")
+    s.add_argument("--json", action="store_true",
+                   help="one JSON object per tick on standard output (raw numbers: seconds, bytes of memory)")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
