@@ -164,25 +164,31 @@ class Serve:
             self.beat()
 
     def tick(self, n: int) -> TickRecord:
+        """One `Ticker.tick`, its line emitted; an interrupt is emitted as the tick's end, then goes on up."""
         assert self.ticker is not None
         self.beat(ticking=n)
         started, report, raised, error = time.monotonic(), None, None, None
         try:
             report = self.ticker.tick()
+        except KeyboardInterrupt as exc:  # the run in flight answered it (main as it was), or none started
+            self.finish(TickRecord(n, time.time(), time.monotonic() - started, failed=True,
+                                   error=f"{one_line(str(exc)) or interrupts.described()}"), None)
+            raise
         except Exception as exc:  # the loop goes on; /readyz says why it is not ready until a tick succeeds
             raised = OPERATIONAL if is_operational(exc) or isinstance(exc, OSError) else BUG
             error = f"{type(exc).__name__}: {one_line(exc)}"
             if raised == BUG:
                 error += f" (trace in {_save_trace(self.config)})"
-        finally:
-            seconds = time.monotonic() - started
-        record = TickRecord(n, time.time(), seconds, failed=bool(report and report["failed"]), raised=raised,
-                            error=error)
+        record = TickRecord(n, time.time(), time.monotonic() - started, failed=bool(report and report["failed"]),
+                            raised=raised, error=error)
+        self.finish(record, report)
+        return record
+
+    def finish(self, record: TickRecord, report: dict | None) -> None:
         with self.lock:
-            self.state.last, self.state.ticks = record, n
+            self.state.last, self.state.ticks = record, record.number
         self.beat(ticking=None)
         self.emit_tick(record, report)
-        return record
 
     def measured(self) -> dict:
         """This tick's memory: this process's and its JVM's resident set, and which JVM it is."""
@@ -200,6 +206,7 @@ class Serve:
         line = {"event": "tick", "tick": record.number, "finished_at": record.finished_at,
                 "seconds": round(record.seconds, 3), "failed": record.failed or bool(record.raised),
                 "raised": record.raised, "error": record.error, "runs": runs, "published": published,
+                "stopping": interrupts.stopping(),
                 **self.measured()}
         if self.json_lines:
             self.emit(json.dumps(line))
