@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics clean
+.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve clean
 
 setup: $(STAMP)
 
@@ -110,6 +110,12 @@ bench-publish: setup java
 # (a section of benchmarks/RESULTS.md).
 bench-metrics: setup
 	$(BIN)/python -m benchmarks.metrics_scrape
+
+# `icemaint serve`'s resident memory (the process and its JVM) tick after tick over a small estate a writer keeps
+# feeding (a section of benchmarks/RESULTS.md). SERVE_ARGS="--ticks 10" for a shorter run.
+SERVE_ARGS ?=
+bench-serve: setup java
+	$(BIN)/python -m benchmarks.serve_memory $(SERVE_ARGS)
 
 # Column statistics: icemaint's against Iceberg's compute_table_stats, quiet and under a claimless writer (a
 # section of benchmarks/RESULTS.md).
