@@ -21,12 +21,15 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from icemaint.domain.serve_health import BUG, OPERATIONAL, ServeState, TickRecord, alive, ready, stale_after
 from icemaint.domain.units import counted, human_duration, human_size, parse_duration, printable
 from icemaint.errors import UserError, is_operational, one_line
 from icemaint.safety import interrupts
+
+if TYPE_CHECKING:
+    from icemaint.app.ticker import Ticker
 
 DEFAULT_INTERVAL = "60s"
 WAIT_SLICE = 0.5  # seconds: how soon a signal between ticks is seen
@@ -111,8 +114,8 @@ class Serve:
                                 heartbeat=now)
         self.lock = threading.Lock()
         self.health = HealthServer(health[0], health[1], self.probe) if health else None  # before Spark: a bad port
-        self.spark = None
-        self.ticker = None
+        self.spark: Any = None
+        self.ticker: Ticker | None = None
 
     def probe(self, path: str) -> tuple[int, dict] | None:
         verdict = {"/healthz": alive, "/readyz": ready}.get(path)

@@ -6,7 +6,8 @@ probes' verdicts are tested without a clock, a socket or a JVM.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 OPERATIONAL, BUG = "operational", "bug"  # why a tick raised instead of reporting
 
@@ -37,7 +38,6 @@ class ServeState:
     stopping: bool = False
     last: TickRecord | None = None
     ticks: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def stale_after(interval: float, given: float | None) -> float:
@@ -46,7 +46,7 @@ def stale_after(interval: float, given: float | None) -> float:
     return given if given is not None else max(3 * interval, 900.0)
 
 
-def alive(state: ServeState, now: float) -> tuple[bool, dict]:
+def alive(state: ServeState, now: float) -> tuple[bool, dict[str, Any]]:
     """/healthz: the loop's last beat is recent."""
     ago = max(now - state.heartbeat, 0.0)
     ok = ago <= state.stale_after
@@ -54,7 +54,7 @@ def alive(state: ServeState, now: float) -> tuple[bool, dict]:
                 "ticks": state.ticks, "ticking": state.ticking, "stopping": state.stopping}
 
 
-def ready(state: ServeState, now: float) -> tuple[bool, dict]:
+def ready(state: ServeState, now: float) -> tuple[bool, dict[str, Any]]:
     """/readyz: Spark started, the last tick did not raise (an operational failure or a bug), not stopping.
 
     A tick that reported failed runs or tables it could not evaluate keeps the engine ready: one bad table must not
