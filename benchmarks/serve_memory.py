@@ -118,7 +118,7 @@ def measure(args) -> dict:
 
 
 def render(result: dict) -> str:
-    ticks = result["ticks"]
+    ticks = [t for t in result["ticks"] if t.get("jvm_heap_committed_bytes")]
     warm = ticks[max(len(ticks) // 4 - 1, 0)]
 
     def row(name: str, key: str) -> str:
@@ -149,7 +149,9 @@ def render(result: dict) -> str:
         "ticks) |",
         "|---|---|---|---|---|---|",
         row("serve process (Python)", "rss_python_bytes"),
-        row("its JVM (Spark driver)", "rss_jvm_bytes"), "",
+        row("its JVM (Spark driver)", "rss_jvm_bytes"),
+        row("of which JVM heap committed", "jvm_heap_committed_bytes"), "",
+        f"The JVM's heap maximum (`spark.driver.memory`): {ticks[-1]['jvm_heap_max_bytes'] / MiB:.0f} MiB.", "",
         "Why: the JVM's heap grows to what its collector keeps (bounded by `spark.driver.memory`), and the Python "
         "side holds one Dagster instance and one GX context for the process; a slope near zero after warm-up is "
         "what bounded memory looks like. Over hours, the same figure comes from the tick lines' `rss_python_bytes` "

@@ -65,6 +65,16 @@ def jvm_pid(spark) -> int | None:
         return None
 
 
+def jvm_heap(spark) -> dict[str, int]:
+    """The JVM heap's committed and maximum bytes: its RSS grows as the collector commits heap up to the maximum
+    (`spark.driver.memory`), which is growth toward a bound, not a leak."""
+    try:
+        runtime = spark._jvm.java.lang.Runtime.getRuntime()
+        return {"jvm_heap_committed_bytes": int(runtime.totalMemory()), "jvm_heap_max_bytes": int(runtime.maxMemory())}
+    except Exception:  # noqa: BLE001 - no session or no local JVM: nothing to report
+        return {}
+
+
 class HealthServer:
     """`GET /healthz` and `GET /readyz` as JSON, 200 or 503, from the loop's state (a thread, `http.server`)."""
 
@@ -199,7 +209,7 @@ class Serve:
 
         pid = jvm_pid(self.spark) if self.spark is not None else None
         return {"rss_python_bytes": rss_bytes(os.getpid()), "jvm_pid": pid,
-                "rss_jvm_bytes": rss_bytes(pid) if pid else None,
+                "rss_jvm_bytes": rss_bytes(pid) if pid else None, **jvm_heap(self.spark),
                 "spark_app_id": self.state.spark_app_id}
 
     def emit_tick(self, record: TickRecord, report: dict | None) -> None:
