@@ -158,6 +158,7 @@ def test_a_request_over_the_ceiling_runs_after_a_persons_approval_and_publishes_
     [done] = status["outcomes"]
     assert done["decision"] == "run" and done["validation_passed"] and done["published"], done
     assert done["identity"] == "bot" and done["trigger"] == "agent"
+    assert done["agent_reason"] == "approved by ops: compact D1"  # the request's reason on the run's record
     assert location(estate, estate.ceiling) != before
     summary = CatalogReader(load_config(estate.ceiling)).load(estate.table).current_snapshot().summary
     assert summary.operation.value == "replace" and summary["icemaint.proof"] == "passed"
@@ -271,7 +272,8 @@ def test_an_agents_snapshot_expiry_is_decided_by_policy_runs_and_is_audited_as_t
     records = [(r.operation, r.decision, r.details.get("agent_reason")) for r in agent_records(estate, estate.expiring,
                                                                                                  "bot")]
     assert ("expire", "refuse", "history is long") in records and ("expire", "requested", "history is long") in records
-    assert ("expire", "run") in [(op, decision) for op, decision, _ in records]
+    assert ("expire", "run", "history is long") in records  # the agent's reason also on its run's record
+    assert done["agent_reason"] == "history is long"
     seen.assert_no_secret()
 
 

@@ -80,6 +80,7 @@ class ExpiryRequest:
     trigger: str = "manual"
     run_id: str | None = None
     identity: str | None = None  # who asked, when not the process's identity (an agent's run: the agent)
+    agent_reason: str | None = None  # the reason the agent gave for the request that launched the run
 
     def __post_init__(self) -> None:
         check_age(self.older_than_seconds, "older_than")
@@ -99,6 +100,7 @@ class OrphanRequest:
     trigger: str = "manual"
     run_id: str | None = None
     identity: str | None = None
+    agent_reason: str | None = None
 
     def __post_init__(self) -> None:
         check_age(self.older_than_seconds, "older_than")
@@ -114,6 +116,7 @@ class ManifestRequest:
     trigger: str = "manual"
     run_id: str | None = None
     identity: str | None = None
+    agent_reason: str | None = None
 
 
 @dataclass
@@ -240,7 +243,8 @@ class Housekeeper(ContractOperation):
             before_snapshot_id=outcome.before_snapshot_id, after_snapshot_id=outcome.after_snapshot_id,
             writer_check={"claim_holder": outcome.claim_holder} if outcome.claim_holder else {},
             durations=outcome.durations,
-            details={"dry_run": outcome.dry_run, "settings": outcome.settings, "metrics": outcome.metrics,
+            details={**({"agent_reason": request.agent_reason} if getattr(request, "agent_reason", None) else {}),
+                     "dry_run": outcome.dry_run, "settings": outcome.settings, "metrics": outcome.metrics,
                      "evidence": outcome.evidence,
                      "metadata_location_before": outcome.metadata_location_before,
                      "metadata_location_after": outcome.metadata_location_after},
