@@ -39,6 +39,7 @@ from icemaint.engine.retention import (
 from icemaint.engine.staging import RUN_ID_KEY
 from icemaint.operations.statistics import StatisticsRequest, act_statistics
 from icemaint.domain.units import format_duration, human_size
+from icemaint.errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -324,10 +325,16 @@ class Housekeeper(ContractOperation):
         keep_files = policy.keep_files if request.keep_files is None else request.keep_files
         if not cleans_metadata(policy) or keep_files:
             return
-        tbl = self.reader.load(name.key)
-        done = remove_old_metadata_files(self.spark, self.catalog, name, tbl.metadata_location,
-                                         [entry.metadata_file for entry in tbl.metadata.metadata_log],
-                                         now=self.clock(), dry_run=request.dry_run)
+        try:
+            tbl = self.reader.load(name.key)
+            done = remove_old_metadata_files(self.spark, self.catalog, name, tbl.metadata_location,
+                                             [entry.metadata_file for entry in tbl.metadata.metadata_log],
+                                             now=self.clock(), dry_run=request.dry_run)
+        except Exception as exc:  # the expiry stands: a cleanup that failed is said, and the next expiry tries again
+            log.warning("metadata.json cleanup of %s failed: %s", name.key, exc)
+            outcome.evidence["metadata_files_error"] = f"{type(exc).__name__}: {one_line(exc)}"
+            outcome.reason += f"; metadata.json cleanup failed ({type(exc).__name__}: {one_line(exc)})"
+            return
         figures = done.to_dict()
         outcome.evidence["metadata_files"] = figures
         outcome.metrics.update({k: figures[k] for k in ("metadata_files_removed", "metadata_bytes_removed",
