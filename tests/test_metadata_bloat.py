@@ -114,12 +114,16 @@ def test_metadata_files_dropped_from_the_log_are_reclaimed_by_orphan_removal(spa
 
     measured = reader.health(table_name, measure_metadata=True)
     assert measured.metadata_files == 3 and reader.health(table_name).metadata_bytes is None
+    assert measured.metadata_files_below_log == len(stale) and reader.health(table_name).metadata_files_below_log is None
+    assert measured.metadata_bytes_below_log == sum(
+        Path(config.catalog.warehouse, *table_name.split("."), "metadata", name).stat().st_size for name in stale)
     assert measured.metadata_bytes == sum(
         Path(config.catalog.warehouse, *table_name.split("."), "metadata", name).stat().st_size for name in in_log)
 
     outcome = keeper(config, spark).remove_orphans(OrphanRequest(table_name, older_than_seconds=3600, force=True))
     assert outcome.decision == "run", outcome.reason
     assert metadata_files(config, table_name) == in_log
+    assert reader.health(table_name, measure_metadata=True).metadata_files_below_log == 0
     assert reader.metadata_location(table_name) == tbl.metadata_location
     assert event_ids(spark, config, table_name) == expected
     for snap in reader.load(table_name).metadata.snapshots:  # a file removed that a snapshot needs would raise
@@ -157,6 +161,7 @@ def test_expiry_removes_metadata_files_older_than_the_log_and_nothing_else(spark
     assert len(in_log) == 3 and len(stale) >= 8, (in_log, on_disk)
     young = max(stale, key=version)  # as if it had dropped out of the log a moment ago: inside the margin
     os.utime(directory / young, None)
+    assert reader.health(table_name, measure_metadata=True).metadata_files_below_log == len(stale)  # the report sees them
 
     def unchanged(outcome, words):
         assert words in outcome.reason, outcome.reason
@@ -179,6 +184,7 @@ def test_expiry_removes_metadata_files_older_than_the_log_and_nothing_else(spark
     assert metadata_files(config, table_name) == kept | {in_flight.name, young}
     removed = on_disk - metadata_files(config, table_name)
     assert removed == (stale - {young}) | (in_log - kept)  # also the one the expiry's own commit moved out of the log
+    assert reader.health(table_name, measure_metadata=True).metadata_files_below_log == 1  # the young one
     assert all(version(n) < min(version(k) for k in kept) for n in removed)
     assert done.decision == "run" and f"removed {len(removed)} metadata.json files" in done.reason, done.reason
     assert done.metrics["metadata_files_removed"] == len(removed)
