@@ -14,7 +14,7 @@ from icemaint.engine.validation import READ_COMPLETENESS, ROW_COUNT_PARITY
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, materializes, numeric, partition_error, report_outcome, run_failure
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, \
-    run_identity, split_table_date, table_partitions
+    run_agent_reason, run_identity, split_table_date, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.spark import SparkResource
@@ -177,6 +177,7 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
         request = CompactionRequest(
             table=table, date=date, dry_run=config.dry_run, approved=config.approved,
             trigger=tags.get(TRIGGER_TAG, "manual"), run_id=context.run.run_id, identity=run_identity(tags),
+            agent_reason=run_agent_reason(tags),
             planned_snapshot_id=int(planned) if planned and not batched else None,
             planned_schema_id=int(planned_schema) if planned_schema and not batched else None)
         try:

@@ -18,6 +18,7 @@ from resources.catalog import IcebergCatalogResource
 HEALTH_NUMBERS = ("data_files", "small_files", "total_bytes", "avg_file_bytes", "median_file_bytes", "records",
                   "delete_files", "delete_records", "deleted_row_ratio", "manifests", "manifest_bytes",
                   "small_manifests", "snapshots", "oldest_snapshot_age_seconds", "metadata_files", "metadata_bytes",
+                  "metadata_files_below_log", "metadata_bytes_below_log",
                   "equality_delete_files", "equality_delete_records", "deletion_vectors",
                   "seconds_since_writer_commit")
 

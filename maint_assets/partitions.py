@@ -33,6 +33,8 @@ PARTITION_TABLE_TAG = f"dagster/partition/{TABLE_DIMENSION}"
 TRIGGER_TAG = "icemaint/trigger"
 # The agent an `agent`-triggered run was requested by (`icemaint mcp`): the run's identity under the policy.
 AGENT_TAG = "icemaint/agent"
+# The reason the agent gave for the request that launched the run: on every audit record of the run.
+AGENT_REASON_TAG = "icemaint/agent_reason"
 PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
 PLANNED_SCHEMA_TAG = "icemaint/planned_schema_id"
 PARTITION_TAG = "dagster/partition"
@@ -47,6 +49,11 @@ def run_identity(tags) -> str | None:
     """Who a run runs as when not the process's identity: the agent an agent-triggered run names (`icemaint mcp`
     sets both tags). A run that names an agent without the agent trigger is a person's, as before."""
     return tags.get(AGENT_TAG) if tags.get(TRIGGER_TAG) == AGENT_TRIGGER else None
+
+
+def run_agent_reason(tags) -> str | None:
+    """The reason an agent gave for the request that launched an agent-triggered run (None for other runs)."""
+    return tags.get(AGENT_REASON_TAG) if run_identity(tags) is not None else None
 
 
 def date_partitions(start: dt.date) -> dg.DailyPartitionsDefinition:

@@ -50,7 +50,9 @@ def estate(spark, lake_root, tmp_path_factory):
     return SimpleNamespace(table=table, sql=sql, root=root,
                            ceiling=config("ceiling", max_rewrite_bytes="1KiB"),   # every date needs an approval
                            busy=config("busy", writer_idle="1h"),                 # every date was written just now
-                           strict=config("strict", allowed_identities=["someone-else"]))
+                           strict=config("strict", allowed_identities=["someone-else"]),
+                           expiring=config("expiring", snapshot_older_than="0s", retain_last=2),  # expiry due
+                           no_expiry=config("no_expiry", snapshot_older_than="0s", agent_operations=["compact"]))
 
 
 def server_env(**extra) -> dict:
@@ -156,6 +158,7 @@ def test_a_request_over_the_ceiling_runs_after_a_persons_approval_and_publishes_
     [done] = status["outcomes"]
     assert done["decision"] == "run" and done["validation_passed"] and done["published"], done
     assert done["identity"] == "bot" and done["trigger"] == "agent"
+    assert done["agent_reason"] == "approved by ops: compact D1"  # the request's reason on the run's record
     assert location(estate, estate.ceiling) != before
     summary = CatalogReader(load_config(estate.ceiling)).load(estate.table).current_snapshot().summary
     assert summary.operation.value == "replace" and summary["icemaint.proof"] == "passed"
@@ -225,6 +228,53 @@ def test_an_identity_the_policy_does_not_allow_is_refused_and_a_runaway_agent_is
     records = agent_records(estate, estate.strict, "limited")
     assert [r.decision for r in records] == ["refuse"] * 3
     assert [r.details["agent_reason"] for r in records] == ["try 0", "try 1", "try 2"]
+
+
+def test_an_agents_snapshot_expiry_is_decided_by_policy_runs_and_is_audited_as_the_agent(estate):
+    """Expiry due (snapshot_older_than 0s): refused where the policy gives agents no expiry (the table untouched),
+    run where it does: snapshots expired, every row still read by pyiceberg, the run's record naming the agent."""
+    seen, before = Seen(), location(estate, estate.expiring)
+    reader = CatalogReader(load_config(estate.expiring))
+
+    def rows() -> list[int]:
+        return sorted(reader.load(estate.table).scan().to_arrow().column("event_id").to_pylist())
+
+    table_before = reader.load(estate.table)
+    rows_before, snapshots_before = rows(), len(table_before.metadata.snapshots)
+    assert snapshots_before > 2
+
+    async def refused(call):
+        return await call("request_snapshot_expiry", table=estate.table, reason="history is long")
+
+    [r] = results(stdio(estate.no_expiry, "bot", refused, seen))
+    assert r["decision"] == "refuse" and r["kind"] == "policy" and "not given to agents" in r["reason"], r
+    assert location(estate, estate.no_expiry) == before
+
+    async def run(call):
+        [launched] = results(await call("request_snapshot_expiry", table=estate.table, reason="history is long"))
+        assert launched["decision"] == "requested", launched
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            status = (await call("run_status", run_id=launched["run_id"])).structured_content
+            if status["finished"]:
+                return launched, status
+            await anyio.sleep(2)
+        raise AssertionError(f"run {launched['run_id']} did not finish")
+
+    launched, status = stdio(estate.expiring, "bot", run, seen)
+    assert status["status"] == "SUCCESS" and status["trigger"] == "agent" and status["agent"] == "bot", status
+    [done] = status["outcomes"]
+    assert (done["operation"], done["decision"], done["identity"], done["trigger"]) == ("expire", "run", "bot", "agent")
+    after = reader.load(estate.table)
+    assert len(after.metadata.snapshots) == 2 < snapshots_before
+    assert after.current_snapshot().snapshot_id == table_before.current_snapshot().snapshot_id  # main stays put
+    assert rows() == rows_before
+    records = [(r.operation, r.decision, r.details.get("agent_reason")) for r in agent_records(estate, estate.expiring,
+                                                                                                 "bot")]
+    assert ("expire", "refuse", "history is long") in records and ("expire", "requested", "history is long") in records
+    assert ("expire", "run", "history is long") in records  # the agent's reason also on its run's record
+    assert done["agent_reason"] == "history is long"
+    seen.assert_no_secret()
 
 
 def _free_port() -> int:

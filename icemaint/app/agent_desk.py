@@ -362,7 +362,8 @@ class AgentDesk:
         self._runs[run_id] = launched
         answer = self._record(agent, key, operation, REQUESTED, f"launched run {run_id}: {decided}", why, date,
                               kind="due", decision=decision, run_id=run_id, cost=cost)
-        self._worker.submit(self._execute, launched, execute, {"icemaint/agent": agent.name})
+        self._worker.submit(self._execute, launched, execute, {"icemaint/agent": agent.name,
+                                                                "icemaint/agent_reason": why})
         return {**answer, "run_id": run_id, "poll_with": "run_status"}
 
     def _execute(self, launched: LaunchedRun, execute: Callable[[str, dict], Any], tags: dict) -> None:

@@ -142,6 +142,11 @@ class TableHealth:
     # bytes of the metadata.json files in the metadata log (and the current one); None when not measured
     # (one stat each: the health report measures them, the sensors' reads do not)
     metadata_bytes: int | None = None
+    # metadata.json files in the metadata directory below the log's oldest version, and their bytes: what Iceberg's
+    # delete-after-commit would have removed and the expiry step removes (`domain.metadata_files`); None when not
+    # measured (a listing of the metadata directory: the health report measures it, the sensors' reads do not)
+    metadata_files_below_log: int | None = None
+    metadata_bytes_below_log: int | None = None
     # When the ages above were measured (ISO); every other number comes from the immutable metadata file.
     observed_at: str | None = None
     # Whether each partition's last writer commit is known (`PartitionHealth.last_writer_commit_at`): False when
@@ -296,6 +301,7 @@ def compute_health(
     metadata_files: int,
     small_file_size_bytes: int,
     metadata_bytes: int | None = None,
+    metadata_below_log: tuple[int, int] | None = None,
     small_manifest_bytes: int,
     now: dt.datetime,
     touched: Iterable[tuple[int, str]] = (),
@@ -375,6 +381,8 @@ def compute_health(
         oldest_snapshot_age_seconds=(now - ordered[0].committed_at).total_seconds() if ordered else 0.0,
         metadata_files=metadata_files,
         metadata_bytes=metadata_bytes,
+        metadata_files_below_log=metadata_below_log[0] if metadata_below_log else None,
+        metadata_bytes_below_log=metadata_below_log[1] if metadata_below_log else None,
         equality_delete_files=equality_files,
         equality_delete_records=equality_records,
         deletion_vectors=vectors,

@@ -92,6 +92,9 @@ class TablePolicy:
     # metadata bloat: table properties the expiry step sets on the tables this policy owns (None: left alone)
     metadata_versions_max: int | None = None
     metadata_delete_after_commit: bool | None = None
+    # the expiry step removes metadata.json files that dropped out of the table's metadata log (None: on, unless
+    # metadata_delete_after_commit is false: an owner who keeps them keeps them from us too)
+    metadata_cleanup: bool | None = None
     # column statistics (Puffin NDV sketches): kept fresh by the retention sensor when on
     statistics: bool = False
     statistics_stale_fraction: float = 0.10  # rows changed since the statistics' snapshot, of the rows it had
@@ -272,6 +275,7 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "checkpoint_markers": ("checkpoint_markers", _markers),
     "metadata_versions_max": ("metadata_versions_max", _int(1)),
     "metadata_delete_after_commit": ("metadata_delete_after_commit", _bool),
+    "metadata_cleanup": ("metadata_cleanup", _bool),
     "statistics": ("statistics", _bool),
     "statistics_stale_fraction": ("statistics_stale_fraction", _fraction),
     "statistics_columns": ("statistics_columns", _columns),
@@ -290,6 +294,13 @@ def metadata_properties(policy: TablePolicy) -> dict[str, str]:
     if policy.metadata_delete_after_commit is not None:
         wanted[METADATA_DELETE_AFTER_COMMIT] = str(policy.metadata_delete_after_commit).lower()
     return wanted
+
+
+def cleans_metadata(policy: TablePolicy) -> bool:
+    """Whether the expiry step removes metadata.json files that dropped out of the table's metadata log."""
+    if policy.metadata_cleanup is not None:
+        return policy.metadata_cleanup
+    return policy.metadata_delete_after_commit is not False
 
 
 def apply_overrides(base: TablePolicy, overrides: Mapping[str, Any], where: str) -> TablePolicy:
@@ -390,6 +401,8 @@ POLICY_KEY_DOCS: dict[str, tuple[str, str]] = {
                               "(unset: the table's own)"),
     "metadata_delete_after_commit": ("boolean", "sets the table's write.metadata.delete-after-commit.enabled "
                                      "(unset: the table's own)"),
+    "metadata_cleanup": ("boolean", "after its commit the expiry step removes the metadata.json files below the "
+                         "table's metadata log (default on; off when metadata_delete_after_commit is false)"),
     "statistics": ("boolean", "true: the retention sensor keeps the table's column statistics fresh"),
     "statistics_stale_fraction": ("fraction (0, 1]", "statistics are stale when rows added or deleted since reach "
                                   "this share of the rows they describe"),

@@ -21,7 +21,8 @@ from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.units import printable
 from icemaint.domain.screen import Screened, screen_compaction
 from icemaint.observe.manifests import (
-    current_manifests, manifest_summaries, metadata_log_bytes, read_file_entries, read_snapshots, read_writer_touches,
+    current_manifests, manifest_summaries, metadata_below_log, metadata_log_bytes, read_file_entries, read_snapshots,
+    read_writer_touches,
     schema_columns,
     time_partitioning,
 )
@@ -296,6 +297,7 @@ class CatalogReader:
             writer_partitions_known=known,
             metadata_files=len(tbl.metadata.metadata_log) + 1,
             metadata_bytes=metadata_log_bytes(tbl) if measure_metadata else None,
+            metadata_below_log=metadata_below_log(tbl, now) if measure_metadata else None,
             small_file_size_bytes=policy.small_file_size_bytes,
             small_manifest_bytes=policy.manifest_small_bytes,
             now=now,

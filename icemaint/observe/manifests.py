@@ -101,6 +101,28 @@ def metadata_log_bytes(tbl) -> int:
     return total
 
 
+def metadata_below_log(tbl, now: dt.datetime) -> tuple[int, int] | None:
+    """metadata.json files of the table's metadata directory below its metadata log, and their bytes
+    (`domain.metadata_files.stale_metadata_files`, with no age margin); None when the table's FileIO cannot list
+    (pyiceberg's PyArrowFileIO can: the local disk, S3, GCS, HDFS)."""
+    from icemaint.domain.metadata_files import ListedFile, stale_metadata_files
+
+    fs_by_scheme, parse = getattr(tbl.io, "fs_by_scheme", None), getattr(tbl.io, "parse_location", None)
+    if fs_by_scheme is None or parse is None:
+        return None
+    from pyarrow.fs import FileSelector, FileType
+
+    scheme, netloc, path = parse(tbl.metadata_location)
+    directory = path.rsplit("/", 1)[0]
+    infos = fs_by_scheme(scheme, netloc).get_file_info(FileSelector(directory, allow_not_found=True))
+    listed = [ListedFile(f"{directory}/{i.base_name}", int(i.size or 0),
+                         int(i.mtime.timestamp() * 1000) if i.mtime else 0)
+              for i in infos if i.type == FileType.File]
+    plan = stale_metadata_files(listed, path, [parse(e.metadata_file)[2] for e in tbl.metadata.metadata_log],
+                                int(now.timestamp() * 1000), min_age_seconds=0)
+    return len(plan.remove), plan.remove_bytes
+
+
 def read_snapshots(tbl) -> list[SnapshotEntry]:
     out = []
     for snap in tbl.metadata.snapshots:
