@@ -160,6 +160,16 @@ class AlertsConfig:
 
 
 @dataclass(frozen=True)
+class AutomationConfig:
+    """What the sensors and `icemaint tick` may start on their own beyond compaction, expiry, manifest rewrites and
+    statistics. Operations that delete files the table no longer lists are a person's choice: off until the file
+    turns them on. (Quarantine purge is never automatic: `icemaint purge-quarantine` is a person's command.)"""
+
+    # Orphan-file removal after each snapshot expiry (else only `icemaint orphans TABLE` or the UI removes orphans).
+    orphan_removal: bool = False
+
+
+@dataclass(frozen=True)
 class ScopeConfig:
     include: tuple[str, ...] = ("*",)
     exclude: tuple[str, ...] = ()
@@ -189,6 +199,7 @@ class MaintenanceConfig:
     quarantine_dir: str | None = None
     # The AI agents `icemaint mcp` serves, by name (their identity); none: the MCP server has no one to serve.
     agents: Mapping[str, AgentSpec] = field(default_factory=dict)
+    automation: AutomationConfig = field(default_factory=AutomationConfig)
 
     def policy(self, table: str) -> TablePolicy:
         return self.policies.for_table(table)
@@ -221,7 +232,8 @@ def _os_user() -> str | None:
 
 
 _TOP_KEYS = ("catalog", "spark", "state_dir", "claims", "audit", "scope", "dates_start",
-             "max_runs_total", "defaults", "tables", "alerts", "dagster", "quarantine_dir", "agents")
+             "max_runs_total", "defaults", "tables", "alerts", "dagster", "quarantine_dir", "agents",
+             "automation")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -531,9 +543,16 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     except PolicyError as exc:
         raise ConfigError(str(exc)) from None
 
+    auto = _mapping(doc.get("automation"), "automation")
+    if "quarantine_purge" in auto:
+        raise ConfigError("automation.quarantine_purge: quarantine purge is never automatic; purge with "
+                          "`icemaint purge-quarantine --older-than 7d` (remove the key)")
+    _only(auto, ("orphan_removal",), "automation")
+    automation = AutomationConfig(_flag(auto.get("orphan_removal", False), "automation.orphan_removal"))
+
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,
                              PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")), dagster,
-                             quarantine, _agents(doc.get("agents")))
+                             quarantine, _agents(doc.get("agents")), automation)
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

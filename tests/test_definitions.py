@@ -192,3 +192,21 @@ def test_the_spark_resource_is_dagster_pysparks_lazy_resource_on_the_projects_se
     assert isinstance(resource, LazyPySparkResource) and resource._spark_session is None  # nothing started yet
     assert resource.spark_session is spark and resource.spark_context is spark.sparkContext
     assert resource.spark_session.conf.get("spark.sql.catalog.lake") == "org.apache.iceberg.spark.SparkCatalog"
+
+
+def test_what_runs_when_the_ui_starts_is_said_and_deletes_nothing_by_default(tmp_path, lake_root):
+    """The shipped default starts the sensors but no orphan removal, and says so where a person looks: the retention
+    sensor's description (the UI) and the start-up line (`icemaint ui`, `icemaint doctor`)."""
+    from icemaint.config import load_config
+    from sensors.startup import startup_summary
+
+    for automation, says in ((None, "never orphan-file removal"), ({"orphan_removal": True},
+                                                                    "orphan-file removal once an expiry finished")):
+        extra = {"automation": automation} if automation else {}
+        path = write_config(tmp_path / f"{bool(automation)}.yaml", lake_root, **extra)
+        defs = build_definitions(str(path))
+        assert says in defs.resolve_sensor_def("retention_sensor").description
+        line = startup_summary(load_config(path), defs)
+        assert line.startswith("running at start: table_discovery, compaction_sensor, retention_sensor"), line
+        assert ("orphan removal ON" in line) == bool(automation) and "quarantine purge never" in line, line
+        assert "stopped until started in the UI: nightly_maintenance_window" in line, line
