@@ -12,7 +12,8 @@ from icemaint.config import MaintenanceConfig
 
 def running_at_start(defs: dg.Definitions) -> tuple[list[str], list[str]]:
     """(names running at start, names stopped until a person starts them), sensors then schedules."""
-    running, stopped = [], []
+    running: list[str] = []
+    stopped: list[str] = []
     for sensor in defs.sensors or ():
         (running if sensor.default_status == dg.DefaultSensorStatus.RUNNING else stopped).append(sensor.name)
     for schedule in defs.schedules or ():
