@@ -210,3 +210,37 @@ def test_what_runs_when_the_ui_starts_is_said_and_deletes_nothing_by_default(tmp
         assert line.startswith("running at start: table_discovery, compaction_sensor, retention_sensor"), line
         assert ("orphan removal ON" in line) == bool(automation) and "quarantine purge never" in line, line
         assert "stopped until started in the UI: nightly_maintenance_window" in line, line
+
+
+def test_a_batched_runs_per_partition_proofs_count_on_their_partitions():
+    """`partition_evaluation` names each partition's materialization as the proof's target: without it Dagster's
+    check state counts the evaluation stale once the partition materialized, and the checks' partition view said
+    "Passed (0)" after a run over several dates (measured: [] without the target, both partitions with it)."""
+    import warnings
+
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionResolvedStatus as Status
+
+    from maint_assets.compaction import partition_evaluation
+
+    parts = dg.StaticPartitionsDefinition(["2026-01-01", "2026-01-02"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        spec = dg.AssetCheckSpec("proof", asset="x", blocking=True, partitions_def=parts)
+
+    @dg.multi_asset(specs=[dg.AssetSpec("x")], partitions_def=parts, can_subset=True, check_specs=[spec])
+    def x(context):
+        for key in context.partition_keys:  # as `compact` does for a batch: each date's event, then its proof
+            yield dg.AssetMaterialization(asset_key="x", partition=key)
+        for key, passed in zip(context.partition_keys, (True, False)):
+            yield partition_evaluation(dg.AssetCheckResult(check_name="proof", asset_key="x", passed=passed), "x",
+                                       key, context.instance)
+        yield dg.AssetCheckResult(check_name="proof", asset_key="x", passed=False)
+
+    with dg.instance_for_test() as instance:
+        dg.materialize([x], instance=instance, raise_on_error=False,
+                       tags={"dagster/asset_partition_range_start": "2026-01-01",
+                             "dagster/asset_partition_range_end": "2026-01-02"})
+        key = dg.AssetCheckKey(dg.AssetKey("x"), "proof")
+        state = instance.event_log_storage.get_asset_check_state([(key, parts)])[key]
+        assert list(state.subsets[Status.SUCCEEDED].value.get_partition_keys()) == ["2026-01-01"]
+        assert list(state.subsets[Status.FAILED].value.get_partition_keys()) == ["2026-01-02"]  # red on its date
