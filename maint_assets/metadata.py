@@ -16,7 +16,7 @@ def readable_key(key: str) -> str | None:
     """The label of a number's readable twin: sizes (`*bytes*` -> `*size*`) and durations (`*_seconds` ->
     `*_duration`, an age keeps its name); None for a number that reads as it is (a count, a ratio)."""
     if "bytes" in key:
-        return key.replace("bytes", "size")
+        return key.replace("_size_bytes", "_size") if "_size_bytes" in key else key.replace("bytes", "size")
     if key.startswith("seconds_since_"):
         return "time_since_" + key[len("seconds_since_"):]
     if key.endswith("_seconds"):

@@ -244,3 +244,19 @@ def test_a_batched_runs_per_partition_proofs_count_on_their_partitions():
         state = instance.event_log_storage.get_asset_check_state([(key, parts)])[key]
         assert list(state.subsets[Status.SUCCEEDED].value.get_partition_keys()) == ["2026-01-01"]
         assert list(state.subsets[Status.FAILED].value.get_partition_keys()) == ["2026-01-02"]  # red on its date
+
+
+def test_sizes_and_durations_in_metadata_get_a_readable_twin_beside_the_raw_number():
+    from maint_assets.metadata import numeric
+
+    meta = numeric({"avg_file_bytes_before": 4712.333, "small_file_size_bytes": 8 << 20, "plan_seconds": 0.812,
+                    "oldest_snapshot_age_seconds": 3 * 86400.0, "seconds_since_writer_commit": 95.0,
+                    "files_before": 20, "published": True})
+    assert {k: v.value for k, v in meta.items()} == {
+        "avg_file_bytes_before": 4712.333, "avg_file_size_before": "4.6 KiB",
+        "small_file_size_bytes": 8 << 20, "small_file_size": "8 MiB",
+        "plan_seconds": 0.812, "plan_duration": "0.8s",
+        "oldest_snapshot_age_seconds": 3 * 86400.0, "oldest_snapshot_age": "3d",
+        "seconds_since_writer_commit": 95.0, "time_since_writer_commit": "1.6m",
+        "files_before": 20}
+    assert list(meta)[:2] == ["avg_file_bytes_before", "avg_file_size_before"]  # the twin right after its number
