@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish clean
+.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish clean
 
 setup: $(STAMP)
 
@@ -18,7 +18,7 @@ java:
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,docs]'
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 demo: setup java
@@ -32,6 +32,12 @@ ui: setup java
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml, docs/): the reference pages are written from the code first
+# (scripts/gen_reference.py), then `--strict` fails the build on any warning (a broken link, a page left out).
+docs: setup
+	$(BIN)/python scripts/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .icemaint/site
 
 # Three tiers (README, "Tests"): `make test` is everything and what CI runs; `make test-mid` leaves out the
 # `slow` end-to-end tests (the production stack, the daemon's, the UI's); `make test-fast` leaves out Java.

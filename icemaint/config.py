@@ -231,9 +231,72 @@ def _os_user() -> str | None:
         return None
 
 
-_TOP_KEYS = ("catalog", "spark", "state_dir", "claims", "audit", "scope", "dates_start",
-             "max_runs_total", "defaults", "tables", "alerts", "dagster", "quarantine_dir", "agents",
-             "automation")
+# Every key the file takes: (type as written, default, meaning). The parser accepts exactly these (each section's
+# allowed keys are read from here, `_keys`), and the docs site's configuration reference is generated from this
+# table (scripts/gen_reference.py), so a key cannot be added without its description. `<owner>`, `<name>`: any name.
+CONFIG_KEYS: dict[str, tuple[str, str, str]] = {
+    "catalog.name": ("identifier", "lake", "the catalog's name in Spark: tables are `<name>.<namespace>.<table>`"),
+    "catalog.type": (" | ".join(CATALOG_TYPES), "hadoop", "the Iceberg catalog implementation"),
+    "catalog.warehouse": ("path or URI", ".icemaint/warehouse", "hadoop and jdbc: a directory, relative to the file; "
+                          "rest: the warehouse as the server names it"),
+    "catalog.uri": ("URI", "none", "required for jdbc (`jdbc:postgresql://host/db`) and rest; a password in it is "
+                    "masked wherever it is shown"),
+    "catalog.properties": ("map of text", "{}", "passed to Spark's catalog and to pyiceberg alike; no secrets "
+                           "(those come from ICEMAINT_CATALOG_<KEY> variables)"),
+    "catalog.timeout": ("duration", "30s", "every catalog request gives up after this, in one line, never hangs"),
+    "catalog.concurrent_reads": ("whole number 1-64", "1 for hadoop, else 8",
+                                 "tables whose metadata a sensor tick reads at once"),
+    "spark.master": ("text", "local[*]", "`local[*]`, `spark://host:7077`, `k8s://...` or `yarn`"),
+    "spark.conf": ("map of text", "{}", "any spark.* setting, spark.jars.packages and spark.jars included"),
+    "spark.iceberg_runtime": (" | ".join(ICEBERG_RUNTIMES), "auto", "auto: the bundled Iceberg runtime unless "
+                              "spark.conf names one; provided: the cluster's classpath has it; bundled: always ours"),
+    "spark.class_archive": ("boolean", "true", "the driver JVM maps Spark's classes from an archive this machine "
+                            "recorded (~1.4 s less per start)"),
+    "state_dir": ("path", ".icemaint", "Dagster instance, claims, audit, reports, tick cursor and logs"),
+    "claims.backend": (" | ".join(CLAIM_BACKENDS), "file", "where table claims live: file locks, or PostgreSQL "
+                       "advisory locks"),
+    "claims.dsn_env": ("variable name", "ICEMAINT_PG_DSN", "postgres: the environment variable holding the DSN"),
+    "audit.sink": (" | ".join(AUDIT_SINKS), "file", "where the audit trail lives: JSONL under the state dir, or an "
+                   "append-only PostgreSQL table"),
+    "audit.dsn_env": ("variable name", "ICEMAINT_PG_DSN", "postgres: the environment variable holding the DSN"),
+    "scope.include": ("list of patterns", "[\"*\"]", "fnmatch patterns over `namespace.table`: the tables maintained"),
+    "scope.exclude": ("list of patterns", "[]", "tables left alone even when included"),
+    "dates_start": ("YYYY-MM-DD", "2020-01-01", "the first date of the `date` partitions (the UI's date axis): "
+                    "where your tables' data starts"),
+    "max_runs_total": ("whole number 1-10000", "2", "maintenance runs at once across the estate (the run queue)"),
+    "defaults": ("policy keys", "the policy defaults", "the policy every table gets (reference: policy keys)"),
+    "tables": ("map of policy keys", "{}", "per-table overrides, keyed `namespace.table`; `icemaint doctor` fails on "
+               "a name the catalog does not have"),
+    "alerts.webhook_url_env": ("variable name", "none", "the environment variable holding the default webhook URL"),
+    "alerts.audit": ("boolean", "false", "also write each alert to the audit log as an `alert` record"),
+    "alerts.owners": ("map", "{}", "per table owner (policy `owner`): its own route"),
+    "alerts.owners.<owner>.enabled": ("boolean", "true", "false: no alerts for this owner's tables"),
+    "alerts.owners.<owner>.webhook_url_env": ("variable name", "alerts.webhook_url_env", "this owner's webhook"),
+    "alerts.owners.<owner>.audit": ("boolean", "alerts.audit", "this owner's alerts also as audit records"),
+    "dagster.storage": (" | ".join(DAGSTER_STORAGES), "sqlite", "where the Dagster instance keeps runs, event logs "
+                        "and schedules"),
+    "dagster.dsn_env": ("variable name", "ICEMAINT_PG_DSN", "postgres: the environment variable holding the DSN"),
+    "quarantine_dir": ("path or URI", "<state_dir>/quarantine", "where `orphans --quarantine` moves files "
+                       "(a directory or s3://bucket/prefix)"),
+    "agents.<name>.token_env": ("variable name", "none", "HTTP: the variable holding the agent's bearer token"),
+    "agents.<name>.requests_per_hour": ("whole number", str(DEFAULT_REQUESTS_PER_HOUR),
+                                        "maintenance requests the agent may make per hour"),
+    "agents.<name>.rewrite_bytes_per_day": ("size", human_size(DEFAULT_REWRITE_BYTES_PER_DAY),
+                                            "estimated bytes of the compactions the agent may launch per day"),
+    "automation.orphan_removal": ("boolean", "false", "true: the retention sensor and `icemaint tick` remove orphan "
+                                 "files on their own after each expiry; false: only `icemaint orphans TABLE` (or the "
+                                 "UI) does. Quarantine purge is never automatic"),
+}
+
+
+def _keys(section: str) -> tuple[str, ...]:
+    """The keys CONFIG_KEYS allows directly under `section` ("" for the top level), in the table's order."""
+    prefix = f"{section}." if section else ""
+    found = [k[len(prefix):].split(".", 1)[0] for k in CONFIG_KEYS if k.startswith(prefix)]
+    return tuple(dict.fromkeys(found))
+
+
+_TOP_KEYS = _keys("")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -374,19 +437,19 @@ def _alert_route(section: Mapping[str, Any], where: str, allowed: tuple[str, ...
 
 def _alerts(value: Any) -> AlertsConfig:
     section = _mapping(value, "alerts")
-    env = _alert_route(section, "alerts", ("webhook_url_env", "audit", "owners"))
+    env = _alert_route(section, "alerts", _keys("alerts"))
     owners = {}
     for owner, route in _mapping(section.get("owners"), "alerts.owners").items():
         where = f"alerts.owners.{_key(owner)}"
         route = _mapping(route, where)
-        own_env = _alert_route(route, where, ("enabled", "webhook_url_env", "audit"))
+        own_env = _alert_route(route, where, _keys("alerts.owners.<owner>"))
         audit = route.get("audit")
         owners[str(owner)] = OwnerAlerts(_flag(route.get("enabled", True), f"{where}.enabled"), own_env,
                                          None if audit is None else _flag(audit, f"{where}.audit"))
     return AlertsConfig(env, _flag(section.get("audit", False), "alerts.audit"), owners)
 
 
-_AGENT_KEYS = ("token_env", "requests_per_hour", "rewrite_bytes_per_day")
+_AGENT_KEYS = _keys("agents.<name>")
 
 
 def _agents(value: Any) -> dict[str, AgentSpec]:
@@ -427,7 +490,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     _only(doc, _TOP_KEYS, "config")
 
     cat = _mapping(doc.get("catalog"), "catalog")
-    _only(cat, ("name", "type", "warehouse", "uri", "properties", "timeout", "concurrent_reads"), "catalog")
+    _only(cat, _keys("catalog"), "catalog")
     catalog_name = _string(cat.get("name", "lake"), "catalog.name")
     if not _IDENTIFIER.match(catalog_name):
         raise ConfigError(f"catalog.name: {_shown.repr(catalog_name)} must be a plain identifier "
@@ -474,7 +537,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
                             _string_map(cat.get("properties"), "catalog.properties"), timeout, reads)
 
     sp = _mapping(doc.get("spark"), "spark")
-    _only(sp, ("master", "conf", "iceberg_runtime", "class_archive"), "spark")
+    _only(sp, _keys("spark"), "spark")
     conf = _string_map(sp.get("conf"), "spark.conf")
     if "spark.jars" in conf:  # local jar paths, like every path in the file, are relative to the file
         conf["spark.jars"] = ",".join(_resolve(jar.strip(), base_dir) for jar in conf["spark.jars"].split(",")
@@ -487,11 +550,11 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
                                  "state_dir")
 
     cl = _mapping(doc.get("claims"), "claims")
-    _only(cl, ("backend", "dsn_env"), "claims")
+    _only(cl, _keys("claims"), "claims")
     claims = ClaimsConfig(_choice(cl.get("backend", "file"), CLAIM_BACKENDS, "claims.backend"),
                           _env_name_plain(cl.get("dsn_env", "ICEMAINT_PG_DSN"), "claims.dsn_env"))
     au = _mapping(doc.get("audit"), "audit")
-    _only(au, ("sink", "dsn_env"), "audit")
+    _only(au, _keys("audit"), "audit")
     audit = AuditConfig(_choice(au.get("sink", "file"), AUDIT_SINKS, "audit.sink"),
                         _env_name_plain(au.get("dsn_env", "ICEMAINT_PG_DSN"), "audit.dsn_env"))
 
@@ -500,12 +563,12 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         quarantine = _local_directory(_resolve(_string(quarantine, "quarantine_dir"), base_dir), "quarantine_dir")
 
     dg = _mapping(doc.get("dagster"), "dagster")
-    _only(dg, ("storage", "dsn_env"), "dagster")
+    _only(dg, _keys("dagster"), "dagster")
     dagster = DagsterConfig(_choice(dg.get("storage", "sqlite"), DAGSTER_STORAGES, "dagster.storage"),
                             _env_name_plain(dg.get("dsn_env", "ICEMAINT_PG_DSN"), "dagster.dsn_env"))
 
     sc = _mapping(doc.get("scope"), "scope")
-    _only(sc, ("include", "exclude"), "scope")
+    _only(sc, _keys("scope"), "scope")
     patterns = {}
     for key, default in (("include", ["*"]), ("exclude", [])):
         val = sc.get(key, default)
@@ -547,7 +610,7 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     if "quarantine_purge" in auto:
         raise ConfigError("automation.quarantine_purge: quarantine purge is never automatic; purge with "
                           "`icemaint purge-quarantine --older-than 7d` (remove the key)")
-    _only(auto, ("orphan_removal",), "automation")
+    _only(auto, _keys("automation"), "automation")
     automation = AutomationConfig(_flag(auto.get("orphan_removal", False), "automation.orphan_removal"))
 
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,

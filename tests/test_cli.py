@@ -218,7 +218,7 @@ def test_read_only_table_is_refused_with_a_failing_exit_code(capsys, estate):
     assert metadata_location(estate) == location
     code, out, err = run_cli(capsys, "--config", estate.read_only, "audit", "--table", estate.table,
                              "--operation", "compact", "--json")
-    last = json.loads(out)[-1]
+    last = json.loads(out)[0]  # newest first
     assert (last["decision"], last["date"]) == ("refuse", "2026-01-03") and "read-only" in last["reason"]
 
 
@@ -243,6 +243,10 @@ def test_tick_defers_while_the_writer_is_active_then_compacts_and_validates(caps
     assert deferred["decision"] == "defer" and deferred["reason"].startswith("writer active"), deferred
     assert "run_id" not in deferred
     assert any("writer active" in line for line in report["lines"])
+    # what lets it go: the window's end and the key that sets it, in the JSON and under the printed line
+    assert deferred["kind"] == "writer_active" and f"after {idle}s without writer commits on 2026-01-01" in \
+        deferred["hint"] and f"tables.{writer.name.key}.writer_idle" in deferred["hint"], deferred
+    assert f"    hint: {deferred['hint']}" in report["lines"]
     assert [r.decision for r in open_audit(config).records(table=writer.name.key, operation="compact")] == ["defer"]
     assert CatalogReader(config).health(writer.name.key).partition("2026-01-01").data_files == 3
 

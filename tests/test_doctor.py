@@ -323,3 +323,21 @@ def test_the_class_archive_line_says_whether_sessions_map_one(capsys, tmp_path, 
     _, lines, _, _ = doctor(capsys, estate(tmp_path, spark={"master": "local[1]", "class_archive": False}))
     assert lines["class archive"][0].startswith("ok    class archive: off (spark.class_archive: false)")
     assert not list((tmp_path / "cache").glob("jvm-classes/*.seen")), "the doctor marks nothing"
+
+
+def test_a_tables_entry_naming_a_table_the_catalog_lacks_fails_naming_it(capsys, tmp_path):
+    """A misspelt `tables:` entry passed: its policy never applied and the table ran on the defaults."""
+    (tmp_path / "warehouse" / "db" / "events" / "metadata").mkdir(parents=True)
+    (tmp_path / "warehouse" / "db" / "events" / "metadata" / "version-hint.text").write_text("1")
+    path = estate(tmp_path, tables={"db.evnts": {"owner": "ops"}, "db.events": {"owner": "ops"}})
+    code, lines, out, err = doctor(capsys, path)
+    assert code == 1, out
+    assert lines["configured tables"] == [
+        "FAIL  configured tables: tables.db.evnts names a table the catalog does not have (did you mean db.events?): "
+        f"its policy never applies; fix or remove the entry in {path.resolve()}"], out
+
+    from icemaint.app.doctor import check_catalog, check_configured_tables  # the passing case, without the rest
+
+    config, listed = load_config(estate(tmp_path, tables={"db.events": {"owner": "ops"}})), []
+    assert check_catalog(config, listed=listed).status is Status.OK and listed == [["db.events"]]
+    assert check_configured_tables(config, listed).line() == "ok    configured tables: all 1 in tables: are in the catalog"

@@ -93,6 +93,7 @@ def test_explain_says_who_holds_the_claim(capsys, estate):
     assert decision["scope"] == "(table)" and decision["verdict"] == "defer"
     gates = {g["name"]: g for g in decision["gates"]}
     assert gates["claim"] == {"name": "claim", "status": "blocks", "detail": "held by nightly-ingest"}
+    assert "once the holder releases the table's claim" in decision["hint"], decision  # what lets it go
 
 
 def test_explain_shows_a_run_in_flight_as_the_wait_before_the_claim(capsys, estate):
@@ -115,8 +116,9 @@ def test_explain_shows_a_run_in_flight_as_the_wait_before_the_claim(capsys, esta
     gates = {g["name"]: g for g in decision["gates"]}
     assert gates["runs in flight"] == {"name": "runs in flight", "status": "blocks",
                                        "detail": "queued or running: table_compaction_job"}
-    held = {(h["table"], h["scope"]): h["reason"] for h in json.loads(plan_out)["held"]}
-    assert held[(estate["flat"], "(table)")] == "waiting for runs in flight on the table: table_compaction_job"
+    held = {(h["table"], h["scope"]): h for h in json.loads(plan_out)["held"]}
+    assert held[(estate["flat"], "(table)")]["reason"] == "waiting for runs in flight on the table: table_compaction_job"
+    assert "once the table's runs in flight end" in held[(estate["flat"], "(table)")]["hint"]
 
 
 def test_plan_ranks_the_next_tick_and_writes_nothing(capsys, estate):

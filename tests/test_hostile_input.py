@@ -316,7 +316,7 @@ def test_a_note_cannot_forge_lines_of_the_audit_listing(estate, capsys):
     assert code == 0, err
     code, out, err = run_cli(capsys, "--config", estate.path, "audit", "--table", estate.table)
     lines = [line for line in out.splitlines() if "approve" in line]
-    assert code == 0 and len(out.strip().splitlines()) == 1 and len(lines) == 1, out
+    assert code == 0 and len(out.strip().splitlines()) == 2 and len(lines) == 1, out  # the header, the record
     assert "\\n2026-01-01" in lines[0] and "\x1b" not in out and "\\x1b[31m" in lines[0]
 
 

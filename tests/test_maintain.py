@@ -140,6 +140,8 @@ def test_dates_a_gate_holds_back_are_named_and_the_pass_does_not_succeed(capsys,
     held = [(s["scope"], s["decision"]) for s in report["steps"] if s["operation"] == "compact"]
     assert code == 1 and not report["success"] and len(held) == 2 and {d for _, d in held} == {"defer"}, report
     assert all("awaiting approval" in s["reason"] for s in report["steps"] if s["operation"] == "compact")
+    assert all(f"icemaint approve {table_name} --date {s['scope']}" in s["hint"]  # what lets each go
+               for s in report["steps"] if s["operation"] == "compact"), report
     assert CatalogReader(config).metadata_location(table_name) == location
 
     first = held[0][0]

@@ -13,7 +13,9 @@ import sys
 from typing import Sequence
 
 from icemaint.app import cli_retention
+from icemaint.app.cli_help import DRY_RUN_HELP, JSON_HELP, MAIN_DESCRIPTION, MAIN_EPILOG, add_command
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
+from icemaint.domain.hints import decision_hint
 from icemaint.domain.layout import describe
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date
@@ -130,6 +132,9 @@ def cmd_compact(config: MaintenanceConfig, args) -> int:
                                            "reason": report.failure_line}
         outcome.setdefault("validation", {"passed": None})
         outcome["run_id"] = report.run_id
+        detail = outcome.get("decision_detail") or {}
+        outcome["hint"] = decision_hint(str(outcome.get("decision")), detail.get("kind", ""), table,
+                                        outcome.get("date"), detail.get("writer_check"))
         if report.error and not report.outcome.get("reason"):
             outcome["reason"] = report.failure_line
         failed = not report.success or outcome.get("decision") == "refuse" or outcome["validation"].get("passed") is False
@@ -137,6 +142,8 @@ def cmd_compact(config: MaintenanceConfig, args) -> int:
         results.append(outcome)
         if not args.json:
             print(_outcome_line(outcome), file=sys.stderr if failed else sys.stdout)
+            if outcome["hint"]:
+                print(f"    hint: {outcome['hint']}", file=sys.stderr if failed else sys.stdout)
     if args.json:
         _print_json(results)
     return status
@@ -168,6 +175,8 @@ def cmd_maintain(config: MaintenanceConfig, args) -> int:
         print(f"{report.table}: one pass under claim {report.holder}")
         for step in report.steps:
             print(f"  {step.line}")
+            if step.hint:
+                print(f"      hint: {step.hint}")
         if report.stopped:
             print(f"  stopped: {report.stopped}")
     return EXIT_OK if report.success else EXIT_FAILED
@@ -278,15 +287,33 @@ def cmd_audit(config: MaintenanceConfig, args) -> int:
     if args.operation is not None and args.operation not in known:
         raise UsageError(f"--operation {shown(args.operation)} is not an operation; one of: {', '.join(known)}")
     records = open_audit(config).records(table=args.table, operation=args.operation, limit=args.limit)
+    if not args.oldest_first:
+        records = records[::-1]  # the log reads oldest first; people look for what just happened
     if args.json:
         _print_json([r.to_dict() for r in records])
         return EXIT_OK
+    if not records:
+        print("no audit records" + (f" for {args.table}" if args.table else "")
+              + (f" of operation {args.operation}" if args.operation else ""), file=sys.stderr)
+        return EXIT_OK
+    print(audit_header())
     for r in records:
-        snap = f" {r.before_snapshot_id}->{r.after_snapshot_id}" if r.after_snapshot_id else ""
-        # One record, one line: a reason (an approval's note) cannot start a line of its own or drive the terminal.
-        print(f"{r.ts:%Y-%m-%d %H:%M:%S} {r.table:<20} {r.date or '':<10} {r.operation:<9} {r.decision:<8}{snap} "
-              f"{printable(r.reason)}")
+        print(audit_line(r))
     return EXIT_OK
+
+
+AUDIT_COLUMNS = (("TIME (UTC)", 19), ("TABLE", 20), ("DATE", 10), ("OPERATION", 9), ("DECISION", 8))
+
+
+def audit_header() -> str:
+    return " ".join(f"{name:<{width}}" for name, width in AUDIT_COLUMNS) + " SNAPSHOTS / REASON"
+
+
+def audit_line(r) -> str:
+    """One record, one line: a reason (an approval's note) cannot start a line of its own or drive the terminal."""
+    snap = f" {r.before_snapshot_id}->{r.after_snapshot_id}" if r.after_snapshot_id else ""
+    return (f"{r.ts:%Y-%m-%d %H:%M:%S} {r.table:<20} {r.date or '':<10} {r.operation:<9} {r.decision:<8}{snap} "
+            f"{printable(r.reason)}")
 
 
 def cmd_explain(config: MaintenanceConfig, args) -> int:
@@ -449,108 +476,97 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="icemaint", description="Event-driven maintenance of Apache Iceberg tables.")
+    p = OneLineParser(prog="icemaint", description=MAIN_DESCRIPTION, epilog=MAIN_EPILOG,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="maintenance YAML (default: $ICEMAINT_CONFIG, else ./maintenance.yaml)")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("health", help="materialize and print a table's health")
-    s.add_argument("table")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_health)
+    s = add_command(sub, "health", cmd_health)
+    s.add_argument("table", help="namespace.table")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = sub.add_parser("compact", help="compact dates of a table, or the partitions of a table without a time "
-                                       "column (claim, stage, GX proof, publish only if proven)")
-    s.add_argument("table")
-    s.add_argument("--date", action="append",
-                   help="YYYY-MM-DD; repeatable. On a month- or year-partitioned table a date compacts its whole "
-                        "month or year, keyed by the period's first day. Omit it for a table without a time "
+    s = add_command(sub, "compact", cmd_compact)
+    s.add_argument("table", help="namespace.table")
+    s.add_argument("--date", action="append", metavar="YYYY-MM-DD",
+                   help="a date to compact; repeatable. On a month- or year-partitioned table a date compacts its "
+                        "whole month or year, keyed by the period's first day. Omit it for a table without a time "
                         "column: its due partitions are compacted, best first, within max_rewrite_bytes")
-    s.add_argument("--from", dest="date_from", help="first date of a range (with --to)")
-    s.add_argument("--to", dest="date_to", help="last date of a range (inclusive)")
-    s.add_argument("--dry-run", action="store_true", help="report the plan, change nothing")
-    s.add_argument("--approved", action="store_true", help="approve a run over the cost ceiling (audited)")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_compact)
+    s.add_argument("--from", dest="date_from", metavar="YYYY-MM-DD", help="first date of a range (with --to)")
+    s.add_argument("--to", dest="date_to", metavar="YYYY-MM-DD", help="last date of a range (inclusive)")
+    s.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
+    s.add_argument("--approved", action="store_true",
+                   help="approve a run over the cost ceiling (max_rewrite_bytes) or a held date; audited")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = sub.add_parser("maintain", help="one pass over one table under one claim: compaction of what is due, "
-                                        "then manifests, then (if kept or asked) column statistics, then (if "
-                                        "asked) expiry and orphan removal")
-    s.add_argument("table")
-    s.add_argument("--date", action="append", help="compact these dates (repeatable) instead of every due one")
+    s = add_command(sub, "maintain", cmd_maintain)
+    s.add_argument("table", help="namespace.table")
+    s.add_argument("--date", action="append", metavar="YYYY-MM-DD",
+                   help="compact these dates (repeatable) instead of every due one")
     s.add_argument("--all-due", action="store_true", help="compact every due date (the default)")
     s.add_argument("--expire-snapshots", action="store_true", help="expire snapshots by the table's policy")
     s.add_argument("--orphans", action="store_true", help="remove orphan files by the table's policy")
     s.add_argument("--statistics", action="store_true",
                    help="compute column statistics when stale (the default when the policy says statistics: true)")
     s.add_argument("--dry-run", action="store_true", help="report what each step would do, change nothing")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_maintain)
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = sub.add_parser("revert", help="undo a published rewrite with a forward commit (proven first; main is "
-                                      "never rewound)")
-    s.add_argument("table")
-    s.add_argument("--snapshot", type=int, required=True,
+    s = add_command(sub, "revert", cmd_revert)
+    s.add_argument("table", help="namespace.table")
+    s.add_argument("--snapshot", type=int, required=True, metavar="ID",
                    help="the rewrite's snapshot id (icemaint audit shows it as before->after)")
-    s.add_argument("--dry-run", action="store_true")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_revert)
+    s.add_argument("--dry-run", action="store_true", help="check the revert can be made and proven, commit nothing")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = sub.add_parser("approve", help="approve a compaction over the table's cost ceiling")
-    s.add_argument("table")
-    s.add_argument("--date", help="the date to approve; omit it for a table without a time column")
-    s.add_argument("--note", type=_note)
-    s.set_defaults(func=cmd_approve)
+    s = add_command(sub, "approve", cmd_approve)
+    s.add_argument("table", help="namespace.table")
+    s.add_argument("--date", metavar="YYYY-MM-DD",
+                   help="the date to approve; omit it for a table without a time column")
+    s.add_argument("--note", type=_note, metavar="TEXT",
+                   help=f"why (kept in the audit record; at most {MAX_NOTE_CHARS} characters)")
 
-    s = sub.add_parser("audit", help="print the audit trail")
-    s.add_argument("--table")
-    s.add_argument("--operation")
-    s.add_argument("--limit", type=_whole_number, help="at most this many records, the newest")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_audit)
+    s = add_command(sub, "audit", cmd_audit)
+    s.add_argument("--table", metavar="NAMESPACE.TABLE", help="only this table's records")
+    s.add_argument("--operation", metavar="OP",
+                   help="only this operation's records: compact, expire, orphans, manifests, statistics, "
+                        "purge-quarantine, cleanup, revert, approve, alert, lineage")
+    s.add_argument("--limit", type=_whole_number, metavar="N", help="at most N records, the newest")
+    s.add_argument("--oldest-first", action="store_true",
+                   help="print in the order the records were written (default: newest first)")
+    s.add_argument("--json", action="store_true", help=JSON_HELP + " (newest first, as printed)")
 
-    s = sub.add_parser("tick", help="evaluate the sensors once and run what they request, in process")
+    s = add_command(sub, "tick", cmd_tick)
     s.add_argument("--dry-run", action="store_true", help="decide and print, request nothing")
     s.add_argument("--until-idle", action="store_true",
                    help="tick again, in this process, until a tick publishes nothing (an estate catch-up)")
-    s.add_argument("--max-ticks", type=_positive_int, default=None,
+    s.add_argument("--max-ticks", type=_positive_int, default=None, metavar="N",
                    help=f"with --until-idle: at most this many ticks (default {DEFAULT_MAX_TICKS})")
     s.add_argument("--json", action="store_true", help="the tick's report (with --until-idle: a list, one per tick)")
-    s.set_defaults(func=cmd_tick)
 
-    s = sub.add_parser("explain", help="why a table is (not) maintained: every gate of its decisions with the "
-                                       "numbers compared, and the audit records that led here (read-only)")
-    s.add_argument("table")
-    s.add_argument("--date", help="one date (YYYY-MM-DD) instead of every date of the table")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_explain)
+    s = add_command(sub, "explain", cmd_explain)
+    s.add_argument("table", help="namespace.table")
+    s.add_argument("--date", metavar="YYYY-MM-DD", help="one date instead of every date of the table")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = sub.add_parser("plan", help="what the next tick would do across the estate, ranked, with cost and "
-                                    "benefit (read-only: no claim, no audit record, no run)")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_plan)
+    s = add_command(sub, "plan", cmd_plan)
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = sub.add_parser("ui", help="open this instance in the Dagster UI (dagster dev on 127.0.0.1)")
-    s.add_argument("--port", type=_port, default=3000)
-    s.set_defaults(func=cmd_ui)
+    s = add_command(sub, "ui", cmd_ui)
+    s.add_argument("--port", type=_port, default=3000, help="the webserver's port on 127.0.0.1 (default 3000)")
 
-    s = sub.add_parser("mcp", help="serve AI agents over the Model Context Protocol: read-only views, and "
-                                   "maintenance requests decided by the same policy (stdio, or --http)")
+    s = add_command(sub, "mcp", cmd_mcp)
     s.add_argument("--agent", help="stdio: the configured agent this server serves (default: the only one)")
     s.add_argument("--http", metavar="HOST:PORT",
                    help="serve streamable HTTP on a loopback address instead of stdio; each agent by its bearer token")
     s.add_argument("--allow-remote", action="store_true", help="with --http: allow a non-loopback address")
-    s.set_defaults(func=cmd_mcp)
 
-    s = sub.add_parser("demo", help="build the demo warehouse and run the maintenance loop on it")
-    s.add_argument("--batches", type=int, default=12)
-    s.set_defaults(func=cmd_demo)
+    s = add_command(sub, "demo", cmd_demo)
+    s.add_argument("--batches", type=int, default=12, metavar="N",
+                   help="commits of the simulated streaming writer (default 12)")
 
-    s = sub.add_parser("doctor", help="check Java, the Iceberg runtime, the catalog, the state dir, PostgreSQL "
-                                      "and the Dagster instance, one line each")
+    s = add_command(sub, "doctor", cmd_doctor)
     s.add_argument("--spark", action="store_true", help="also start Spark and report the Iceberg version it loaded")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_doctor)
-    cli_retention.register(sub)  # expire, orphans, manifests, purge-quarantine
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
+    cli_retention.register(sub)  # expire, orphans, manifests, statistics, purge-quarantine
     return p
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
+from icemaint.app.cli_help import JSON_HELP, add_command
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.retention import check_retain_last
 from icemaint.operations.housekeeping import check_age
@@ -131,20 +132,18 @@ def cmd_purge_quarantine(config: MaintenanceConfig, args) -> int:
 
 def register(subparsers) -> None:
     """Add the `expire`, `orphans`, `manifests`, `statistics` and `purge-quarantine` subcommands to `icemaint`'s parser."""
-    s = subparsers.add_parser("expire", help="expire old snapshots by policy (never inside the owner's window, "
-                                             "never a branch, tag or in-flight run's snapshot)")
-    s.add_argument("table")
+    s = add_command(subparsers, "expire", cmd_expire)
+    s.add_argument("table", help="namespace.table")
     s.add_argument("--older-than", metavar="DURATION",
                    help="expire snapshots older than this, e.g. 7d, 72h (default: the policy's snapshot_older_than)")
     s.add_argument("--retain-last", type=int, metavar="N", help="always keep the newest N snapshots (N >= 1)")
     s.add_argument("--keep-files", action="store_true",
                    help="expire the snapshots but leave their files for orphan removal")
     s.add_argument("--dry-run", action="store_true", help="report what would expire, change nothing")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_expire)
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = subparsers.add_parser("orphans", help="remove (or quarantine) files no snapshot references")
-    s.add_argument("table")
+    s = add_command(subparsers, "orphans", cmd_orphans)
+    s.add_argument("table", help="namespace.table")
     s.add_argument("--older-than", metavar="DURATION",
                    help="only files older than this, e.g. 72h (default: the policy's orphan_older_than; "
                         "under 24h needs --force)")
@@ -153,30 +152,24 @@ def register(subparsers) -> None:
                    help="move the files to the quarantine (quarantine_dir, default <state_dir>/quarantine) instead of "
                         "deleting them")
     s.add_argument("--dry-run", action="store_true", help="list the candidates, change nothing")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_orphans)
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = subparsers.add_parser("manifests", help="rewrite small manifests when the policy says they are due")
-    s.add_argument("table")
+    s = add_command(subparsers, "manifests", cmd_manifests)
+    s.add_argument("table", help="namespace.table")
     s.add_argument("--force", action="store_true", help="rewrite even when not due")
     s.add_argument("--dry-run", action="store_true", help="report the estimate, change nothing")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_manifests)
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = subparsers.add_parser("statistics", help="compute the column statistics (Puffin NDV sketches) of the current "
-                                                 "snapshot when stale by policy")
-    s.add_argument("table")
+    s = add_command(subparsers, "statistics", cmd_statistics)
+    s.add_argument("table", help="namespace.table")
     s.add_argument("--columns", metavar="A,B",
                    help="only these columns (default: the policy's statistics_columns, else every primitive column)")
     s.add_argument("--force", action="store_true", help="compute even when not stale")
     s.add_argument("--dry-run", action="store_true", help="report what would be computed, change nothing")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_statistics)
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    s = subparsers.add_parser("purge-quarantine",
-                              help="delete files that `orphans --quarantine` moved aside longer ago than a cutoff")
+    s = add_command(subparsers, "purge-quarantine", cmd_purge_quarantine)
     s.add_argument("--older-than", metavar="DURATION", required=True,
                    help="purge batches quarantined longer ago than this, e.g. 7d")
     s.add_argument("--dry-run", action="store_true", help="list the batches, delete nothing")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_purge_quarantine)
+    s.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -413,9 +413,10 @@ def check_catalog_credentials(config: MaintenanceConfig) -> Check:
     return _ok(name, shown)
 
 
-def check_catalog(config: MaintenanceConfig, timeout_s: float = NETWORK_TIMEOUT_S) -> Check:
+def check_catalog(config: MaintenanceConfig, timeout_s: float = NETWORK_TIMEOUT_S,
+                  listed: list[list[str]] | None = None) -> Check:
     """The catalog answers: the hadoop warehouse is a writable directory; any other catalog lists its
-    tables through the sensors' pyiceberg reader within `timeout_s`."""
+    tables through the sensors' pyiceberg reader within `timeout_s` (appended to `listed` when given)."""
     from icemaint.observe.catalog import CatalogReader
 
     cat = config.catalog
@@ -436,7 +437,32 @@ def check_catalog(config: MaintenanceConfig, timeout_s: float = NETWORK_TIMEOUT_
         tables = _within(timeout_s, CatalogReader(config).list_tables)
     except Exception as exc:
         return _fail("catalog", f"{where}: {first_line(exc)}")
+    if listed is not None:
+        listed.append(tables)
     return _ok("catalog", f"{where}: {_tables(tables)}{writable}")
+
+
+def check_configured_tables(config: MaintenanceConfig, listed: list[list[str]]) -> Check:
+    """Every `tables:` entry names a table the catalog has: a misspelt name's policy would never apply (its
+    table would run on the defaults), so it fails, naming the entry and the nearest table the catalog has."""
+    import difflib
+
+    name, configured = "configured tables", sorted(config.policies.tables)
+    if not listed:
+        return _warn(name, f"{len(configured)} in tables: not checked (the catalog did not list its tables)")
+    known = set(listed[0])
+    missing = [t for t in configured if t not in known]
+    if missing:
+        def near(table: str) -> str:
+            close = difflib.get_close_matches(table, sorted(known), n=1)
+            return f" (did you mean {close[0]}?)" if close else ""
+        return _fail(name, "; ".join(f"tables.{t} names a table the catalog does not have{near(t)}" for t in missing)
+                     + f": its policy never applies; fix or remove the entr{'y' if len(missing) == 1 else 'ies'} in "
+                       f"{config.source or 'the config'}")
+    outside = [t for t in configured if not config.scope.admits(t)]
+    if outside:
+        return _warn(name, f"{', '.join(outside)} in tables: but outside scope (include/exclude): never maintained")
+    return _ok(name, f"all {len(configured)} in tables: are in the catalog")
 
 
 def _tables(tables: list[str]) -> str:
@@ -582,7 +608,10 @@ def run_doctor(config: MaintenanceConfig, config_path: str | os.PathLike | None 
     if config.catalog.type == "jdbc" and (config.catalog.uri or "").startswith("jdbc:postgresql:"):
         checks.append(_guarded("jdbc driver", lambda: check_jdbc_driver(config)))
     checks.append(_guarded("catalog credentials", lambda: check_catalog_credentials(config)))
-    checks.append(_guarded("catalog", lambda: check_catalog(config, timeout_s)))
+    listed: list[list[str]] = []
+    checks.append(_guarded("catalog", lambda: check_catalog(config, timeout_s, listed)))
+    if config.policies.tables:
+        checks.append(_guarded("configured tables", lambda: check_configured_tables(config, listed)))
     checks.append(_guarded("state dir", lambda: check_state_dir(config)))
     for var, sections in _postgres_users(config).items():
         checks.append(_guarded("postgres", lambda var=var, sections=sections: check_postgres(var, sections, timeout_s)))

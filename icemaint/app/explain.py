@@ -16,6 +16,7 @@ from pathlib import Path
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import (DEFER, REFUSE, Decision, Gates, ReasonKind, decide_table_compactions, measured_throughput,
                                        partition_due, position_deletes_maintained, refusal_for, writer_check)
+from icemaint.domain.hints import hint
 from icemaint.domain.health import TableHealth
 from icemaint.domain.names import TableName
 from icemaint.domain.units import counted, human_duration, human_size
@@ -215,6 +216,7 @@ def explain(config: MaintenanceConfig, table: str, date: str | None = None, esta
         if approved:
             d = decide_table_compactions(health, policy, replace(gates, approved=True), [d.date] if d.date else None)[0]
         out.compaction.append({"scope": d.scope, "verdict": str(d.verdict), "kind": str(d.kind), "reason": d.reason,
+                               "hint": hint(d),
                                "gates": [asdict(g) for g in _gates(health, d, policy, gates, approved)],
                                "cost_estimate": d.cost_estimate, "benefit": d.benefit})
     signals = read_retention_signals(tbl, key, policy)
@@ -222,7 +224,8 @@ def explain(config: MaintenanceConfig, table: str, date: str | None = None, esta
                               expiry_mark=estate.latest_mark("expire", key),
                               orphans_mark=estate.latest_mark("orphans", key),
                               orphan_removal=config.automation.orphan_removal):
-        out.retention.append({"operation": str(r.operation), "verdict": str(r.verdict), "reason": r.reason})
+        out.retention.append({"operation": str(r.operation), "verdict": str(r.verdict), "reason": r.reason,
+                              "hint": hint(r)})
     records = [r for r in estate.records(key) if date is None or r.date in (date, None)]
     out.audit = [{"ts": r.ts.isoformat(), "operation": r.operation, "decision": r.decision, "date": r.date,
                   "reason": r.reason, "before": r.before_snapshot_id, "after": r.after_snapshot_id}
@@ -257,10 +260,10 @@ def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dic
              "seconds": d.cost_estimate.get("seconds")} for i, d in enumerate(r for r, _ in compaction.runs)]
     runs += [{"rank": len(runs) + i + 1, "table": d.table, "scope": "(table)", "operation": str(d.operation),
               "reason": d.reason} for i, d in enumerate(retention.runs)]
-    held = [{"table": d.table, "scope": d.scope, "operation": "compact", "verdict": str(d.verdict), "reason": d.reason}
-            for d in compaction.decisions if d.verdict in (DEFER, REFUSE)]
+    held = [{"table": d.table, "scope": d.scope, "operation": "compact", "verdict": str(d.verdict), "reason": d.reason,
+             "hint": hint(d)} for d in compaction.decisions if d.verdict in (DEFER, REFUSE)]
     held += [{"table": d.table, "scope": "(table)", "operation": str(d.operation), "verdict": str(d.verdict),
-              "reason": d.reason} for d in retention.decisions if d.verdict in (DEFER, REFUSE)]
+              "reason": d.reason, "hint": hint(d)} for d in retention.decisions if d.verdict in (DEFER, REFUSE)]
     quiet = sorted({d.table for d in compaction.decisions} - {r["table"] for r in runs + held})
     return {"tables": len(tables), "runs": runs, "held": held, "nothing_to_do": quiet,
             "errors": {**compaction.errors, **retention.errors}}
@@ -276,6 +279,8 @@ def plan_lines(result: dict) -> list[str]:
         lines.append(f"  {r['rank']:>3}. {r['table']} {r['scope']} {r['operation']}: {r['reason']}{cost}")
     for h in result["held"]:
         lines.append(f"  -    {h['table']} {h['scope']} {h['operation']}: {h['verdict']}: {h['reason']}")
+        if h.get("hint"):
+            lines.append(f"         hint: {h['hint']}")
     if result["nothing_to_do"]:
         lines.append(f"  nothing to do: {', '.join(result['nothing_to_do'])}")
     for table, error in result["errors"].items():
@@ -287,10 +292,14 @@ def explanation_lines(e: Explanation) -> list[str]:
     lines = [f"{e.table}: maintained {e.maintained_as}; policy from {e.policy_source}"]
     for c in e.compaction:
         lines.append(f"  compact {c['scope']}: {c['verdict']}: {c['reason']}")
+        if c.get("hint"):
+            lines.append(f"      hint: {c['hint']}")
         for g in c["gates"]:
             lines.append(f"      {g['status']:<7}{g['name']:<14}{g['detail']}")
     for r in e.retention:
         lines.append(f"  {r['operation']}: {r['verdict']}: {r['reason']}")
+        if r.get("hint"):
+            lines.append(f"      hint: {r['hint']}")
     if e.audit:
         lines.append("  audit (latest first):")
         for a in reversed(e.audit):

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 from icemaint.domain.decisions import DEFER, REFUSE, RUN, Gates, ReasonKind, decide_with_approvals
+from icemaint.domain.hints import hint
 
 # Outcomes after which the pass goes on; anything else stops it (a failed proof, a refusal, an error).
 _GOOD = ("run", "noop", "defer", "dry_run")
@@ -35,6 +36,7 @@ class Step:
     success: bool
     run_id: str | None = None
     details: dict = field(default_factory=dict)
+    hint: str | None = None    # what would let a held-back date go (icemaint.domain.hints)
 
     @property
     def line(self) -> str:
@@ -119,7 +121,7 @@ class MaintenancePass:
             for d in held:  # due work a gate holds back is not done: the pass says so and does not succeed
                 # (the date still being written is not due yet: listed, not a failure)
                 report.steps.append(Step("compact", d.date or "(table)", str(d.verdict), d.reason,
-                                         d.kind == ReasonKind.HOT_PARTITION))
+                                         d.kind == ReasonKind.HOT_PARTITION, hint=hint(d)))
             # After compaction the manifests run (again) when due: each published date added some.
             steps = [manifests] if not first or (wanted and not dry_run and self.manifests_due(key)) else []
             if statistics or (statistics is None and self.config.policy(key).statistics):

@@ -14,6 +14,7 @@ from pathlib import Path
 from icemaint.app.instance import allow_runs_in_threads
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE, RUN
+from icemaint.domain.hints import hint
 from icemaint.domain.units import counted
 from icemaint.domain.tick import KeptHealths, date_batches, encode_cursor, table_batches, table_lanes
 from icemaint.safety import interrupts
@@ -112,7 +113,7 @@ class Ticker:
                                                                 if d.verdict == RUN])
         for d in plan.decisions:
             entry = {"table": d.table, "date": d.date, "operation": d.operation, "decision": d.verdict,
-                     "reason": d.reason}
+                     "reason": d.reason, "kind": str(d.kind), "hint": hint(d)}
             if d.verdict == RUN and not dry_run:
                 report, outcome, success = launched[(d.table, d.date)]
                 entry.update({"run_id": report.run_id, "success": success,
@@ -136,6 +137,8 @@ class Ticker:
                     f"{'passed' if entry['validation'] else 'FAILED' if entry['validation'] is False else 'n/a'}"
                     if entry["files_after"] is not None else f": {entry['result_reason']}")
             lines.append(line)
+            if entry["hint"]:
+                lines.append(f"    hint: {entry['hint']}")
         # Never silent: a table whose every decision is "nothing to do" still gets its line.
         loud = {d.table for d in plan.decisions if d.verdict != NOOP}
         for table, noops in sorted(quiet.items()):
@@ -244,7 +247,7 @@ class Ticker:
         entries, lines, failed = [], [], False
         for d in plan.decisions:
             entry = {"table": d.table, "date": None, "operation": d.operation, "decision": d.verdict,
-                     "reason": d.reason}
+                     "reason": d.reason, "kind": str(d.kind), "hint": hint(d)}
             line = f"{d.table} {d.operation}: {d.verdict}: {d.reason}"
             if (d.table, str(d.operation)) in done:
                 report, outcome, success = done[(d.table, str(d.operation))]
@@ -257,6 +260,8 @@ class Ticker:
             entries.append(entry)
             if d.verdict != "noop":
                 lines.append(line)
+            if entry["hint"]:
+                lines.append(f"    hint: {entry['hint']}")
         if not dry_run:
             self._save_cursor("retention", encode_cursor(plan.cursor))
         lines.append(f"retention: {counted(len(plan.evaluated), 'table')} evaluated, {len(plan.unchanged)} unchanged, "

@@ -337,3 +337,62 @@ class PolicyBook:
 
     def for_table(self, table: str) -> TablePolicy:
         return self.tables.get(table, self.defaults)
+
+
+# What each policy key means, for people: the docs site's policy reference is generated from this table, the
+# keys above and TablePolicy's defaults (scripts/gen_reference.py); tests/test_reference.py fails when a key of
+# POLICY_KEYS has no entry here. Each entry: (type as written in YAML, meaning).
+POLICY_KEY_DOCS: dict[str, tuple[str, str]] = {
+    "owner": ("text", "who owns the table: alerts are routed by it (alerts.owners)"),
+    "enabled": ("boolean", "false: no maintenance at all for the table (every decision refuses)"),
+    "read_only": ("boolean", "true: every mutating step refuses; health, explain and plan still read it"),
+    "small_file_size_bytes": ("size", "a data file smaller than this counts as small"),
+    "target_file_size_bytes": ("size", "the size rewritten files are packed to"),
+    "min_input_files": ("whole number >= 2", "a date is due when it has at least this many small files"),
+    "max_delete_ratio": ("ratio 0-1", "a date is due when deleted rows exceed this share of its rows"),
+    "delete_file_threshold": ("whole number >= 1", "a data file with at least this many delete files is rewritten"),
+    "min_position_delete_files": ("whole number >= 2", "a date whose data files are not due but which holds this "
+                                  "many position-delete files gets only its delete files merged"),
+    "partial_progress": ("boolean", "split a date into file groups, each staged, proven and published alone"),
+    "max_file_group_size_bytes": ("size", "with partial_progress: the largest file group"),
+    "strategy": ("binpack | sort | zorder", "how rewritten rows are laid out"),
+    "sort_order": ("text", "with sort: `id DESC NULLS LAST, ts`; with zorder: `a, b` or `zorder(a, b)`"),
+    "time_column": ("column name", "date the table by this column when its partition spec has no time transform"),
+    "max_commit_retries": ("whole number >= 0", "re-plans after a writer's conflicting commit before deferring"),
+    "retry_backoff": ("duration", "the wait between those re-plans"),
+    "writer_idle": ("duration", "a scope a writer committed into within this window is deferred"),
+    "writer_scope": ("partition | table", "partition: only the dates a writer is committing into wait; table: "
+                     "any writer commit holds the whole table"),
+    "publish_timeout": ("duration", "how long a staging or publish commit that only lost races is made again"),
+    "claim_wait": ("duration", "how long a run a person, a backfill or the CLI launched waits for a busy claim "
+                   "(sensor, schedule and tick runs never wait: they defer)"),
+    "hot_partition_age": ("duration", "a date is not compacted until this long after it ended"),
+    "max_rewrite_bytes": ("size", "the cost ceiling: a bigger rewrite waits for `icemaint approve`"),
+    "allowed_operations": ("list of operations", "the operations maintenance may run on the table (unset: all of "
+                           + ", ".join(OPERATIONS) + ")"),
+    "allowed_identities": ("list of names", "who maintenance may run as ($ICEMAINT_IDENTITY, else the OS user; "
+                           "unset: anyone)"),
+    "agent_operations": ("list of operations", "what AI agents (icemaint mcp) may request: of "
+                         + ", ".join(AGENT_OPERATIONS) + "; none by default"),
+    "sample_fraction": ("fraction (0, 1]", "the share of rows the proof compares row for row (16 bytes each reach "
+                        "the driver)"),
+    "snapshot_older_than": ("duration", "expiry removes snapshots older than this"),
+    "retain_last": ("whole number >= 1", "expiry always keeps the newest this many snapshots"),
+    "snapshot_min_age": ("duration", "the owner's window: never expire snapshots younger than this"),
+    "snapshot_max_count": ("whole number >= 1", "expiry is due when the table has more snapshots than this"),
+    "keep_files": ("boolean", "expiry leaves the expired snapshots' files for orphan removal"),
+    "orphan_older_than": ("duration >= 24h", "orphan removal only touches files older than this"),
+    "manifest_min_count": ("whole number >= 2", "a manifest rewrite is due at this many small manifests"),
+    "manifest_small_bytes": ("size", "a manifest smaller than this counts as small"),
+    "checkpoint_markers": ("list of summary keys", "expiry keeps each streaming job's newest snapshot carrying "
+                           "the key (`key@job-key`: per job)"),
+    "metadata_versions_max": ("whole number >= 1", "sets the table's write.metadata.previous-versions-max "
+                              "(unset: the table's own)"),
+    "metadata_delete_after_commit": ("boolean", "sets the table's write.metadata.delete-after-commit.enabled "
+                                     "(unset: the table's own)"),
+    "statistics": ("boolean", "true: the retention sensor keeps the table's column statistics fresh"),
+    "statistics_stale_fraction": ("fraction (0, 1]", "statistics are stale when rows added or deleted since reach "
+                                  "this share of the rows they describe"),
+    "statistics_columns": ("list of columns", "the columns statistics cover (unset: every top-level primitive "
+                           "column)"),
+}
