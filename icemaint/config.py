@@ -160,6 +160,16 @@ class AlertsConfig:
 
 
 @dataclass(frozen=True)
+class AutomationConfig:
+    """What the sensors and `icemaint tick` may start on their own beyond compaction, expiry, manifest rewrites and
+    statistics. Operations that delete files the table no longer lists are a person's choice: off until the file
+    turns them on. (Quarantine purge is never automatic: `icemaint purge-quarantine` is a person's command.)"""
+
+    # Orphan-file removal after each snapshot expiry (else only `icemaint orphans TABLE` or the UI removes orphans).
+    orphan_removal: bool = False
+
+
+@dataclass(frozen=True)
 class ScopeConfig:
     include: tuple[str, ...] = ("*",)
     exclude: tuple[str, ...] = ()
@@ -189,6 +199,7 @@ class MaintenanceConfig:
     quarantine_dir: str | None = None
     # The AI agents `icemaint mcp` serves, by name (their identity); none: the MCP server has no one to serve.
     agents: Mapping[str, AgentSpec] = field(default_factory=dict)
+    automation: AutomationConfig = field(default_factory=AutomationConfig)
 
     def policy(self, table: str) -> TablePolicy:
         return self.policies.for_table(table)
@@ -250,7 +261,8 @@ CONFIG_KEYS: dict[str, tuple[str, str, str]] = {
     "audit.dsn_env": ("variable name", "ICEMAINT_PG_DSN", "postgres: the environment variable holding the DSN"),
     "scope.include": ("list of patterns", "[\"*\"]", "fnmatch patterns over `namespace.table`: the tables maintained"),
     "scope.exclude": ("list of patterns", "[]", "tables left alone even when included"),
-    "dates_start": ("YYYY-MM-DD", "2020-01-01", "the first date of the `date` partitions"),
+    "dates_start": ("YYYY-MM-DD", "2020-01-01", "the first date of the `date` partitions (the UI's date axis): "
+                    "where your tables' data starts"),
     "max_runs_total": ("whole number 1-10000", "2", "maintenance runs at once across the estate (the run queue)"),
     "defaults": ("policy keys", "the policy defaults", "the policy every table gets (reference: policy keys)"),
     "tables": ("map of policy keys", "{}", "per-table overrides, keyed `namespace.table`; `icemaint doctor` fails on "
@@ -271,6 +283,9 @@ CONFIG_KEYS: dict[str, tuple[str, str, str]] = {
                                         "maintenance requests the agent may make per hour"),
     "agents.<name>.rewrite_bytes_per_day": ("size", human_size(DEFAULT_REWRITE_BYTES_PER_DAY),
                                             "estimated bytes of the compactions the agent may launch per day"),
+    "automation.orphan_removal": ("boolean", "false", "true: the retention sensor and `icemaint tick` remove orphan "
+                                 "files on their own after each expiry; false: only `icemaint orphans TABLE` (or the "
+                                 "UI) does. Quarantine purge is never automatic"),
 }
 
 
@@ -591,9 +606,16 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     except PolicyError as exc:
         raise ConfigError(str(exc)) from None
 
+    auto = _mapping(doc.get("automation"), "automation")
+    if "quarantine_purge" in auto:
+        raise ConfigError("automation.quarantine_purge: quarantine purge is never automatic; purge with "
+                          "`icemaint purge-quarantine --older-than 7d` (remove the key)")
+    _only(auto, _keys("automation"), "automation")
+    automation = AutomationConfig(_flag(auto.get("orphan_removal", False), "automation.orphan_removal"))
+
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,
                              PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")), dagster,
-                             quarantine, _agents(doc.get("agents")))
+                             quarantine, _agents(doc.get("agents")), automation)
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

@@ -127,7 +127,17 @@ BAD_CONFIGS = [
      ["catalog.concurrent_reads", "'many'", "whole number"]),
     ("document not a mapping", ["catalog"],
      ["config", "expected a mapping"]),
+    ("automation flag not a boolean", {"automation": {"orphan_removal": "yes"}},
+     ["automation.orphan_removal", "'yes'", "not a boolean"]),
+    ("automation unknown key", {"automation": {"expiry": False}}, ["automation.expiry", "unknown key", "orphan_removal"]),
+    ("automatic quarantine purge", {"automation": {"quarantine_purge": True}},
+     ["automation.quarantine_purge", "never automatic", "icemaint purge-quarantine"]),
 ]
+
+
+def test_automation_that_deletes_is_off_unless_the_file_turns_it_on(tmp_path):
+    assert parse_config({}, tmp_path).automation.orphan_removal is False
+    assert parse_config({"automation": {"orphan_removal": True}}, tmp_path).automation.orphan_removal is True
 
 
 @pytest.mark.parametrize("doc, expected", [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])

@@ -188,7 +188,7 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
     assert tags.get(TABLES_TAG) == ",".join(order) and TABLE_TAG not in tags, tags
     assert (tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)) == (f"{DATES[0]}|{order[0]}",
                                                                   f"{DATES[-1]}|{order[-1]}"), tags
-    assert {k: v for k, v in tags.items() if k.startswith("icemaint/slot/")} == slot_tags(order), tags
+    assert {k: v for k, v in tags.items() if k.startswith(".dagster/icemaint/slot/")} == slot_tags(order), tags
     assert tags.get(TRIGGER_TAG) == "sensor" and PLANNED_SNAPSHOT_TAG not in tags, tags
     assert tags.get("dagster/run_key", "").startswith(f"compact:{order[0]}..{order[-1]}:{DATES[0]}..{DATES[-1]}:")
     # The discovery sensor registered the tables and requested one health run over both.

@@ -62,7 +62,8 @@ def signals(snapshots=5, oldest_age_days=10.0, manifests=3, small=3, location="/
 
 
 def decide(sig=None, policy=TablePolicy(), **kwargs):
-    args = dict(claim_holder=None, in_flight_jobs=set(), expiry_mark=None, orphans_mark=None)
+    """The decisions with automatic orphan removal on (`automation.orphan_removal: true`) unless told otherwise."""
+    args = dict(claim_holder=None, in_flight_jobs=set(), expiry_mark=None, orphans_mark=None, orphan_removal=True)
     args.update(kwargs)
     return {d.operation: d for d in decide_retention(sig or signals(), policy, "maint", NOW, **args)}
 
@@ -89,6 +90,23 @@ def test_expiry_is_requested_when_due_and_orphans_only_after_it():
     assert after["orphans"].verdict == "run" and after["orphans"].run_key == "orphans:t.a:10"
     done = decide(signals(snapshots=1, oldest_age_days=0.1), expiry_mark=10, orphans_mark=11)
     assert done["orphans"].verdict == "noop" and "after the latest expiry" in done["orphans"].reason
+
+
+def test_orphan_removal_is_never_automatic_until_the_config_turns_it_on():
+    # the very state in which automation would remove orphans (an expiry finished, none removed since)
+    off = decide(expiry_mark=10, orphans_mark=None, orphan_removal=False)
+    assert off["orphans"].verdict == "noop" and off["orphans"].kind == "policy"
+    assert "automation.orphan_removal: false" in off["orphans"].reason
+    # and expiry no longer waits behind an orphan removal that will not come
+    assert off["expire"].verdict == "run"
+    # on, the same state with expiry not due again runs orphan removal (when both are due, expiry goes first)
+    quiet = signals(snapshots=1, oldest_age_days=0.1)
+    assert decide(quiet, expiry_mark=10, orphans_mark=None)["orphans"].verdict == "run"
+    assert decide(quiet, expiry_mark=10, orphans_mark=None, orphan_removal=False)["orphans"].verdict == "noop"
+    # the tick's default is off too: a caller that forgets the key deletes nothing
+    assert {d.operation: d for d in decide_retention(signals(), TablePolicy(), "maint", NOW, claim_holder=None,
+                                                     in_flight_jobs=set(), expiry_mark=10, orphans_mark=None)
+            }["orphans"].verdict == "noop"
 
 
 @pytest.mark.parametrize("kwargs, operation, verdict, reason", [
@@ -162,7 +180,7 @@ def test_the_tick_cursor_times_how_long_orphan_removal_waited_behind_expiry():
             read_signals=lambda t, p: RetentionSignals("t.a", f"/wh/t.a/metadata/v{len(ticks)}.metadata.json",
                                                        snapshots, now.timestamp() - DAY, 3, 3),
             claim_holder=lambda t: None, in_flight_jobs=lambda: {},
-            latest_mark=lambda op, t: {"expire": 10, "orphans": orphans_mark}[op], cursor=cursor, now=now)
+            latest_mark=lambda op, t: {"expire": 10, "orphans": orphans_mark}[op], cursor=cursor, now=now, orphan_removal=True)
         ticks.append(plan)
         return {d.operation: d.verdict for d in plan.decisions}, plan.cursor
 
@@ -346,7 +364,11 @@ def retention_sensor_of(runner: MaintenanceRunner, path: Path):
 def test_sensor_requests_expiry_then_orphans_and_nothing_for_an_unchanged_table(spark, tmp_path, lake_root,
                                                                                  table_name):
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        defaults={"snapshot_older_than": "0s", "manifest_min_count": 3})
+                        defaults={"snapshot_older_than": "0s", "manifest_min_count": 3},
+                        automation={"orphan_removal": True})
+    # The same estate with the shipped default (no `automation` key): never an orphan-removal run.
+    default_path = write_config(tmp_path / "default.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                                defaults={"snapshot_older_than": "0s", "manifest_min_count": 3})
     runner = MaintenanceRunner(load_config(path), str(path))
     writer = simulate(spark, table_name, batches=3)
     key = runner.check_table(table_name)
@@ -376,6 +398,11 @@ def test_sensor_requests_expiry_then_orphans_and_nothing_for_an_unchanged_table(
     assert requests == {}
     assert "waiting for runs in flight on the table: compaction_job" in held.skip_reason.skip_message
     runner.instance.report_run_canceled(queued)
+
+    # orphans are due now, and the default config still requests nothing: it says why
+    by_default = retention_sensor_of(runner, default_path)(held.cursor)
+    assert [r.job_name for r in by_default.run_requests] == []
+    assert "orphans: noop: not automatic (automation.orphan_removal: false)" in by_default.skip_reason.skip_message
 
     # the table moves on before its orphan removal ran: expiry, due again, goes first and the orphans wait
     writer.run(1)
@@ -408,7 +435,8 @@ def test_tick_runs_expiry_then_orphans_on_the_next_tick(spark, tmp_path, lake_ro
     from icemaint.app.ticker import Ticker
 
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        defaults={"snapshot_older_than": "0s"}, scope={"include": [table_name]})
+                        defaults={"snapshot_older_than": "0s"}, scope={"include": [table_name]},
+                        automation={"orphan_removal": True})
     writer = simulate(spark, table_name, batches=2)  # 2 small files a day: below min_input_files, no compaction
 
     def retention(report):

@@ -324,7 +324,8 @@ class AgentDesk:
             running = estate.in_flight().get(key, set()) | self._in_flight(key)
             decided = decide_retention(signals, policy, agent.name, self.clock(), claim_holder=estate.holder(key),
                                        in_flight_jobs=set(running), expiry_mark=estate.latest_mark("expire", key),
-                                       orphans_mark=estate.latest_mark("orphans", key), trigger=AGENT_TRIGGER)
+                                       orphans_mark=estate.latest_mark("orphans", key), trigger=AGENT_TRIGGER,
+                                       orphan_removal=self.config.automation.orphan_removal)
             d = next(x for x in decided if str(x.operation) == operation)
             if d.verdict == RUN:
                 result = self._launch(agent, key, operation, None, d.reason, why, {}, lambda run_id, tags:

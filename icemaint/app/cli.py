@@ -407,6 +407,10 @@ def cmd_ui(config: MaintenanceConfig, args) -> int:
     dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
     env = {**os.environ, "DAGSTER_HOME": str(home), "ICEMAINT_CONFIG": str(Path(config.source or "maintenance.yaml").resolve())}
     print(f"Dagster UI on http://127.0.0.1:{args.port} (instance {home}); Ctrl-C stops it", flush=True)
+    from maint_assets.definitions import build_definitions
+    from sensors.startup import startup_summary
+
+    print(startup_summary(config, build_definitions(config.source)), flush=True)  # what opening the UI starts
     os.chdir(workspace.parent)
     os.execve(dagster, [dagster, "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)], env)
     return EXIT_OK  # not reached

@@ -34,6 +34,11 @@ RETENTION_JOBS: dict[str, str] = {EXPIRE: "expiry_job", ORPHANS: "orphans_job", 
 ORPHANS_MAX_WAIT_SECONDS = 3600.0
 
 
+# Why a tick never starts orphan removal until the config turns it on.
+ORPHANS_NOT_AUTOMATIC = ("not automatic (automation.orphan_removal: false): orphan removal deletes files, so it runs "
+                         "when a person runs `icemaint orphans TABLE` or turns the key on")
+
+
 @dataclass(frozen=True)
 class RetentionSignals:
     """What the tick reads of one table (pyiceberg, no Spark)."""
@@ -116,7 +121,8 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
                      claim_holder: Optional[str], in_flight_jobs: set[str], expiry_mark: Optional[int],
                      orphans_mark: Optional[int], requested: Optional[dict[str, Optional[str]]] = None,
                      jobs: Mapping[str, str] = RETENTION_JOBS, trigger: Optional[str] = None,
-                     orphans_held_since: Optional[float] = None) -> list[RetentionDecision]:
+                     orphans_held_since: Optional[float] = None,
+                     orphan_removal: bool = False) -> list[RetentionDecision]:
     """Expiry, orphan, manifest and column-statistics decisions for one table.
 
     Args:
@@ -133,6 +139,8 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
         trigger: Who asks (an agent's request is also held to the policy's agent_operations).
         orphans_held_since: Since when (epoch seconds) owed orphan removal has waited behind expiry; once that is
             ORPHANS_MAX_WAIT_SECONDS ago, orphan removal goes first (None: it has not waited).
+        orphan_removal: Whether orphan removal may be started automatically (config `automation.orphan_removal`);
+            off, it is never due here: it deletes files, so a person turns it on or runs it.
     """
     table = signals.table
     location_key = digest(signals.metadata_location)
@@ -166,7 +174,9 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
     expire = (gated(EXPIRE, why, f"expire:{table}:{location_key}", expire_busy) if due
               else RetentionDecision(table, EXPIRE, NOOP, why, kind=ReasonKind.BELOW_THRESHOLDS))
 
-    if expiry_mark is None:
+    if not orphan_removal:
+        orphans = RetentionDecision(table, ORPHANS, NOOP, ORPHANS_NOT_AUTOMATIC, kind=ReasonKind.POLICY)
+    elif expiry_mark is None:
         orphans = RetentionDecision(table, ORPHANS, NOOP, "no snapshot expiry yet: orphan removal follows an expiry",
                                     kind=ReasonKind.ORDERING)
     elif orphans_mark is not None and orphans_mark > expiry_mark:
@@ -240,8 +250,10 @@ def plan_retention_tick(
     latest_mark: Callable[[str, str], Optional[int]],
     cursor: dict[str, RetentionCursor],
     now: dt.datetime,
+    orphan_removal: bool = False,
 ) -> RetentionTickPlan:
-    """The tick's retention plan over `tables`; unchanged tables cost one `metadata_location` call.
+    """The tick's retention plan over `tables`; unchanged tables cost one `metadata_location` call. Orphan removal
+    is planned only with `orphan_removal` (config `automation.orphan_removal`).
 
     One unreadable table never stops the estate's tick: its error is in `plan.errors`, and it gets no
     cursor entry so the next tick reads it again. Refusals and busy claims go to `plan.to_record`
@@ -256,7 +268,8 @@ def plan_retention_tick(
             plan.errors[table] = f"{type(exc).__name__}: {exc}"
             continue
         policy = policy_of(table)
-        fingerprint = policy_fingerprint(policy)
+        # Turning orphan removal on is a change of what the tick may do: every table is evaluated again.
+        fingerprint = policy_fingerprint(policy) + ("+orphans" if orphan_removal else "")
         previous = cursor.get(table)
         if (previous and previous.metadata_location == location and previous.policy == fingerprint
                 and not previous.pending and (previous.recheck_at is None or now.timestamp() < previous.recheck_at)):
@@ -275,7 +288,7 @@ def plan_retention_tick(
             in_flight_jobs=set(in_flight.get(table, set())),
             expiry_mark=latest_mark(EXPIRE, table), orphans_mark=latest_mark(ORPHANS, table),
             requested=previous.requested if previous else None,
-            orphans_held_since=previous.orphans_held_since if previous else None)
+            orphans_held_since=previous.orphans_held_since if previous else None, orphan_removal=orphan_removal)
         requested = dict(previous.requested) if previous else {}
         for d in decisions:
             if d.verdict == RUN:
