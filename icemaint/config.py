@@ -167,6 +167,11 @@ class AutomationConfig:
 
     # Orphan-file removal after each snapshot expiry (else only `icemaint orphans TABLE` or the UI removes orphans).
     orphan_removal: bool = False
+    # How often each sensor polls at most (Dagster's minimum interval), in seconds: an estate of many tables may
+    # poll less often; a test or a demo more often.
+    discovery_interval: int = 60
+    compaction_interval: int = 30
+    retention_interval: int = 60
 
 
 @dataclass(frozen=True)
@@ -286,6 +291,12 @@ CONFIG_KEYS: dict[str, tuple[str, str, str]] = {
     "automation.orphan_removal": ("boolean", "false", "true: the retention sensor and `icemaint tick` remove orphan "
                                  "files on their own after each expiry; false: only `icemaint orphans TABLE` (or the "
                                  "UI) does. Quarantine purge is never automatic"),
+    "automation.discovery_interval": ("duration, 1s to 1d", "60s", "how often the discovery sensor looks for new "
+                                      "and dropped tables at most"),
+    "automation.compaction_interval": ("duration, 1s to 1d", "30s", "how often the compaction sensor reads the "
+                                       "tables' health and decides at most"),
+    "automation.retention_interval": ("duration, 1s to 1d", "60s", "how often the retention sensor decides expiry, "
+                                      "orphans, manifests and statistics at most"),
 }
 
 
@@ -611,11 +622,26 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
         raise ConfigError("automation.quarantine_purge: quarantine purge is never automatic; purge with "
                           "`icemaint purge-quarantine --older-than 7d` (remove the key)")
     _only(auto, _keys("automation"), "automation")
-    automation = AutomationConfig(_flag(auto.get("orphan_removal", False), "automation.orphan_removal"))
+    automation = AutomationConfig(_flag(auto.get("orphan_removal", False), "automation.orphan_removal"),
+                                  *(_poll_interval(auto, key, default) for key, default in (
+                                      ("discovery_interval", 60), ("compaction_interval", 30),
+                                      ("retention_interval", 60))))
 
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,
                              PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")), dagster,
                              quarantine, _agents(doc.get("agents")), automation)
+
+
+def _poll_interval(section: Mapping[str, Any], key: str, default: int) -> int:
+    """A sensor's minimum interval in whole seconds, from 1s to 1d (Dagster takes whole seconds)."""
+    value = section.get(key, default)
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise ConfigError(f"automation.{key}: {exc}") from None
+    if not 1 <= seconds <= 86400:
+        raise ConfigError(f"automation.{key}: {_shown.repr(value)} must be from 1s to 1d")
+    return max(1, round(seconds))
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

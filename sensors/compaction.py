@@ -215,10 +215,12 @@ def decision_observation(decision) -> dg.AssetObservation:
                   **numeric(numbers)})
 
 
-def build_compaction_sensor(compaction_job, table_compaction_job, date_partitions_def) -> dg.SensorDefinition:
+def build_compaction_sensor(compaction_job, table_compaction_job, date_partitions_def,
+                            interval_seconds: int = 30) -> dg.SensorDefinition:
     kept = KeptHealths()  # lives with the code location's process, as the sensor's ticks do
     # A sensor with several jobs names each request's job; `compaction_job` is the default.
-    @dg.sensor(name="compaction_sensor", jobs=[compaction_job, table_compaction_job], minimum_interval_seconds=30,
+    @dg.sensor(name="compaction_sensor", jobs=[compaction_job, table_compaction_job],
+               minimum_interval_seconds=interval_seconds,
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="Polls each table's metadata; requests a compaction run for each (table, date) whose "
                            "thresholds pass, writers are idle, the claim is free and cost/policy allow (a table's "

@@ -109,9 +109,9 @@ def retention_description(orphan_removal: bool) -> str:
 
 
 def build_retention_sensor(expiry_job, orphans_job, manifests_job, statistics_job,
-                           orphan_removal: bool = False) -> dg.SensorDefinition:
+                           orphan_removal: bool = False, interval_seconds: int = 60) -> dg.SensorDefinition:
     @dg.sensor(name="retention_sensor", jobs=[expiry_job, orphans_job, manifests_job, statistics_job],
-               minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+               minimum_interval_seconds=interval_seconds, default_status=dg.DefaultSensorStatus.RUNNING,
                description=retention_description(orphan_removal))
     def retention_sensor(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource,
                          claims: TableClaimResource, audit: AuditResource):
