@@ -299,6 +299,8 @@ class CatalogReader:
             small_file_size_bytes=policy.small_file_size_bytes,
             small_manifest_bytes=policy.manifest_small_bytes,
             now=now,
+            sort_order_id=tbl.metadata.default_sort_order_id,
+            max_file_size_bytes=policy.max_file_size_bytes,
         )
 
 

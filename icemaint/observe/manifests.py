@@ -228,7 +228,8 @@ def read_file_entries(tbl, timing: TimePartitioning, manifests: list | None = No
             date, partition = place.of(manifest.partition_spec_id, f)
             yield FileEntry(content=content, size_bytes=f.file_size_in_bytes, record_count=f.record_count,
                             date=date, partition=partition, deletion_vector=vector,
-                            added_snapshot_id=entry.snapshot_id)
+                            added_snapshot_id=entry.snapshot_id, spec_id=manifest.partition_spec_id,
+                            sort_order_id=f.sort_order_id if content == 0 else None)
 
 
 class _FilePlace:
