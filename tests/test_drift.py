@@ -165,3 +165,16 @@ def planned(candidates, layout):
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_rewrite_plan_takes_the_drifted_files(case, candidates, layout, groups):
     assert planned(candidates, layout) == groups
+
+
+def test_the_tick_screen_reads_a_table_whose_drift_the_manifest_list_cannot_rule_out():
+    from icemaint.domain.screen import ManifestSummary, screen_compaction
+
+    day = dt.date(2024, 3, 1)
+    old, new = (ManifestSummary(False, 2, day, day, spec_id=0), ManifestSummary(False, 2, day, day, spec_id=1))
+    assert screen_compaction([new], 5, dated=True, layout=LayoutTarget(1)) is not None  # nothing can be due
+    assert screen_compaction([old, new], 5, dated=True, layout=LayoutTarget(1)) is None  # old-spec files
+    assert screen_compaction([old, new], 5, dated=True) is not None                       # layout_drift off
+    assert screen_compaction([ManifestSummary(False, 0, None, None, spec_id=0), new], 5, dated=True,
+                             layout=LayoutTarget(1)) is not None                          # an empty old manifest
+    assert screen_compaction([new], 5, dated=True, layout=LayoutTarget(1, sort_order_id=1)) is None  # sorted table

@@ -205,7 +205,7 @@ def manifest_summaries(tbl, timing: TimePartitioning, manifests: list) -> list[M
                 first = partition_date(from_bytes(IntegerType(), summary.lower_bound), transform)
                 last = partition_date(from_bytes(IntegerType(), summary.upper_bound), transform)
         out.append(ManifestSummary(deletes=m.content != ManifestContent.DATA, live_files=live,
-                                   first_date=first, last_date=last))
+                                   first_date=first, last_date=last, spec_id=m.partition_spec_id))
     return out
 
 
