@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from icemaint.domain.health import PartitionHealth, TableHealth
+from icemaint.domain.health import PartitionHealth, TableHealth, file_drift, rewrite_drift
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.units import counted, human_size
 
@@ -32,11 +32,11 @@ class LayoutTarget:
 
 
 def drifted(spec_id: int, sort_order_id: int | None, size_bytes: int, target: LayoutTarget) -> bool:
-    """Whether a data file (its spec, its sort order: None when its manifest does not say, its size) is outside the
-    target layout; the same rule health counts by."""
-    return (spec_id != target.spec_id
-            or (target.sort_order_id != 0 and sort_order_id != target.sort_order_id)
-            or (target.max_file_size_bytes is not None and size_bytes > target.max_file_size_bytes))
+    """Whether a rewrite for layout drift takes a data file (its spec, its recorded sort order, its size): the rule
+    health counts `drift_files` by (`icemaint.domain.health.rewrite_drift`)."""
+    kinds = file_drift(spec_id, sort_order_id, size_bytes, target.spec_id, target.sort_order_id,
+                       target.max_file_size_bytes)
+    return rewrite_drift(kinds, sort_order_id)
 
 
 def drift_text(part: PartitionHealth, health: TableHealth, policy: TablePolicy) -> str:
@@ -49,6 +49,7 @@ def drift_text(part: PartitionHealth, health: TableHealth, policy: TablePolicy) 
     if part.unsorted_files:
         pieces.append(f"{human_size(part.unsorted_bytes)} in {counted(part.unsorted_files, 'file')} not in the table's "
                       f"sort order {health.sort_order_id}")
+
     if part.oversized_files:
         pieces.append(f"{human_size(part.oversized_bytes)} in {counted(part.oversized_files, 'file')} above "
                       f"{policy.max_file_size_ratio:g} x target ({human_size(policy.max_file_size_bytes)})")

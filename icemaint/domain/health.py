@@ -80,7 +80,8 @@ class PartitionHealth:
     seconds_since_writer_commit: float | None = None
     # Layout drift (`icemaint.domain.drift`): data files written under a partition spec other than the table's
     # default, in a sort order other than the table's (or unsorted, on a table with one), or above
-    # max_file_size_ratio x the target size; `drift_*` counts each drifted file once, whatever its drifts
+    # max_file_size_ratio x the target size; `drift_*` counts each file a drift rewrite takes once, whatever its
+    # drifts (`rewrite_drift`: not a file that only records no sort order)
     old_spec_files: int = 0
     old_spec_bytes: int = 0
     unsorted_files: int = 0
@@ -359,19 +360,13 @@ def compute_health(
                 part["records"] += f.record_count
                 part["small_files"] += small
                 part["small_bytes"] += f.size_bytes if small else 0
-            kinds = _drift_of(f, spec_id, sort_order_id, max_file_size_bytes)
-            for kind in kinds:
-                drift[f"{kind}_files"] += 1
-                drift[f"{kind}_bytes"] += f.size_bytes
-                if part is not None:
-                    part[f"{kind}_files"] += 1
-                    part[f"{kind}_bytes"] += f.size_bytes
-            if kinds and part is not None:
-                part["drift_files"] += 1
-                part["drift_bytes"] += f.size_bytes
-            if kinds:
-                drift["drift_files"] += 1
-                drift["drift_bytes"] += f.size_bytes
+            kinds = file_drift(f.spec_id, f.sort_order_id, f.size_bytes, spec_id, sort_order_id, max_file_size_bytes)
+            if rewrite_drift(kinds, f.sort_order_id):
+                kinds += ("drift",)
+            for counts in (drift, part) if part is not None else (drift,):
+                for kind in kinds:
+                    counts[f"{kind}_files"] += 1
+                    counts[f"{kind}_bytes"] += f.size_bytes
             if "old_spec" in kinds and key is not None and f.spec_id is not None:
                 old_specs.setdefault(key, set()).add(f.spec_id)
             if part is None and time_column is not None:
@@ -451,13 +446,25 @@ def compute_health(
     )
 
 
-def _drift_of(f: FileEntry, spec_id: int, sort_order_id: int, max_file_size_bytes: int | None) -> tuple[str, ...]:
-    """How one data file drifted from the table's layout: "old_spec", "unsorted", "oversized" (none: in layout)."""
+def file_drift(spec_id: int | None, sort_order_id: int | None, size_bytes: int, table_spec_id: int,
+               table_sort_order_id: int, max_file_size_bytes: int | None) -> tuple[str, ...]:
+    """How one data file drifted from the table's layout: "old_spec", "unsorted", "oversized" (none: in layout).
+
+    A file of an unknown spec (None) is not called old; on a table with a sort order, a file that records no order
+    (0 or None) is unsorted, as is one recorded under another order (`rewrite_drift` tells them apart)."""
     kinds = []
-    if f.spec_id is not None and f.spec_id != spec_id:
+    if spec_id is not None and spec_id != table_spec_id:
         kinds.append("old_spec")
-    if sort_order_id != 0 and f.sort_order_id != sort_order_id:
+    if table_sort_order_id != 0 and sort_order_id != table_sort_order_id:
         kinds.append("unsorted")
-    if max_file_size_bytes is not None and f.size_bytes > max_file_size_bytes:
+    if max_file_size_bytes is not None and size_bytes > max_file_size_bytes:
         kinds.append("oversized")
     return tuple(kinds)
+
+
+def rewrite_drift(kinds: tuple[str, ...], sort_order_id: int | None) -> bool:
+    """Whether a file's drift (`file_drift`) is worth a rewrite: an old spec, oversized, or recorded under another
+    sort order. A file that records no order is only reported: Iceberg's Spark writers before 1.11 record none even
+    when they sort (apache/iceberg#13634), nor does a rewrite by them, so every file of a sorted table would be
+    due forever."""
+    return "old_spec" in kinds or "oversized" in kinds or ("unsorted" in kinds and bool(sort_order_id))
