@@ -360,15 +360,9 @@ def compute_health(
                 part["records"] += f.record_count
                 part["small_files"] += small
                 part["small_bytes"] += f.size_bytes if small else 0
-            kinds = file_drift(f.spec_id, f.sort_order_id, f.size_bytes, spec_id, sort_order_id, max_file_size_bytes)
-            if rewrite_drift(kinds, f.sort_order_id):
-                kinds += ("drift",)
-            for counts in (drift, part) if part is not None else (drift,):
-                for kind in kinds:
-                    counts[f"{kind}_files"] += 1
-                    counts[f"{kind}_bytes"] += f.size_bytes
-            if "old_spec" in kinds and key is not None and f.spec_id is not None:
-                old_specs.setdefault(key, set()).add(f.spec_id)
+            if ((f.spec_id != spec_id and f.spec_id is not None) or (sort_order_id and f.sort_order_id != sort_order_id)
+                    or (max_file_size_bytes is not None and f.size_bytes > max_file_size_bytes)):  # the rare case
+                _count_drift(f, key, part, drift, old_specs, spec_id, sort_order_id, max_file_size_bytes)
             if part is None and time_column is not None:
                 undated_files += 1
                 undated_records += f.record_count
@@ -444,6 +438,21 @@ def compute_health(
         max_file_size_bytes=max_file_size_bytes,
         **drift,
     )
+
+
+def _count_drift(f: FileEntry, key: str | None, part: dict[str, int] | None, drift: dict[str, int],
+                 old_specs: dict[str, set[int]], spec_id: int, sort_order_id: int,
+                 max_file_size_bytes: int | None) -> None:
+    """Counts a drifted data file on its partition (when it has one) and on the table."""
+    kinds = file_drift(f.spec_id, f.sort_order_id, f.size_bytes, spec_id, sort_order_id, max_file_size_bytes)
+    if rewrite_drift(kinds, f.sort_order_id):
+        kinds += ("drift",)
+    for counts in (drift, part) if part is not None else (drift,):
+        for kind in kinds:
+            counts[f"{kind}_files"] += 1
+            counts[f"{kind}_bytes"] += f.size_bytes
+    if "old_spec" in kinds and key is not None and f.spec_id is not None:
+        old_specs.setdefault(key, set()).add(f.spec_id)
 
 
 def file_drift(spec_id: int | None, sort_order_id: int | None, size_bytes: int, table_spec_id: int,
