@@ -26,13 +26,13 @@ def files(n, size, day=DAY, spec=1, order=0, content=0):
                       sort_order_id=order)] * n
 
 
-def health(entries, spec_id=1, sort_order_id=0, policy=POLICY, sort_order_problem=None):
+def health(entries, spec_id=1, sort_order_id=0, policy=POLICY, sort_order_problem=None, specs=None):
     return compute_health(table="t.events", metadata_location="/wh/t/metadata/v3.metadata.json", snapshot_id=1,
                           schema_id=0, spec_id=spec_id, time_column="ts", time_transform="hour", files=entries,
                           manifest_lengths=[4 * KiB], snapshots=QUIET, metadata_files=1,
                           small_file_size_bytes=policy.small_file_size_bytes, small_manifest_bytes=8 * MiB, now=NOW,
                           sort_order_id=sort_order_id, max_file_size_bytes=policy.max_file_size_bytes,
-                          sort_order_problem=sort_order_problem)
+                          sort_order_problem=sort_order_problem, specs=specs)
 
 
 def test_health_counts_each_drift_per_date_and_table_and_each_drifted_file_once():
@@ -106,6 +106,12 @@ def test_layout_drift_decision(entries, sort_order, policy_kw, gates_kw, verdict
     assert (d.verdict, d.kind) == (verdict, kind), d.reason
     for words in reasons:
         assert words in d.reason
+
+
+def test_the_reason_names_each_spec_by_its_fields_when_health_knows_them():
+    h = health(files(3, 10 * MiB, spec=0), specs={0: "day(ts)", 1: "hour(ts)"})
+    d = decide_compaction(h, DAY, POLICY, Gates(now=NOW, identity="svc"))
+    assert d.reason == "layout drift: 30 MiB in 3 files under spec 0 (day(ts)), table spec 1 (hour(ts))"
 
 
 def test_a_drift_run_costs_and_ranks_by_its_drifted_files():

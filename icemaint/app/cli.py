@@ -94,8 +94,10 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
           f"metadata files {health['metadata_files']}"
           + (f" ({human_size(health['metadata_bytes'])})" if health.get("metadata_bytes") is not None else ""))
     limit = health.get("max_file_size_bytes")
-    print(f"  layout drift {drift_line(health)} (table spec {health['spec_id']}, sort order "
-          f"{health.get('sort_order_id', 0)}, oversized above {human_size(limit) if limit else '-'})")
+    specs = {str(k): v for k, v in (health.get("specs") or {}).items()}  # JSON keys are text
+    spec = specs.get(str(health["spec_id"]))
+    print(f"  layout drift {drift_line(health)}; table spec {health['spec_id']}{f' ({spec})' if spec else ''}, "
+          f"sort order {health.get('sort_order_id', 0)}, oversized above {human_size(limit) if limit else '-'}")
     print(f"  last commit {health['last_commit_at']} ({health['last_commit_operation']}, by {health['last_commit_by']})")
     print(f"  compaction now: {health.get('compaction_now', '-')}")
     width = max([12] + [len(describe(p["key"])) + 2 for p in health["partitions"]])

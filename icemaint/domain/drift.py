@@ -43,9 +43,9 @@ def drift_text(part: PartitionHealth, health: TableHealth, policy: TablePolicy) 
     """The date's drift as people read it: '412 MiB in 37 files under spec 0, table spec 1; ...'."""
     pieces = []
     if part.old_spec_files:
-        specs = ", ".join(str(s) for s in part.old_spec_ids) or "another"
+        specs = ", ".join(_spec(health, s) for s in part.old_spec_ids) or "another"
         pieces.append(f"{human_size(part.old_spec_bytes)} in {counted(part.old_spec_files, 'file')} under spec "
-                      f"{specs}, table spec {health.spec_id}")
+                      f"{specs}, table spec {_spec(health, health.spec_id)}")
     if part.unsorted_files:
         pieces.append(f"{human_size(part.unsorted_bytes)} in {counted(part.unsorted_files, 'file')} not in the table's "
                       f"sort order {health.sort_order_id}")
@@ -54,6 +54,12 @@ def drift_text(part: PartitionHealth, health: TableHealth, policy: TablePolicy) 
         pieces.append(f"{human_size(part.oversized_bytes)} in {counted(part.oversized_files, 'file')} above "
                       f"{policy.max_file_size_ratio:g} x target ({human_size(policy.max_file_size_bytes)})")
     return "; ".join(pieces)
+
+
+def _spec(health: TableHealth, spec_id: int) -> str:
+    """'0 (day(ts))': a spec's id with its fields when health knows them."""
+    fields = health.specs.get(spec_id)
+    return f"{spec_id} ({fields})" if fields else str(spec_id)
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,8 @@ class TableHealth:
     # (policy max_file_size_ratio x target_file_size_bytes; None: not judged)
     sort_order_id: int = 0
     max_file_size_bytes: int | None = None
+    # Each partition spec the table has had, as people read it ("day(ts)", "hour(ts), bucket[16](id)", "unpartitioned")
+    specs: Mapping[int, str] = field(default_factory=dict)
     # Layout drift of the whole table (dated and undated files): the sums of `PartitionHealth`'s drift counts
     old_spec_files: int = 0
     old_spec_bytes: int = 0
@@ -336,6 +338,7 @@ def compute_health(
     writer_partitions_known: bool = True,
     sort_order_id: int = 0,
     max_file_size_bytes: int | None = None,
+    specs: Mapping[int, str] | None = None,
 ) -> TableHealth:
     """Health of one table at its current snapshot; `touched` as `partition_writer_commits` reads it;
     `sort_order_id` the table's default sort order and `max_file_size_bytes` the oversized-file limit (layout
@@ -436,6 +439,7 @@ def compute_health(
         writer_partitions_known=writer_partitions_known,
         sort_order_id=sort_order_id,
         max_file_size_bytes=max_file_size_bytes,
+        specs=dict(specs or {}),
         **drift,
     )
 

@@ -23,8 +23,7 @@ from icemaint.domain.drift import LayoutTarget
 from icemaint.domain.screen import Screened, screen_compaction
 from icemaint.observe.manifests import (
     current_manifests, manifest_summaries, metadata_log_bytes, read_file_entries, read_snapshots, read_writer_touches,
-    schema_columns,
-    time_partitioning,
+    schema_columns, spec_descriptions, time_partitioning,
 )
 from icemaint.errors import OperationalError, UserError, one_line
 
@@ -304,6 +303,7 @@ class CatalogReader:
             now=now,
             sort_order_id=tbl.metadata.default_sort_order_id,
             max_file_size_bytes=policy.max_file_size_bytes,
+            specs=spec_descriptions(tbl),
         )
 
 

@@ -175,6 +175,22 @@ def _spec_time_fields(tbl, column: str | None) -> dict[int, tuple[str, str]]:
     return out
 
 
+def spec_descriptions(tbl) -> dict[int, str]:
+    """Each partition spec the table has had, as people read it: 'day(ts)', 'hour(ts), bucket[16](id)'."""
+    schema = tbl.schema()
+    out = {}
+    for spec_id, spec in tbl.metadata.specs().items():
+        parts = []
+        for pf in spec.fields:
+            try:
+                source = schema.find_column_name(pf.source_id) or pf.name
+            except ValueError:  # the source column was dropped since
+                source = pf.name
+            parts.append(f"{pf.transform}({source})")
+        out[spec_id] = ", ".join(parts) or "unpartitioned"
+    return out
+
+
 def current_manifests(tbl) -> list:
     """The current snapshot's manifests (one read of its manifest list); none for an empty table."""
     snapshot = tbl.current_snapshot()
