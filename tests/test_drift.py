@@ -102,7 +102,7 @@ CASES = [
 def test_layout_drift_decision(entries, sort_order, policy_kw, gates_kw, verdict, kind, reasons):
     policy = TablePolicy(**{**POLICY.__dict__, **policy_kw})
     d = decide_compaction(health(entries, sort_order_id=sort_order, policy=policy), DAY, policy,
-                          Gates(now=NOW, identity="svc", **gates_kw))
+                          Gates(now=NOW, identity="svc", layout_rewrite=True, **gates_kw))
     assert (d.verdict, d.kind) == (verdict, kind), d.reason
     for words in reasons:
         assert words in d.reason
@@ -110,13 +110,20 @@ def test_layout_drift_decision(entries, sort_order, policy_kw, gates_kw, verdict
 
 def test_the_reason_names_each_spec_by_its_fields_when_health_knows_them():
     h = health(files(3, 10 * MiB, spec=0), specs={0: "day(ts)", 1: "hour(ts)"})
-    d = decide_compaction(h, DAY, POLICY, Gates(now=NOW, identity="svc"))
+    d = decide_compaction(h, DAY, POLICY, Gates(now=NOW, identity="svc", layout_rewrite=True))
     assert d.reason == "layout drift: 30 MiB in 3 files under spec 0 (day(ts)), table spec 1 (hour(ts))"
+
+
+def test_until_the_engine_writes_the_current_layout_drift_is_reported_not_run():
+    d = decide_compaction(health(files(3, 10 * MiB, spec=0)), DAY, POLICY, Gates(now=NOW, identity="svc"))
+    assert (d.verdict, d.kind) == (NOOP, ReasonKind.UNSUPPORTED)
+    assert d.reason.startswith("layout drift: 30 MiB in 3 files under spec 0, table spec 1: due, but this version's")
+    assert d.rationale["trigger"] == "layout_drift" and d.cost_estimate["rewrite_bytes"] == 30 * MiB
 
 
 def test_a_drift_run_costs_and_ranks_by_its_drifted_files():
     d = decide_compaction(health(files(4, 10 * MiB, spec=0) + files(4, 10 * MiB)), DAY, POLICY,
-                          Gates(now=NOW, identity="svc"))
+                          Gates(now=NOW, identity="svc", layout_rewrite=True))
     assert d.cost_estimate["rewrite_bytes"] == 40 * MiB and d.cost_estimate["files"] == 4
     assert d.benefit == pytest.approx(0.1)
     assert d.rationale["trigger"] == "layout_drift" and d.rationale["old_spec_ids"] == [0]
@@ -124,7 +131,7 @@ def test_a_drift_run_costs_and_ranks_by_its_drifted_files():
 
 def test_a_sort_order_the_policy_cannot_apply_refuses_a_drift_rewrite():
     d = decide_compaction(health(files(3, 10 * MiB, spec=0), sort_order_problem="policy sort_order column 'x' ..."),
-                          DAY, POLICY, Gates(now=NOW, identity="svc"))
+                          DAY, POLICY, Gates(now=NOW, identity="svc", layout_rewrite=True))
     assert (d.verdict, d.kind) == (REFUSE, ReasonKind.POLICY)
 
 

@@ -48,6 +48,7 @@ def test_health_reports_drift_per_date_after_the_spec_and_sort_order_evolved(spa
     policy = replace(config.policy(table_name), drift_min_bytes=1, min_input_files=10,
                      hot_partition_age_seconds=0)
     decision = decide_compaction(health, "2026-01-02", policy,
-                                 Gates(now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1), identity="svc"))
+                                 Gates(now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1), identity="svc",
+                                       layout_rewrite=True))
     assert (decision.verdict, decision.kind) == (RUN, ReasonKind.LAYOUT_DRIFT), decision.reason
     assert "in 2 files under spec 0 (day(ts)), table spec 1 (hour(ts))" in decision.reason
