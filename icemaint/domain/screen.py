@@ -66,16 +66,16 @@ def screen_compaction(manifests: Sequence[ManifestSummary], min_input_files: int
 
     `dated`: the table is time-partitioned, so a per-date bound from the manifests' ranges applies.
     `layout`: the table's layout when the policy looks for layout drift (`icemaint.domain.drift`): data files under
-    another spec are seen in the manifest list, so such a table is read; a table with a sort order is always read
-    (each file's sort order is in the manifests only). File sizes are not in the manifest list: an oversized file
-    on a table screened here is found when its manifests are next read.
+    another spec are seen in the manifest list, so such a table is read. File sizes and sort orders are in the
+    manifests only: an oversized file, or one recorded under another sort order, on a table screened here is found
+    when its manifests are next read (reading every sorted table at every tick would cost most estates' sorted
+    tables a full read for files that, written by Iceberg's Spark before 1.11, record no sort order at all).
     """
     if any(m.deletes and m.live_files != 0 for m in manifests):
         return None  # delete files can make a date due whatever its file count
-    if layout is not None and (layout.sort_order_id != 0 or any(
-            not m.deletes and m.live_files != 0 and m.spec_id is not None and m.spec_id != layout.spec_id
-            for m in manifests)):
-        return None  # layout drift may be due whatever the file count
+    if layout is not None and any(not m.deletes and m.live_files != 0 and m.spec_id is not None
+                                  and m.spec_id != layout.spec_id for m in manifests):
+        return None  # old-spec files may be due whatever their count
     counts = [m.live_files for m in manifests if not m.deletes]
     known = [c for c in counts if c is not None]
     if len(known) != len(counts):
