@@ -16,6 +16,7 @@ from icemaint.app import cli_retention
 from icemaint.app import metrics_server
 from icemaint.app.cli_help import DRY_RUN_HELP, JSON_HELP, MAIN_DESCRIPTION, MAIN_EPILOG, add_command
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
+from icemaint.domain.drift import drift_line
 from icemaint.domain.hints import decision_hint
 from icemaint.domain.layout import describe
 from icemaint.domain.names import TableName
@@ -92,15 +93,21 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
           f"ratio {health['deleted_row_ratio']:.3f}); manifests {health['manifests']}; snapshots {health['snapshots']}; "
           f"metadata files {health['metadata_files']}"
           + (f" ({human_size(health['metadata_bytes'])})" if health.get("metadata_bytes") is not None else ""))
+    limit = health.get("max_file_size_bytes")
+    specs = {str(k): v for k, v in (health.get("specs") or {}).items()}  # JSON keys are text
+    spec = specs.get(str(health["spec_id"]))
+    print(f"  layout drift {drift_line(health)}; table spec {health['spec_id']}{f' ({spec})' if spec else ''}, "
+          f"sort order {health.get('sort_order_id', 0)}, oversized above {human_size(limit) if limit else '-'}")
     print(f"  last commit {health['last_commit_at']} ({health['last_commit_operation']}, by {health['last_commit_by']})")
     print(f"  compaction now: {health.get('compaction_now', '-')}")
     width = max([12] + [len(describe(p["key"])) + 2 for p in health["partitions"]])
     print(f"  {'date' if health['scope'] == 'date' else 'partition':<{width}}{'files':>7}{'small':>7}{'size':>11}"
-          f"{'deletes':>9}  last writer commit")
+          f"{'deletes':>9}{'drifted':>11}  last writer commit")
     for p in health["partitions"]:
         since = p.get("seconds_since_writer_commit")
         print(f"  {describe(p['key']):<{width}}{p['data_files']:>7}{p['small_files']:>7}"
-              f"{human_size(p['total_bytes']):>11}{p['delete_files']:>9}  "
+              f"{human_size(p['total_bytes']):>11}{p['delete_files']:>9}"
+              f"{human_size(p['drift_bytes']) if p.get('drift_files') else '-':>11}  "
               f"{'-' if since is None else human_duration(max(since, 0.0)) + ' ago'}")
     return EXIT_OK
 

@@ -197,6 +197,22 @@ def _spec_time_fields(tbl, column: str | None) -> dict[int, tuple[str, str]]:
     return out
 
 
+def spec_descriptions(tbl) -> dict[int, str]:
+    """Each partition spec the table has had, as people read it: 'day(ts)', 'hour(ts), bucket[16](id)'."""
+    schema = tbl.schema()
+    out = {}
+    for spec_id, spec in tbl.metadata.specs().items():
+        parts = []
+        for pf in spec.fields:
+            try:
+                source = schema.find_column_name(pf.source_id) or pf.name
+            except ValueError:  # the source column was dropped since
+                source = pf.name
+            parts.append(f"{pf.transform}({source})")
+        out[spec_id] = ", ".join(parts) or "unpartitioned"
+    return out
+
+
 def current_manifests(tbl) -> list:
     """The current snapshot's manifests (one read of its manifest list); none for an empty table."""
     snapshot = tbl.current_snapshot()
@@ -227,7 +243,7 @@ def manifest_summaries(tbl, timing: TimePartitioning, manifests: list) -> list[M
                 first = partition_date(from_bytes(IntegerType(), summary.lower_bound), transform)
                 last = partition_date(from_bytes(IntegerType(), summary.upper_bound), transform)
         out.append(ManifestSummary(deletes=m.content != ManifestContent.DATA, live_files=live,
-                                   first_date=first, last_date=last))
+                                   first_date=first, last_date=last, spec_id=m.partition_spec_id))
     return out
 
 
@@ -250,7 +266,8 @@ def read_file_entries(tbl, timing: TimePartitioning, manifests: list | None = No
             date, partition = place.of(manifest.partition_spec_id, f)
             yield FileEntry(content=content, size_bytes=f.file_size_in_bytes, record_count=f.record_count,
                             date=date, partition=partition, deletion_vector=vector,
-                            added_snapshot_id=entry.snapshot_id)
+                            added_snapshot_id=entry.snapshot_id, spec_id=manifest.partition_spec_id,
+                            sort_order_id=f.sort_order_id if content == 0 else None)
 
 
 class _FilePlace:
