@@ -137,6 +137,16 @@ def race_backoff(attempt: int) -> float:
     return min(0.05 * 2 ** (attempt - 1), MAX_RACE_BACKOFF_SECONDS) * random.uniform(0.5, 1.5)
 
 
+def publish_backoff(attempt: int) -> float:
+    """Seconds to wait after the publish's `attempt`-th lost race: next to none (0-50 ms, jittered). A lost race means
+    a commit landed during the attempt, so the next writer's commit is most of its interval away: the best moment
+    to try again, and an attempt reuses its pending rewrite (`icemaint.engine.publish`), so it costs a refresh and a
+    metadata write. A doubling backoff would start attempts at random points of the writer's cycle instead."""
+    import random
+
+    return random.uniform(0.0, 0.05)
+
+
 def one_java_line(exc: BaseException) -> str:
     """The first line of the Java exception's own message (not its cause's), credentials masked."""
     java = getattr(exc, "java_exception", None)

@@ -35,7 +35,7 @@ from icemaint.engine.java import dropping_interrupted_call, is_interrupt
 from icemaint.engine.java import (  # noqa: F401 (re-exported)
     CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class,
     sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list,
-    java_class, one_java_line, publish_race, race_backoff)
+    java_class, one_java_line, publish_backoff, publish_race, race_backoff)
 from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
 from icemaint.engine.digest import can_feed
 from icemaint.engine.publish import PendingPublish, PublishBaseMoved
@@ -282,7 +282,8 @@ class StagingArea:
         self.commit_racing(attempt, "staging", self.race_timeout_seconds)
         return int(self.table().refs().get(branch).snapshotId())
 
-    def commit_racing(self, attempt, what: str, timeout_seconds: float, sleep=time.sleep) -> list[float]:
+    def commit_racing(self, attempt, what: str, timeout_seconds: float, sleep=time.sleep,
+                      backoff=race_backoff) -> list[float]:
         """Runs `attempt()` (one table commit built on the fresh table) until it lands; the seconds of each try.
 
         A try that lost only a race (`publish_race`: another commit landed first, nothing conflicts) is made again
@@ -300,7 +301,7 @@ class StagingArea:
                 if publish_race(exc) and time.monotonic() - started < timeout_seconds:
                     log.info("%s of %s lost a race (attempt %d, %.2fs), committing again: %s", what, self.name.key,
                              len(attempts), attempts[-1], one_java_line(exc))
-                    sleep(race_backoff(len(attempts)))
+                    sleep(backoff(len(attempts)))
                     continue
                 setattr(exc, "attempts", tuple(attempts))  # noqa: B010 (an attribute Exception does not declare)
                 raise
@@ -475,7 +476,7 @@ class StagingArea:
         pending = self._pending_publish(staged, properties)
         try:
             attempts = self.commit_racing(lambda: self._commit_publish(pending), "publish", self.race_timeout_seconds,
-                                          sleep)
+                                          sleep, backoff=publish_backoff)
         except Py4JJavaError as exc:
             cls, first, tried = java_exception_class(exc), one_java_line(exc), getattr(exc, "attempts", ())
             if cls in CONFLICT_CLASSES or publish_race(exc):
