@@ -222,7 +222,7 @@ class Worker:
     # The version's methods that make a table commit (each call one commit, or one attempt of one): the staged
     # append (with the branch's creation since 7c2c8b4), the branch's creation and removal before it, the publish
     # (before 7c2c8b4 the whole `publish`, since then each attempt `_commit_publish`).
-    COMMIT_METHODS = ("open_branch", "commit_to_branch", "_commit_publish", "publish", "discard")
+    COMMIT_METHODS = ("open_branch", "commit_to_branch", "_prepare_publish", "_commit_publish", "publish", "discard")
 
     @contextlib.contextmanager
     def _logged_commits(self, calls: list):

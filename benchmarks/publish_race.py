@@ -110,10 +110,11 @@ def commit_summary(calls: list[dict]) -> dict:
         "publish_seconds": [...] (each attempt), "publish_errors": [...], "discard_seconds": [...]}.
     """
     out = {"stage_seconds": [], "branch_seconds": [], "publish_seconds": [], "publish_errors": [],
-           "discard_seconds": []}
+           "discard_seconds": [], "prepare_seconds": []}
     for c in calls:
         key = {"commit_to_branch": "stage_seconds", "open_branch": "branch_seconds", "publish": "publish_seconds",
-               "_commit_publish": "publish_seconds", "discard": "discard_seconds"}.get(c["name"])
+               "_commit_publish": "publish_seconds", "discard": "discard_seconds",
+               "_prepare_publish": "prepare_seconds"}.get(c["name"])
         if key:
             out[key].append(c["seconds"])
         if key == "publish_seconds" and c.get("error"):
@@ -221,8 +222,9 @@ def render_run_row(r: dict) -> str:
     published = "landed" if r["published"] else (
         f"**not landed**: lost {len(c['publish_errors'])} race(s) ({', '.join(errors)})" if errors
         else f"**not landed** ({r.get('reason', '')[:120]})")
+    prepared = "".join(f"applied once first: {p:.2f}; " for p in c.get("prepare_seconds") or [])
     return (f"| {r['catalog']} | {r['interval']:g} s | {r['version']} | {len(c['publish_seconds'])} | "
-            f"{_secs(c['publish_seconds'])} | {_secs(c['branch_seconds'] + c['stage_seconds'])} | {published} | "
+            f"{prepared}{_secs(c['publish_seconds'])} | {_secs(c['branch_seconds'] + c['stage_seconds'])} | {published} | "
             f"{r.get('maintenance_commits', '-')} | {_writer_cell(w)} | {w['commit_seconds_alone_median'] or '-'} / "
             f"{w['commit_seconds_median'] or '-'} s | {w['interval_median'] or '-'} s | "
             f"{r['compaction_seconds']:.1f} s | {_rows(r['rows'])} | {_load(r['load_before'])} -> "

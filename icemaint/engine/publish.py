@@ -67,6 +67,16 @@ class PendingPublish:
         self._manifest_lists: list[str] = []  # written by each attempt's apply()
         self.committed_snapshot_id: int | None = None
 
+    def prepare(self) -> None:
+        """Applies the rewrite once without committing: the slow part of a first attempt (every manifest listing a
+        replaced file read and filtered) happens before the race, and every attempt after reuses it. Raises Iceberg's
+        `ValidationException` on a conflict already there."""
+        self.rewrite.validateFromSnapshot(self.validated_from)
+        snapshot = self.rewrite.apply()
+        self._manifest_lists.append(str(snapshot.manifestListLocation()))
+        if snapshot.parentId() is not None:  # validated up to there, as after a lost race
+            self.validated_from = int(snapshot.parentId())
+
     def attempt(self) -> int:
         """Applies the rewrite to the refreshed table and swaps main to it; the new snapshot's id.
 

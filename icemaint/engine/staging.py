@@ -475,6 +475,7 @@ class StagingArea:
 
         pending = self._pending_publish(staged, properties)
         try:
+            self._prepare_publish(pending)  # outside the race and its time budget
             attempts = self.commit_racing(lambda: self._commit_publish(pending), "publish", self.race_timeout_seconds,
                                           sleep, backoff=publish_backoff)
         except Py4JJavaError as exc:
@@ -521,6 +522,12 @@ class StagingArea:
         for key, value in marker.items():
             rewrite = rewrite.set(key, str(value))
         return PendingPublish(self.jvm, self.spark.sparkContext._gateway, tbl, rewrite, staged.base_snapshot_id)
+
+    def _prepare_publish(self, pending: PendingPublish) -> None:
+        """The publish applied once before its first attempt (`PendingPublish.prepare`): a date of 3,000 single-file
+        commits took 59 s here on a loaded machine (every manifest listing a replaced file read and filtered), each
+        attempt after it 1 s."""
+        pending.prepare()
 
     def _commit_publish(self, pending: PendingPublish) -> None:
         """One attempt of the publish: the pending `replace` applied to the refreshed table and swapped in.
