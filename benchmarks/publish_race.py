@@ -148,13 +148,13 @@ def findings(runs: list[dict]) -> list[str]:
         attempts = [s for r in lost for s in r["commits"]["publish_seconds"]]
         out.append(
             f"**The publish starves** in {len(lost)} of {len(after)} runs of this version: {len(attempts)} attempts of "
-            f"{min(attempts):.1f}-{max(attempts):.1f} s, each lost to a writer's commit that landed meanwhile. Every "
-            "lost attempt is a whole attempt again: the publish is one transaction (the `replace` and the branch's "
-            "removal), and Iceberg's retry of a transaction re-applies each update on the refreshed table, which a "
-            "ref change cannot do (`BaseTransaction.TransactionTableOperations.commit`: \"Table metadata refresh is "
-            "required\"), so Iceberg gives up at the first race and icemaint's loop builds the commit afresh (the "
-            "replaced files' deletes over Py4J, the manifests that list them filtered again): an attempt longer than "
-            "the writer's interval cannot win this way.")
+            f"{min(attempts):.1f}-{max(attempts):.1f} s, each lost to a writer's commit that landed meanwhile. Each "
+            "attempt reuses the pending rewrite (its manifests filtered once, before the race), so what is left in an "
+            "attempt is what every commit on this table does, the writer's too: a refresh that parses the multi-MiB "
+            "metadata.json, the current manifest list read, a new manifest list and metadata.json written, the swap. "
+            "An attempt cannot be shorter than the writer's own commit; against a writer whose commits follow each "
+            "other back to back (its interval shorter than its commit), it lands only when an attempt happens to fit "
+            "between two of them.")
     before_lost = [r for r in runs if r["version"] == "before" and not r["published"]]
     if before_lost:
         secs = [s for r in before_lost for s in r["commits"]["publish_seconds"]]
@@ -402,6 +402,8 @@ class JavaWriter(Writer):
         from icemaint.domain.names import TableName
         from icemaint.engine.spark_session import iceberg_table
 
+        # Spark resolves the catalog through this JVM thread's active session, which a new thread may lack
+        self.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
         self.tbl = iceberg_table(self.spark, CATALOG, TableName.parse(TABLE))
         self.jvm = self.spark._jvm
         self.schema = _arrow_schema(self.tbl)
