@@ -757,13 +757,14 @@ def run(args) -> dict:
             cat = (HadoopCatalog(root, args.publish_timeout) if kind == "hadoop"
                    else JdbcCatalog(root, server, args.publish_timeout))
             cat.restore(args.commits)
-            specs = [("before", before_src), ("after", REPO)]
+            specs = [("after", REPO)] if args.only_after else [("before", before_src), ("after", REPO)]
             workers = start_workers(specs, lambda label: cat.worker_config(f"state-{kind}-{label}", label), root,
                                     root / "logs" / kind)
             try:
                 for rnd in range(args.rounds):
                     for i, interval in enumerate(args.intervals):
                         order = ("after", "before") if (i + rnd) % 2 == 0 else ("before", "after")
+                        order = tuple(v for v in order if v in workers)
                         for version in order:
                             run_no += 1
                             res["runs"].append(one_run(cat, workers[version], version, interval, spark,
@@ -805,6 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default=BEFORE, help=f"the commit measured as before (default {BEFORE})")
     parser.add_argument("--publish-timeout", default="60s",
                         help="the after version's policy publish_timeout (default 60s; the product's default is 2m)")
+    parser.add_argument("--only-after", action="store_true", help="measure the working tree only (no before runs)")
     parser.add_argument("--rebuild", action="store_true", help="build the table even when a pristine copy exists")
     parser.add_argument("--quick", action="store_true", help="a smoke run (300 commits): prints the section only")
     parser.add_argument("--out", default=None, help="the file whose section is written (default benchmarks/RESULTS.md)")

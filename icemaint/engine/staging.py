@@ -521,7 +521,9 @@ class StagingArea:
         marker = {**properties, MAINTENANCE_TAG: "true", STAGED_SNAPSHOT_KEY: str(staged.staged_snapshot_id)}
         for key, value in marker.items():
             rewrite = rewrite.set(key, str(value))
-        return PendingPublish(self.jvm, self.spark.sparkContext._gateway, tbl, rewrite, staged.base_snapshot_id)
+        pending = PendingPublish(self.jvm, self.spark.sparkContext._gateway, tbl, rewrite, staged.base_snapshot_id)
+        pending.skip_manifest_merge()
+        return pending
 
     def _prepare_publish(self, pending: PendingPublish) -> None:
         """The publish applied once before its first attempt (`PendingPublish.prepare`): a date of 3,000 single-file
