@@ -248,3 +248,38 @@ def test_a_conflicting_delete_after_a_lost_race_still_fails_the_publish(spark, l
     assert outcome.publish_attempts == 2  # lost the race, then the conflict
     ids = reader_ids(config, table_name)
     assert deleted[0] not in ids and sorted(ids) == sorted(sim.ledger.expected_ids() - set(deleted))
+
+
+def test_the_publish_merges_no_manifest(spark, config, table_name):
+    """A streaming writer's fast appends leave a small manifest per commit; past min-count-to-merge a `replace` merges
+    them all, a different set at every attempt (the writer adds one per commit). The publish's rewrite does not merge:
+    applied (not committed) beside the same rewrite as Iceberg builds it, it keeps the other manifests as they are."""
+    from icemaint.engine.publish import PendingPublish
+    from icemaint.engine.spark_session import iceberg_table
+    from icemaint.domain.names import TableName
+    from icemaint.engine.java import listed_java
+
+    name = TableName.parse(table_name)
+    sql = name.sql(config.catalog.name)
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT) USING iceberg")
+    for i in range(4):
+        spark.sql(f"INSERT INTO {sql} VALUES ({i})")  # one manifest each (fewer than 100: not merged)
+    spark.sql(f"ALTER TABLE {sql} SET TBLPROPERTIES ('commit.manifest.min-count-to-merge'='2')")
+    tbl = iceberg_table(spark, config.catalog.name, name)
+    tbl.refresh()
+    base = tbl.currentSnapshot().snapshotId()
+    scan = tbl.newScan().planFiles()
+    replaced = listed_java(spark._jvm, scan)[0].file()
+    scan.close()
+
+    def applied_manifests(skip: bool) -> int:
+        rewrite = tbl.newRewrite().validateFromSnapshot(base).deleteFile(replaced).addFile(replaced.copy())
+        pending = PendingPublish(spark._jvm, spark.sparkContext._gateway, tbl, rewrite, base)
+        if skip:
+            assert pending.skip_manifest_merge()
+        manifests = rewrite.apply().dataManifests(tbl.io()).size()
+        pending.abandon()
+        return manifests
+
+    assert applied_manifests(skip=False) == 1  # Iceberg's own: everything merged into one
+    assert applied_manifests(skip=True) == 5  # the new one, the replaced file's (its delete) and three untouched

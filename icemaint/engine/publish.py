@@ -71,7 +71,7 @@ class PendingPublish:
         """Turns off manifest merging for this rewrite only; True when done.
 
         A streaming writer's fast appends add a small manifest per commit and never merge them; past
-        `commit.manifest-merge.min-count-to-merge` (100) of them, a `replace` merges them all into one, and since each
+        `commit.manifest.min-count-to-merge` (100) of them, a `replace` merges them all into one, and since each
         writer's commit adds one more, the merged set differs at every attempt and is read and written again: measured
         on the 3,000-commit date under a writer every 0.5 s, attempts grew from 2 to 5 s as the writer's manifests
         piled up, longer than the writer's interval. Merging changes how manifests are laid out, never which files
