@@ -290,7 +290,8 @@ class Worker:
             "validation_checks": {c["name"]: c["passed"] for c in (commits[0].get("checks") or [])} if commits else {},
             "before_snapshot_id": outcome.before_snapshot_id, "after_snapshot_id": outcome.after_snapshot_id,
             "committed_snapshot_ids": list(outcome.committed_snapshot_ids),
-            "staged": list(getattr(outcome, "staged", []) or []), "attempts": outcome.attempts,
+            "staged": [g.to_dict() if hasattr(g, "to_dict") else g
+                       for g in getattr(outcome, "staged", []) or []], "attempts": outcome.attempts,
             "recorded_calls": recorded, "load_1m": load,
         }
 
