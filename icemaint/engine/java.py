@@ -123,9 +123,9 @@ MAX_RACE_BACKOFF_SECONDS = 2.0
 
 
 def publish_race(exc: BaseException) -> bool:
-    """A commit lost only a race: another commit landed first and nothing conflicts (Iceberg's own retries of it
-    are spent), or a REST catalog refused it for the sequence-number race. Made again on the fresh table, it
-    lands; a `ValidationException` (a real conflict) is not one."""
+    """A commit lost only a race: another commit landed first and nothing conflicts (the catalog refused the swap, or
+    Iceberg's own retries of it are spent), or a REST catalog refused it for the sequence-number race. Made again on
+    the fresh table, it lands; a `ValidationException` (a real conflict) is not one."""
     return java_exception_class(exc) == COMMIT_FAILED or sequence_number_race(exc)
 
 

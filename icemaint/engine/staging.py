@@ -290,7 +290,8 @@ class StagingArea:
         with jittered backoff until `timeout_seconds` have passed; then, or on any other error, the error goes up
         with `.attempts` set. Iceberg's own retry of a transaction cannot re-apply a ref change (it fails with
         "Table metadata refresh is required" at the first race): for the staged commit (a branch and its append,
-        cheap to build again) this loop is the retry; for the publish it is the one after Iceberg's."""
+        cheap to build again) this loop is the retry; for the publish it is the only one (each attempt one `apply()` and
+        swap of the pending rewrite, `icemaint.engine.publish`), with `publish_backoff`."""
         started, attempts = time.monotonic(), []
         while True:
             t0 = time.monotonic()
