@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -40,19 +41,20 @@ def estate(spark, lake_root, tmp_path_factory):
     table, sql = writer.name.key, writer.name.sql("lake")
     spark.sql(f"ALTER TABLE {sql} SET TBLPROPERTIES ('comment'='{INJECTION}', 'owner.api-token'='{CATALOG_SECRET}')")
     agents = {"bot": {"token_env": "ICEMAINT_TEST_BOT_TOKEN"}, "other": {"token_env": "ICEMAINT_TEST_OTHER_TOKEN"},
-              "limited": {"requests_per_hour": 2}}
+              "limited": {"requests_per_hour": 2}, "ops-bot": {}}  # ops-bot: the how-to's walk-through agent
     common = {"state_dir": str(root / "state"), "scope": {"include": [table]}, "agents": agents}
     given = {"agent_operations": ["compact", "expire", "manifests"]}
 
     def config(name: str, **policy) -> str:
         return str(write_config(root / f"{name}.yaml", lake_root, **common, tables={table: {**given, **policy}}))
 
-    return SimpleNamespace(table=table, sql=sql, root=root,
+    return SimpleNamespace(table=table, sql=sql, root=root, writer=writer,
                            ceiling=config("ceiling", max_rewrite_bytes="1KiB"),   # every date needs an approval
                            busy=config("busy", writer_idle="1h"),                 # every date was written just now
                            strict=config("strict", allowed_identities=["someone-else"]),
                            expiring=config("expiring", snapshot_older_than="0s", retain_last=2),  # expiry due
-                           no_expiry=config("no_expiry", snapshot_older_than="0s", agent_operations=["compact"]))
+                           no_expiry=config("no_expiry", snapshot_older_than="0s", agent_operations=["compact"]),
+                           walkthrough=config("walkthrough", agent_operations=["compact"]))  # the how-to's policy
 
 
 def server_env(**extra) -> dict:
@@ -79,12 +81,13 @@ class Seen:
             assert TOKEN not in text and OTHER_TOKEN not in text and CATALOG_SECRET not in text
 
 
-def stdio(config: str, agent: str, steps, seen: Seen):
-    """Runs `steps(call)` in a client session with `icemaint --config CONFIG mcp --agent AGENT` over stdio."""
+def stdio(config: str, agent: str, steps, seen: Seen, args: list[str] | None = None):
+    """Runs `steps(call)` in a client session with `icemaint --config CONFIG mcp --agent AGENT` (or `args`) over
+    stdio."""
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     async def main():
-        params = StdioServerParameters(command=ICEMAINT, args=["--config", config, "mcp", "--agent", agent],
+        params = StdioServerParameters(command=ICEMAINT, args=args or ["--config", config, "mcp", "--agent", agent],
                                        env=server_env())
         # the server's standard error goes to a file: pytest's capsys stands in for sys.stderr without a descriptor
         with open(Path(config).with_suffix(f".{agent}.log"), "a") as errlog:
@@ -274,6 +277,67 @@ def test_an_agents_snapshot_expiry_is_decided_by_policy_runs_and_is_audited_as_t
     assert ("expire", "refuse", "history is long") in records and ("expire", "requested", "history is long") in records
     assert ("expire", "run", "history is long") in records  # the agent's reason also on its run's record
     assert done["agent_reason"] == "history is long"
+    seen.assert_no_secret()
+
+
+def documented_server_args(config: str) -> list[str]:
+    """The `args` of the how-to's `mcpServers` entry, its config path replaced by `config`."""
+    how_to = (Path(__file__).parent.parent / "docs" / "how-to" / "agents-mcp.md").read_text()
+    [snippet] = [s for s in re.findall(r"```json\n(.*?)```", how_to, re.S) if "mcpServers" in s]
+    entry = json.loads(snippet)["mcpServers"]["icemaint"]
+    assert entry["command"].endswith("/.venv/bin/icemaint")
+    return [config if a.endswith("maintenance.yaml") else a for a in entry["args"]]
+
+
+@pytest.mark.slow  # a compaction run in the server's process: about 60 s here
+def test_the_documented_walk_through_lists_explains_requests_and_gets_a_proven_published_run(estate):
+    """docs/how-to/agents-mcp.md's walk-through, call by call, with its `mcpServers` entry, on a table shaped like
+    the demo's: list_tables, explain a date, request_compaction, poll run_status, audit_trail."""
+    seen, before = Seen(), location(estate, estate.walkthrough)
+    reader = CatalogReader(load_config(estate.walkthrough))
+
+    def rows() -> list[int]:  # pyiceberg's own scan, not the Spark session that compacts
+        return sorted(reader.load(estate.table).scan().to_arrow().column("event_id").to_pylist())
+
+    rows_before = rows()
+    assert rows_before == sorted(estate.writer.ledger.expected_ids())
+    args = documented_server_args(estate.walkthrough)
+    assert args[-2:] == ["--agent", "ops-bot"]
+
+    async def walk(call):
+        listed = await call("list_tables")
+        explained = await call("explain", table=estate.table, date=D2)
+        requested = await call("request_compaction", table=estate.table, dates=[D2],
+                               reason=f"many small files on {D2}")
+        [launched] = results(requested)
+        assert launched["decision"] == "requested", launched
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            status = (await call("run_status", run_id=launched["run_id"])).structured_content
+            if status["finished"]:
+                break
+            await anyio.sleep(2)
+        trail = await call("audit_trail", table=estate.table, limit=20)
+        return listed, explained, launched, status, trail
+
+    listed, explained, launched, status, trail = stdio(estate.walkthrough, "ops-bot", walk, seen, args=args)
+    assert [t["table"] for t in listed.structured_content["tables"]] == [estate.table]
+    [decided] = explained.structured_content["compaction"]
+    gates = {g["name"]: g["status"] for g in decided["gates"]}
+    assert decided["scope"] == D2 and decided["verdict"] == "run", decided
+    assert gates["thresholds"] == gates["writer idle"] == gates["cost"] == gates["policy"] == "pass", gates
+    detail = {g["name"]: g["detail"] for g in decided["gates"]}
+    assert detail["thresholds"].endswith("small files >= 3")  # the numbers compared (min_input_files 3)
+    assert re.search(r"pass +thresholds +\d+ small files >= 3", explained.content[0].text)
+    assert status["status"] == "SUCCESS" and status["agent"] == "ops-bot", status
+    [done] = status["outcomes"]
+    assert done["decision"] == "run" and done["validation_passed"] and done["published"], done
+    assert location(estate, estate.walkthrough) != before
+    assert rows() == rows_before  # every row the writer left, read back by pyiceberg
+    ours = [r for r in trail.structured_content["records"] if r["run_id"] == launched["run_id"]]
+    assert {r["decision"] for r in ours} >= {"requested", "run"}
+    assert all(r["identity"] == "ops-bot" and r["trigger"] == "agent" and r["agent_reason"] == f"many small files on "
+               f"{D2}" for r in ours), ours
     seen.assert_no_secret()
 
 
