@@ -41,7 +41,8 @@ def estate(spark, lake_root, tmp_path_factory):
     table, sql = writer.name.key, writer.name.sql("lake")
     spark.sql(f"ALTER TABLE {sql} SET TBLPROPERTIES ('comment'='{INJECTION}', 'owner.api-token'='{CATALOG_SECRET}')")
     agents = {"bot": {"token_env": "ICEMAINT_TEST_BOT_TOKEN"}, "other": {"token_env": "ICEMAINT_TEST_OTHER_TOKEN"},
-              "limited": {"requests_per_hour": 2}, "ops-bot": {}}  # ops-bot: the how-to's walk-through agent
+              "limited": {"requests_per_hour": 2}, "ops-bot": {},
+              "frugal": {"rewrite_bytes_per_day": "1KiB"}}  # ops-bot: the how-to's walk-through agent
     common = {"state_dir": str(root / "state"), "scope": {"include": [table]}, "agents": agents}
     given = {"agent_operations": ["compact", "expire", "manifests"]}
 
@@ -106,6 +107,19 @@ def results(answer) -> list[dict]:
     return answer.structured_content["results"]
 
 
+async def launched_and_finished(call, tool: str, **arguments) -> tuple[dict, dict]:
+    """Asks with `tool`, which must launch a run; polls run_status until the run finished: (the answer, its status)."""
+    [launched] = results(await call(tool, **arguments))
+    assert launched["decision"] == "requested", launched
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        status = (await call("run_status", run_id=launched["run_id"])).structured_content
+        if status["finished"]:
+            return launched, status
+        await anyio.sleep(2)
+    raise AssertionError(f"run {launched['run_id']} did not finish")
+
+
 def agent_records(estate, config: str, agent: str) -> list:
     return [r for r in open_audit(load_config(config)).records(table=estate.table)
             if r.trigger == "agent" and r.identity == agent]
@@ -144,15 +158,8 @@ def test_a_request_over_the_ceiling_runs_after_a_persons_approval_and_publishes_
     assert code == 0, err
 
     async def run(call):
-        [launched] = results(await call("request_compaction", table=estate.table, dates=[D1],
-                                        reason="approved by ops: compact D1"))
-        assert launched["decision"] == "requested", launched
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            status = (await call("run_status", run_id=launched["run_id"])).structured_content
-            if status["finished"]:
-                break
-            await anyio.sleep(2)
+        launched, status = await launched_and_finished(call, "request_compaction", table=estate.table, dates=[D1],
+                                                       reason="approved by ops: compact D1")
         trail = await call("audit_trail", table=estate.table, limit=10)
         return launched, status, trail
 
@@ -233,6 +240,25 @@ def test_an_identity_the_policy_does_not_allow_is_refused_and_a_runaway_agent_is
     assert [r.details["agent_reason"] for r in records] == ["try 0", "try 1", "try 2"]
 
 
+def test_a_rewrite_over_the_agents_daily_budget_is_refused_and_changes_nothing(estate):
+    """D3 is due under the walk-through's policy, but its rewrite exceeds agent frugal's rewrite_bytes_per_day.
+    The server's desk in this process (a stdio server costs ~15 s to start; the protocol is the other tests')."""
+    from icemaint.app.agent_desk import AgentDesk
+
+    config, before = load_config(estate.walkthrough), location(estate, estate.walkthrough)
+    desk = AgentDesk(config, estate.walkthrough)
+    try:
+        [r] = desk.request_compaction(config.agents["frugal"], estate.table, "D3 has small files", [D3])["results"]
+    finally:
+        desk.close()
+    assert r["decision"] == "refuse" and r["kind"] == "rate_limited", r
+    assert r["reason"].startswith("rate limit: a rewrite of ") and "(rewrite_bytes_per_day 1 KiB; 0 B used)" in \
+        r["reason"] and "run_id" not in r, r
+    assert location(estate, estate.walkthrough) == before
+    [record] = agent_records(estate, estate.walkthrough, "frugal")
+    assert (record.decision, record.date, record.details["agent_reason"]) == ("refuse", D3, "D3 has small files")
+
+
 def test_an_agents_snapshot_expiry_is_decided_by_policy_runs_and_is_audited_as_the_agent(estate):
     """Expiry due (snapshot_older_than 0s): refused where the policy gives agents no expiry (the table untouched),
     run where it does: snapshots expired, every row still read by pyiceberg, the run's record naming the agent."""
@@ -254,15 +280,8 @@ def test_an_agents_snapshot_expiry_is_decided_by_policy_runs_and_is_audited_as_t
     assert location(estate, estate.no_expiry) == before
 
     async def run(call):
-        [launched] = results(await call("request_snapshot_expiry", table=estate.table, reason="history is long"))
-        assert launched["decision"] == "requested", launched
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            status = (await call("run_status", run_id=launched["run_id"])).structured_content
-            if status["finished"]:
-                return launched, status
-            await anyio.sleep(2)
-        raise AssertionError(f"run {launched['run_id']} did not finish")
+        return await launched_and_finished(call, "request_snapshot_expiry", table=estate.table,
+                                           reason="history is long")
 
     launched, status = stdio(estate.expiring, "bot", run, seen)
     assert status["status"] == "SUCCESS" and status["trigger"] == "agent" and status["agent"] == "bot", status
@@ -307,16 +326,8 @@ def test_the_documented_walk_through_lists_explains_requests_and_gets_a_proven_p
     async def walk(call):
         listed = await call("list_tables")
         explained = await call("explain", table=estate.table, date=D2)
-        requested = await call("request_compaction", table=estate.table, dates=[D2],
-                               reason=f"many small files on {D2}")
-        [launched] = results(requested)
-        assert launched["decision"] == "requested", launched
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            status = (await call("run_status", run_id=launched["run_id"])).structured_content
-            if status["finished"]:
-                break
-            await anyio.sleep(2)
+        launched, status = await launched_and_finished(call, "request_compaction", table=estate.table, dates=[D2],
+                                                       reason=f"many small files on {D2}")
         trail = await call("audit_trail", table=estate.table, limit=20)
         return listed, explained, launched, status, trail
 
@@ -334,6 +345,7 @@ def test_the_documented_walk_through_lists_explains_requests_and_gets_a_proven_p
     assert done["decision"] == "run" and done["validation_passed"] and done["published"], done
     assert location(estate, estate.walkthrough) != before
     assert rows() == rows_before  # every row the writer left, read back by pyiceberg
+    assert {p.key: p.data_files for p in reader.health(estate.table).partitions}[D2] == 1
     ours = [r for r in trail.structured_content["records"] if r["run_id"] == launched["run_id"]]
     assert {r["decision"] for r in ours} >= {"requested", "run"}
     assert all(r["identity"] == "ops-bot" and r["trigger"] == "agent" and r["agent_reason"] == f"many small files on "
@@ -352,7 +364,7 @@ def test_over_http_each_agent_is_known_by_its_token_and_a_wrong_one_is_refused(e
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    port = _free_port()
+    port, before = _free_port(), location(estate, estate.busy)
     url = f"http://127.0.0.1:{port}/mcp"
     log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen([ICEMAINT, "--config", estate.busy, "mcp", "--http", f"127.0.0.1:{port}"],
@@ -372,6 +384,11 @@ def test_over_http_each_agent_is_known_by_its_token_and_a_wrong_one_is_refused(e
             async with client, streamable_http_client(url, http_client=client) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
+                    offered = {tool.name for tool in (await session.list_tools()).tools}
+                    # nothing that deletes files, reverts or approves is offered to an agent
+                    assert offered == {"list_tables", "table_health", "explain", "plan", "audit_trail", "run_status",
+                                       "agent_permissions", "request_compaction", "request_snapshot_expiry",
+                                       "request_manifest_rewrite", "request_column_statistics"}, offered
                     return seen.add(await session.call_tool("agent_permissions", {"table": estate.table}))
 
         mine = anyio.run(as_agent, TOKEN)
@@ -385,6 +402,7 @@ def test_over_http_each_agent_is_known_by_its_token_and_a_wrong_one_is_refused(e
             answer = httpx2.post(url, headers={**headers, "Accept": "application/json, text/event-stream"},
                                  json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
             assert answer.status_code == 401
+        assert location(estate, estate.busy) == before
         seen.assert_no_secret()
     finally:
         server.terminate()
