@@ -1,6 +1,7 @@
 """`icemaint mcp` driven by the official SDK's own client (`mcp.ClientSession`) over stdio and streamable HTTP,
-against one real table: the how-to's walk-through (docs/how-to/agents-mcp.md) call by call; a request over the cost ceiling that runs only after a person's approval and publishes a
-proven rewrite; a deferral (writer active on the date); a refusal (identity not allowed); the rate limit; hostile
+against one real table: the how-to's walk-through (docs/how-to/agents-mcp.md) call by call; a request over the
+cost ceiling that runs only after a person's approval and publishes a proven rewrite; a deferral (writer active
+on the date); refusals (identity or operation not allowed, the rate limit, the daily rewrite budget); hostile
 input; a wrong bearer token. Whatever is refused or deferred leaves the table's metadata where it was."""
 
 from __future__ import annotations
