@@ -41,9 +41,15 @@ DATES = ("2026-01-01", "2026-01-02")  # the writer's days compacted, in one run 
 DEFERRED = "2026-01-03"  # the writer's third day: its writer is not idle under the served config, so it is deferred
 # The flags of ../shared/STACK.md, and a window wide enough that the graph draws full asset nodes
 # (at the default 800x600 it zooms out to bare names, truncated in the middle).
+WINDOW = (1920, 1080)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--virtual-time-budget=20000", "--window-size=1920,1080"]
+                  "--virtual-time-budget=20000", f"--window-size={WINDOW[0]},{WINDOW[1]}"]
+# The documentation's screenshots (docs/images/ui-*.png) are the pages this test renders, shot in the same
+# Chromium run as the DOM it asserts on (so a shot is of a page known to be ready, and costs no extra run).
+# They are written into the tmp dir and checked; ICEMAINT_UPDATE_SCREENSHOTS=1 also copies them into the docs.
+SCREENSHOTS = REPO / "docs" / "images"
+UPDATE_SCREENSHOTS = os.environ.get("ICEMAINT_UPDATE_SCREENSHOTS") == "1"
 RENDER_TIMEOUT_S = 120
 RENDER_ATTEMPTS = 3
 GROUP_QUERY = """{ assetNodes(group: {groupName: "%s", repositoryName: "%s", repositoryLocationName: "%s"})
@@ -137,14 +143,26 @@ def after(texts: list[str], label: str, start: int = 0) -> str:
     return texts[i + 1]
 
 
-def render(chromium: str, url: str, keep_as: Path, ready) -> Element:
+def png_size(path: Path) -> tuple[int, int]:
+    """A PNG's width and height, from its IHDR chunk; fails on anything that is not a PNG."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", f"{path} is not a PNG"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def render(chromium: str, url: str, keep_as: Path, ready, shot: str | None = None) -> Element:
     """The DOM headless Chromium built for `url`, once `ready(dom)` holds (re-rendered up to RENDER_ATTEMPTS
     times: a busy machine can leave a page's data still loading when the virtual-time budget ends).
-    The last DOM is kept in `keep_as` for whoever reads a failure."""
+    The last DOM is kept in `keep_as` for whoever reads a failure. With `shot`, the same run also writes a
+    screenshot, `ui-<shot>.png` beside `keep_as` (and into docs/images when the page was ready and
+    ICEMAINT_UPDATE_SCREENSHOTS=1)."""
     html, dom = "", Element("#document", {})
+    png = keep_as.parent / f"ui-{shot}.png"
     for _ in range(RENDER_ATTEMPTS):
         profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=keep_as.parent)
-        proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+        png.unlink(missing_ok=True)
+        shoot = [f"--screenshot={png}"] if shot else []
+        proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *shoot, "--dump-dom", url],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 start_new_session=True)
         try:
@@ -163,6 +181,12 @@ def render(chromium: str, url: str, keep_as: Path, ready) -> Element:
         if ready(dom):
             break
     keep_as.write_text(html)
+    if shot and ready(dom):
+        assert png.exists() and png_size(png) == WINDOW, f"no {WINDOW[0]}x{WINDOW[1]} screenshot of {url}"
+        assert png.stat().st_size > 10_000, f"{png} is nearly empty ({png.stat().st_size} bytes)"
+        if UPDATE_SCREENSHOTS:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, SCREENSHOTS / png.name)
     return dom
 
 
@@ -307,7 +331,7 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
 
         # (a) The group's lineage: every asset of the group drawn as a node, every dependency as an edge.
         group_url = f"{base}/locations/{REPOSITORY}@{LOCATION}/asset-groups/{GROUP}"
-        dom = render(chromium, group_url, workdir / "lineage.html",
+        dom = render(chromium, group_url, workdir / "lineage.html", shot="lineage",
                      ready=lambda d: "3 / 3 Passed" in d.texts() and any(True for _ in d.iter("foreignobject")))
         texts = dom.texts()
         heading = texts.index("Asset Group in")
@@ -326,7 +350,7 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
         # (b) One `compaction` partition: its key, its materialization by our run, and the run's evidence, sizes
         # readable beside the raw numbers.
         partition_url = f"{base}/assets/compaction?view=partitions&partition={urllib.parse.quote(key, safe='')}"
-        dom = render(chromium, partition_url, workdir / "partition.html",
+        dom = render(chromium, partition_url, workdir / "partition.html", shot="partition",
                      ready=lambda d: "Latest materialization" in d.texts())
         texts = dom.texts()
         detail = texts.index("Latest materialization")
@@ -347,7 +371,7 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
         # would count under Failed): the checks' partition view counts them.
         check = CHECKS[0]
         checks_url = f"{base}/assets/compaction?view=checks&checkDetail={check}"
-        dom = render(chromium, checks_url, workdir / f"checks-{check}.html",
+        dom = render(chromium, checks_url, workdir / f"checks-{check}.html", shot="checks",
                      ready=lambda d: "Latest execution" in d.texts())
         texts = dom.texts()
         assert f"Checks ({len(CHECKS)})" in texts, texts[:60]
@@ -374,7 +398,7 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
         # The tick list shows "0 runs requested" and the skip reason on hover (a tooltip --dump-dom cannot open):
         # the reason is asserted above as the tick holds it. On the asset's Events tab the deferral is the newest
         # event, selected, its reason in full.
-        dom = render(chromium, f"{base}/assets/compaction?view=events", workdir / "events.html",
+        dom = render(chromium, f"{base}/assets/compaction?view=events", workdir / "events.html", shot="deferral",
                      ready=lambda d: "writer_active" in d.texts())
         texts = dom.texts()
         detail = texts.index("Metadata")
@@ -390,6 +414,6 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
         runs = graphql(port, "{ runsOrError { ... on Runs { results { jobName } } } }")["runsOrError"]["results"]
         assert sorted(r["jobName"] for r in runs) == ["compaction_job", "health_job"], runs
         retention_url = f"{base}/locations/{REPOSITORY}@{LOCATION}/sensors/retention_sensor"
-        dom = render(chromium, retention_url, workdir / "retention-sensor.html",
+        dom = render(chromium, retention_url, workdir / "retention-sensor.html", shot="sensor",
                      ready=lambda d: any("never orphan-file removal" in t for t in d.texts()))
         assert any("never orphan-file removal" in t for t in dom.texts()), dom.texts()[:100]
