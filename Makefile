@@ -77,6 +77,12 @@ bench: setup java
 	$(MAKE) --no-print-directory bench-statistics
 	$(MAKE) --no-print-directory bench-settings
 	$(MAKE) --no-print-directory bench-publish
+	$(MAKE) --no-print-directory bench-plots
+
+# The plots of docs/operations/benchmarks.md (docs/images/bench-*.png), drawn from benchmarks/RESULTS.md's tables.
+.PHONY: bench-plots
+bench-plots: setup
+	$(BIN)/python -m benchmarks.plots
 
 # 20 small tables caught up by `icemaint tick --until-idle` with max_runs_total 1, 2 and 4: tables' runs
 # at once on one Spark session against one at a time (a section of benchmarks/RESULTS.md).

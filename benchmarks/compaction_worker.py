@@ -222,7 +222,7 @@ class Worker:
     # The version's methods that make a table commit (each call one commit, or one attempt of one): the staged
     # append (with the branch's creation since 7c2c8b4), the branch's creation and removal before it, the publish
     # (before 7c2c8b4 the whole `publish`, since then each attempt `_commit_publish`).
-    COMMIT_METHODS = ("open_branch", "commit_to_branch", "_commit_publish", "publish", "discard")
+    COMMIT_METHODS = ("open_branch", "commit_to_branch", "_prepare_publish", "_commit_publish", "publish", "discard")
 
     @contextlib.contextmanager
     def _logged_commits(self, calls: list):
@@ -290,7 +290,8 @@ class Worker:
             "validation_checks": {c["name"]: c["passed"] for c in (commits[0].get("checks") or [])} if commits else {},
             "before_snapshot_id": outcome.before_snapshot_id, "after_snapshot_id": outcome.after_snapshot_id,
             "committed_snapshot_ids": list(outcome.committed_snapshot_ids),
-            "staged": list(getattr(outcome, "staged", []) or []), "attempts": outcome.attempts,
+            "staged": [g.to_dict() if hasattr(g, "to_dict") else g
+                       for g in getattr(outcome, "staged", []) or []], "attempts": outcome.attempts,
             "recorded_calls": recorded, "load_1m": load,
         }
 

@@ -20,9 +20,11 @@ returned and a few commits more. Writers:
   of a Spark INSERT or a Flink sink (SnapshotProducer, the table's `commit.retry.*`: 4 retries, 100 ms-60 s);
 - jdbc: pyiceberg's `SqlCatalog` `Table.append` with its default retry (4, 100 ms-60 s, on CommitFailedException
   only); after a failed commit the writer loads the table again and goes on (that batch is lost: counted).
-Versions, interleaved: "after" is the working tree (two table commits per file group: the staged append that
-creates the branch, the publish that removes it); "before" is commit 3c688b6 in a temporary git worktree (four:
-createBranch, the staged append, the publish, removeBranch).
+Versions, interleaved: "after" is the working tree (the publish's `replace` built once and committed until it lands,
+`icemaint.engine.publish`); "before" is commit 7ace456 in a temporary git worktree (each attempt a new rewrite
+committed by Iceberg's `commit()`, which retries 4 times itself and then cleans the rewrite up). Both make three
+table commits per file group (the staged append that creates the branch, the publish, the branch's removal) and
+take the same `publish_timeout`.
 
 Measured per (catalog, interval, version): the publish attempts and each one's seconds, the staging commit's
 seconds, whether it landed; maintenance's table commits (the table's metadata versions made during the run less
@@ -51,7 +53,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORK = HERE / ".work" / "publish_race"
 SECTION = "## Publish under a fast writer (3,000-snapshot table)"
-BEFORE = "3c688b6"  # the commit before two commits per group (four then) and the publish's race retry
+BEFORE = "7ace456"  # main before the pending publish: Iceberg's commit() per attempt, rebuilt after its 4 retries
 WRITER_BASE = 10**9  # the writers' ids start here, far above the build's
 WRITER_ROWS = 10
 WARMUP_COMMITS = 3  # the writer's commits alone before the compaction starts
@@ -108,10 +110,11 @@ def commit_summary(calls: list[dict]) -> dict:
         "publish_seconds": [...] (each attempt), "publish_errors": [...], "discard_seconds": [...]}.
     """
     out = {"stage_seconds": [], "branch_seconds": [], "publish_seconds": [], "publish_errors": [],
-           "discard_seconds": []}
+           "discard_seconds": [], "prepare_seconds": []}
     for c in calls:
         key = {"commit_to_branch": "stage_seconds", "open_branch": "branch_seconds", "publish": "publish_seconds",
-               "_commit_publish": "publish_seconds", "discard": "discard_seconds"}.get(c["name"])
+               "_commit_publish": "publish_seconds", "discard": "discard_seconds",
+               "_prepare_publish": "prepare_seconds"}.get(c["name"])
         if key:
             out[key].append(c["seconds"])
         if key == "publish_seconds" and c.get("error"):
@@ -145,13 +148,13 @@ def findings(runs: list[dict]) -> list[str]:
         attempts = [s for r in lost for s in r["commits"]["publish_seconds"]]
         out.append(
             f"**The publish starves** in {len(lost)} of {len(after)} runs of this version: {len(attempts)} attempts of "
-            f"{min(attempts):.1f}-{max(attempts):.1f} s, each lost to a writer's commit that landed meanwhile. Every "
-            "lost attempt is a whole attempt again: the publish is one transaction (the `replace` and the branch's "
-            "removal), and Iceberg's retry of a transaction re-applies each update on the refreshed table, which a "
-            "ref change cannot do (`BaseTransaction.TransactionTableOperations.commit`: \"Table metadata refresh is "
-            "required\"), so Iceberg gives up at the first race and icemaint's loop builds the commit afresh (the "
-            "replaced files' deletes over Py4J, the manifests that list them filtered again): an attempt longer than "
-            "the writer's interval cannot win this way.")
+            f"{min(attempts):.1f}-{max(attempts):.1f} s, each lost to a writer's commit that landed meanwhile. Each "
+            "attempt reuses the pending rewrite (its manifests filtered once, before the race), so what is left in an "
+            "attempt is what every commit on this table does, the writer's too: a refresh that parses the multi-MiB "
+            "metadata.json, the current manifest list read, a new manifest list and metadata.json written, the swap. "
+            "An attempt cannot be shorter than the writer's own commit; against a writer whose commits follow each "
+            "other back to back (its interval shorter than its commit), it lands only when an attempt happens to fit "
+            "between two of them.")
     before_lost = [r for r in runs if r["version"] == "before" and not r["published"]]
     if before_lost:
         secs = [s for r in before_lost for s in r["commits"]["publish_seconds"]]
@@ -219,8 +222,9 @@ def render_run_row(r: dict) -> str:
     published = "landed" if r["published"] else (
         f"**not landed**: lost {len(c['publish_errors'])} race(s) ({', '.join(errors)})" if errors
         else f"**not landed** ({r.get('reason', '')[:120]})")
+    prepared = "".join(f"applied once first: {p:.2f}; " for p in c.get("prepare_seconds") or [])
     return (f"| {r['catalog']} | {r['interval']:g} s | {r['version']} | {len(c['publish_seconds'])} | "
-            f"{_secs(c['publish_seconds'])} | {_secs(c['branch_seconds'] + c['stage_seconds'])} | {published} | "
+            f"{prepared}{_secs(c['publish_seconds'])} | {_secs(c['branch_seconds'] + c['stage_seconds'])} | {published} | "
             f"{r.get('maintenance_commits', '-')} | {_writer_cell(w)} | {w['commit_seconds_alone_median'] or '-'} / "
             f"{w['commit_seconds_median'] or '-'} s | {w['interval_median'] or '-'} s | "
             f"{r['compaction_seconds']:.1f} s | {_rows(r['rows'])} | {_load(r['load_before'])} -> "
@@ -262,11 +266,14 @@ def render(res: dict) -> str:
             f"{k}: {CATALOG_LABELS[k].split('writer: ', 1)[1]}" for k in res["catalogs"])
         + ". Both with their default commit retries. The interval is start to start; a commit that takes longer "
         "is followed at once by the next (the 'achieved' column).",
-        f"- Versions of icemaint, interleaved: after = this commit (a staged append that creates the branch, a publish "
-        f"that removes it: two table commits per group, a lost publish race committed again up to `publish_timeout`, "
-        f"here {res.get('publish_timeout', '2m')}: the product's default is 2m); before = `{res['before']}` in a "
-        "temporary worktree (createBranch, staged append, publish, removeBranch: four; no publish retry of its own). "
-        "Both with `max_commit_retries: 0`: a publish that did not land is reported, not re-planned and staged again "
+        f"- Versions of icemaint, interleaved: after = this commit (the publish's `replace` built once and committed "
+        "until it lands: a lost race costs a refresh and a metadata write, the filtered manifests are reused, the "
+        "validation window moves forward, the next attempt starts at once); before = "
+        f"`{res['before']}` in a temporary worktree (each attempt a new rewrite committed by Iceberg's `commit()`, "
+        "which retries 4 times itself and then cleans the rewrite up, so the next attempt filters every manifest "
+        "again). Both: three table commits per group, `publish_timeout` "
+        f"{res.get('publish_timeout', '2m')} (the product's default is 2m), `max_commit_retries: 0`: a publish that "
+        "did not land is reported, not re-planned and staged again "
         "(the default 3 would repeat the whole run up to three times).", "",
         "| catalog | writer interval | version | publish attempts | each attempt (s) | stage commit(s) (s) | publish "
         "| maintenance commits | writer commits | writer commit alone / overall, median | achieved interval "
@@ -395,6 +402,8 @@ class JavaWriter(Writer):
         from icemaint.domain.names import TableName
         from icemaint.engine.spark_session import iceberg_table
 
+        # Spark resolves the catalog through this JVM thread's active session, which a new thread may lack
+        self.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
         self.tbl = iceberg_table(self.spark, CATALOG, TableName.parse(TABLE))
         self.jvm = self.spark._jvm
         self.schema = _arrow_schema(self.tbl)
@@ -557,7 +566,7 @@ class Catalog:
         from benchmarks.streaming import config_doc
 
         doc = config_doc(self.root, state)
-        doc["defaults"] = {**POLICY, **({"publish_timeout": self.publish_timeout} if version == "after" else {})}
+        doc["defaults"] = {**POLICY, "publish_timeout": self.publish_timeout}  # --before must know the key
         return doc
 
     def restore(self, commits: int) -> None:
@@ -748,13 +757,14 @@ def run(args) -> dict:
             cat = (HadoopCatalog(root, args.publish_timeout) if kind == "hadoop"
                    else JdbcCatalog(root, server, args.publish_timeout))
             cat.restore(args.commits)
-            specs = [("before", before_src), ("after", REPO)]
+            specs = [("after", REPO)] if args.only_after else [("before", before_src), ("after", REPO)]
             workers = start_workers(specs, lambda label: cat.worker_config(f"state-{kind}-{label}", label), root,
                                     root / "logs" / kind)
             try:
                 for rnd in range(args.rounds):
                     for i, interval in enumerate(args.intervals):
                         order = ("after", "before") if (i + rnd) % 2 == 0 else ("before", "after")
+                        order = tuple(v for v in order if v in workers)
                         for version in order:
                             run_no += 1
                             res["runs"].append(one_run(cat, workers[version], version, interval, spark,
@@ -796,6 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default=BEFORE, help=f"the commit measured as before (default {BEFORE})")
     parser.add_argument("--publish-timeout", default="60s",
                         help="the after version's policy publish_timeout (default 60s; the product's default is 2m)")
+    parser.add_argument("--only-after", action="store_true", help="measure the working tree only (no before runs)")
     parser.add_argument("--rebuild", action="store_true", help="build the table even when a pristine copy exists")
     parser.add_argument("--quick", action="store_true", help="a smoke run (300 commits): prints the section only")
     parser.add_argument("--out", default=None, help="the file whose section is written (default benchmarks/RESULTS.md)")

@@ -160,6 +160,21 @@ class AlertsConfig:
 
 
 @dataclass(frozen=True)
+class AutomationConfig:
+    """What the sensors and `icemaint tick` may start on their own beyond compaction, expiry, manifest rewrites and
+    statistics. Operations that delete files the table no longer lists are a person's choice: off until the file
+    turns them on. (Quarantine purge is never automatic: `icemaint purge-quarantine` is a person's command.)"""
+
+    # Orphan-file removal after each snapshot expiry (else only `icemaint orphans TABLE` or the UI removes orphans).
+    orphan_removal: bool = False
+    # How often each sensor polls at most (Dagster's minimum interval), in seconds: an estate of many tables may
+    # poll less often; a test or a demo more often.
+    discovery_interval: int = 60
+    compaction_interval: int = 30
+    retention_interval: int = 60
+
+
+@dataclass(frozen=True)
 class ScopeConfig:
     include: tuple[str, ...] = ("*",)
     exclude: tuple[str, ...] = ()
@@ -189,6 +204,7 @@ class MaintenanceConfig:
     quarantine_dir: str | None = None
     # The AI agents `icemaint mcp` serves, by name (their identity); none: the MCP server has no one to serve.
     agents: Mapping[str, AgentSpec] = field(default_factory=dict)
+    automation: AutomationConfig = field(default_factory=AutomationConfig)
 
     def policy(self, table: str) -> TablePolicy:
         return self.policies.for_table(table)
@@ -250,7 +266,8 @@ CONFIG_KEYS: dict[str, tuple[str, str, str]] = {
     "audit.dsn_env": ("variable name", "ICEMAINT_PG_DSN", "postgres: the environment variable holding the DSN"),
     "scope.include": ("list of patterns", "[\"*\"]", "fnmatch patterns over `namespace.table`: the tables maintained"),
     "scope.exclude": ("list of patterns", "[]", "tables left alone even when included"),
-    "dates_start": ("YYYY-MM-DD", "2020-01-01", "the first date of the `date` partitions"),
+    "dates_start": ("YYYY-MM-DD", "2020-01-01", "the first date of the `date` partitions (the UI's date axis): "
+                    "where your tables' data starts"),
     "max_runs_total": ("whole number 1-10000", "2", "maintenance runs at once across the estate (the run queue)"),
     "defaults": ("policy keys", "the policy defaults", "the policy every table gets (reference: policy keys)"),
     "tables": ("map of policy keys", "{}", "per-table overrides, keyed `namespace.table`; `icemaint doctor` fails on "
@@ -271,6 +288,15 @@ CONFIG_KEYS: dict[str, tuple[str, str, str]] = {
                                         "maintenance requests the agent may make per hour"),
     "agents.<name>.rewrite_bytes_per_day": ("size", human_size(DEFAULT_REWRITE_BYTES_PER_DAY),
                                             "estimated bytes of the compactions the agent may launch per day"),
+    "automation.orphan_removal": ("boolean", "false", "true: the retention sensor and `icemaint tick` remove orphan "
+                                 "files on their own after each expiry; false: only `icemaint orphans TABLE` (or the "
+                                 "UI) does. Quarantine purge is never automatic"),
+    "automation.discovery_interval": ("duration, 1s to 1d", "60s", "how often the discovery sensor looks for new "
+                                      "and dropped tables at most"),
+    "automation.compaction_interval": ("duration, 1s to 1d", "30s", "how often the compaction sensor reads the "
+                                       "tables' health and decides at most"),
+    "automation.retention_interval": ("duration, 1s to 1d", "60s", "how often the retention sensor decides expiry, "
+                                      "orphans, manifests and statistics at most"),
 }
 
 
@@ -591,9 +617,31 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
     except PolicyError as exc:
         raise ConfigError(str(exc)) from None
 
+    auto = _mapping(doc.get("automation"), "automation")
+    if "quarantine_purge" in auto:
+        raise ConfigError("automation.quarantine_purge: quarantine purge is never automatic; purge with "
+                          "`icemaint purge-quarantine --older-than 7d` (remove the key)")
+    _only(auto, _keys("automation"), "automation")
+    automation = AutomationConfig(_flag(auto.get("orphan_removal", False), "automation.orphan_removal"),
+                                  *(_poll_interval(auto, key, default) for key, default in (
+                                      ("discovery_interval", 60), ("compaction_interval", 30),
+                                      ("retention_interval", 60))))
+
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,
                              PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")), dagster,
-                             quarantine, _agents(doc.get("agents")))
+                             quarantine, _agents(doc.get("agents")), automation)
+
+
+def _poll_interval(section: Mapping[str, Any], key: str, default: int) -> int:
+    """A sensor's minimum interval in whole seconds, from 1s to 1d (Dagster takes whole seconds)."""
+    value = section.get(key, default)
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise ConfigError(f"automation.{key}: {exc}") from None
+    if not 1 <= seconds <= 86400:
+        raise ConfigError(f"automation.{key}: {_shown.repr(value)} must be from 1s to 1d")
+    return max(1, round(seconds))
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

@@ -7,6 +7,9 @@ import warnings
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # not exported at the top level in 1.13
+    AssetCheckEvaluationTargetMaterializationData,
+)
 
 from icemaint.operations.compaction import CompactionOutcome, CompactionRequest, Compactor
 from icemaint.domain.decisions import NOOP, NOT_PUBLISHED, RUN
@@ -14,7 +17,7 @@ from icemaint.engine.validation import READ_COMPLETENESS, ROW_COUNT_PARITY
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, materializes, numeric, partition_error, report_outcome, run_failure
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_DIMENSION, TRIGGER_TAG, \
-    run_identity, split_table_date, table_partitions
+    run_agent_reason, run_identity, split_table_date, table_partitions
 from resources.catalog import IcebergCatalogResource
 from resources.claims import AuditResource, TableClaimResource
 from resources.spark import SparkResource
@@ -108,13 +111,26 @@ def combined_check_result(name: str, outcomes: list[dict], asset_key: str) -> dg
                   "failed": dg.MetadataValue.int(len(failed))})
 
 
-def partition_evaluation(result: dg.AssetCheckResult, asset_key: str, partition: str) -> dg.AssetCheckEvaluation:
+def partition_evaluation(result: dg.AssetCheckResult, asset_key: str, partition: str,
+                         instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
     """A check result as the evaluation of one partition. A run over several partitions (a batched backfill, the
     sensor's catch-up) reports one result per check for the run, which Dagster attaches to no partition; these
-    attach each partition's own proof to it, so the partition shows passed or failed, not skipped."""
+    attach each partition's own proof to it, so the partition shows passed or failed, not skipped.
+
+    Each names the partition's latest materialization as its target, as Dagster does for a one-partition run's
+    result: an evaluation without a target counts as stale once the partition has a materialization, and the
+    checks' partition view would show it missing (it said "Passed (0)" after a catch-up that proved every date).
+    """
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset_key), asset_partitions=[partition]), limit=1).records
+    target = (AssetCheckEvaluationTargetMaterializationData(
+        storage_id=records[0].storage_id, run_id=records[0].event_log_entry.run_id,
+        timestamp=records[0].timestamp)
+        if records else None)
     return dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset_key), check_name=result.check_name,
                                    passed=result.passed, metadata=result.metadata, severity=result.severity,
-                                   description=result.description, blocking=True, partition=partition)
+                                   description=result.description, blocking=True, partition=partition,
+                                   target_materialization_data=target)
 
 
 def validation_check_specs(asset: str, partitions_def: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
@@ -151,7 +167,7 @@ PARTITIONS_PER_RUN = 31
 
 def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
             catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource,
-            targets: list[tuple[str, str | None, str]], asset_key: str):
+            targets: list[tuple[str, str | None, str]], asset_key: str, report: bool = False):
     """The body both compaction assets share: per (table, date, partition key) one request and its outcome
     as events on that partition, then an honest run status.
 
@@ -159,6 +175,7 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
     same dates of several tables: the tick's catch-up) materializes each partition on its own, and fails at the
     end naming every partition that was not done. Only a published rewrite (or a person's "nothing to do")
     materializes: a failed proof is observed, with its failed checks, so its partition shows failed, not green.
+    With `report` each materialized partition's `validation_report` is written in the same step.
     """
     if not config.dry_run:
         spark.start_in_background()  # the JVM starts while the claims are taken and the targets decided
@@ -177,6 +194,7 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
         request = CompactionRequest(
             table=table, date=date, dry_run=config.dry_run, approved=config.approved,
             trigger=tags.get(TRIGGER_TAG, "manual"), run_id=context.run.run_id, identity=run_identity(tags),
+            agent_reason=run_agent_reason(tags),
             planned_snapshot_id=int(planned) if planned and not batched else None,
             planned_schema_id=int(planned_schema) if planned_schema and not batched else None)
         try:
@@ -199,11 +217,13 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
             failures.append(f"{label(table, date)}: proof failed, nothing published: {outcome.reason}")
         if not batched:
             yield from report_outcome(context, asset_key, metadata, materialize=materialize, refusal=failure)
+            if materialize and report:
+                yield dg.MaterializeResult(asset_key="validation_report", metadata=write_report(
+                    spark.settings.config.state_dir, key, outcome.to_dict()))
             break
         event = dg.AssetMaterialization if materialize else dg.AssetObservation
         yield event(asset_key=asset_key, partition=key, metadata=metadata)
-        if materialize and asset_key == "compaction":
-            # A batched run yields no output for the report's step to follow: its reports are written here.
+        if materialize and report:
             yield dg.AssetMaterialization(asset_key="validation_report", partition=key, metadata=write_report(
                 spark.settings.config.state_dir, key, outcome.to_dict()))
         if failure:
@@ -212,7 +232,8 @@ def compact(context: dg.AssetExecutionContext, config: CompactionConfig, spark: 
         if batched or not context.has_partition_key:
             for key, outcome_doc in proven:
                 for name in VALIDATION_CHECKS:
-                    yield partition_evaluation(check_result(name, outcome_doc, asset_key), asset_key, key)
+                    yield partition_evaluation(check_result(name, outcome_doc, asset_key), asset_key, key,
+                                               context.instance)
         for name in VALIDATION_CHECKS:
             yield combined_check_result(name, [doc for _, doc in proven], asset_key)
         unproven = [doc for _, doc in proven if doc.get("decision") == NOT_PUBLISHED]
@@ -273,23 +294,26 @@ def write_report(state_dir: str, key: str, outcome: dict) -> dict:
         "proofs": dg.MetadataValue.int(len(commits)),
         "before_snapshot_id": dg.MetadataValue.text(str(outcome["before_snapshot_id"])),
         "after_snapshot_id": dg.MetadataValue.text(str(outcome["after_snapshot_id"])),
-        "validation_seconds": dg.MetadataValue.float(float(sum(c.get("duration_seconds", 0) for c in commits))),
+        **numeric({"validation_seconds": float(sum(c.get("duration_seconds", 0) for c in commits))}),
         "report_path": dg.MetadataValue.path(str(report_path)),
         "report": as_json(report),
     }
 
 
-def _asset(**kwargs):
+def _multi_asset(**kwargs):
     # Backfill policies are beta in Dagster 1.13; ours (BACKFILL_DATES_PER_RUN) is deliberate.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
-        return dg.asset(**kwargs)
-
-
-def _multi_asset(**kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.BetaWarning)
         return dg.multi_asset(**kwargs)
+
+
+VALIDATION_REPORT = dg.AssetSpec(
+    "validation_report", group_name="maintenance", kinds={"iceberg"}, deps=["compaction"],
+    description="The evidence of the latest compaction of a date: snapshot ids before and after, and the Great "
+                "Expectations results of every proof. Also written to <state_dir>/reports/. Written in the "
+                "compaction's own step when its rewrite was published (a separate step would show as skipped "
+                "whenever nothing was published); materialized alone, it is written again from the latest "
+                "compaction.")
 
 
 def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
@@ -301,7 +325,8 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
                         "files on a branch at the planned snapshot, proves them with Great Expectations against the "
                         "files they replace, and publishes one forward replace commit only when the proof passed. "
                         "Materializes when a rewrite was published; a failed proof (its checks failed, the run "
-                        "failed, main unchanged), defers and refusals are observations.")],
+                        "failed, main unchanged), defers and refusals are observations."),
+            VALIDATION_REPORT],
         partitions_def=partitions_def,
         check_specs=validation_check_specs("compaction", partitions_def),
         can_subset=True,
@@ -309,29 +334,20 @@ def build_compaction_assets(partitions_def: dg.MultiPartitionsDefinition):
     )
     def compaction(context: dg.AssetExecutionContext, config: CompactionConfig, spark: SparkResource,
                    catalog: IcebergCatalogResource, claims: TableClaimResource, audit: AuditResource):
-        # One key, a batched backfill's dates of one table (BACKFILL_DATES_PER_RUN), or the tick's dates of
-        # neighbouring tables (`table_batches`).
-        targets = [(*split_table_date(key), str(key)) for key in context.partition_keys]
-        yield from compact(context, config, spark, catalog, claims, audit, targets, "compaction")
-
-    @_asset(
-        partitions_def=partitions_def,
-        group_name="maintenance",
-        kinds={"iceberg"},
-        deps=[compaction],
-        output_required=False,
-        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_DATES_PER_RUN),
-        description="The evidence of the latest compaction of a date: snapshot ids before and after, and the "
-                    "Great Expectations results of every proof. Also written to <state_dir>/reports/. "
-                    "(A batched backfill run writes each date's report in its compaction step.)",
-    )
-    def validation_report(context: dg.AssetExecutionContext, spark: SparkResource):
-        keys = [str(k) for k in context.partition_keys]
+        selected = {k.to_user_string() for k in context.selected_asset_keys}
+        if "compaction" in selected:
+            # One key, a batched backfill's dates of one table (BACKFILL_DATES_PER_RUN), or the tick's dates of
+            # neighbouring tables (`table_batches`).
+            targets = [(*split_table_date(key), str(key)) for key in context.partition_keys]
+            yield from compact(context, config, spark, catalog, claims, audit, targets, "compaction",
+                               report="validation_report" in selected)
+            return
+        keys = [str(k) for k in context.partition_keys]  # the report alone, from the latest compaction
         for key in keys:
             metadata = write_report(spark.settings.config.state_dir, key, latest_outcome(context, key))
             if len(keys) == 1:
-                yield dg.Output(None, metadata=metadata)
+                yield dg.MaterializeResult(asset_key="validation_report", metadata=metadata)
             else:
                 yield dg.AssetMaterialization(asset_key="validation_report", partition=key, metadata=metadata)
 
-    return compaction, validation_report
+    return compaction

@@ -30,19 +30,21 @@ from sensors.schedules import build_window_schedule
 def build_definitions(config_path: str | None = None) -> dg.Definitions:
     config = load_config(config_path)
     multi = table_date_partitions(config.dates_start)
-    compaction, validation_report = build_compaction_assets(multi)
+    compaction = build_compaction_assets(multi)  # with `validation_report`, written in the same step
     jobs = build_jobs(table_partitions, multi)
     settings = MaintenanceSettings(config_path=str(config_path or config.source or ""))
+    auto = config.automation
     return dg.Definitions(
-        assets=[table_health, compaction, table_compaction, validation_report, *RETENTION_ASSETS],
+        assets=[table_health, compaction, table_compaction, *RETENTION_ASSETS],
         # Also for the implicit asset job that UI materializations and backfills run: the default
         # multiprocess executor would start a Spark session per step.
         executor=dg.in_process_executor,
         jobs=list(jobs.values()),
-        sensors=[build_discovery_sensor(jobs["health"]),
+        sensors=[build_discovery_sensor(jobs["health"], auto.discovery_interval),
                  build_compaction_sensor(jobs["compaction"], jobs["table_compaction"],
-                                         date_partitions(config.dates_start)),
-                 build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"], jobs["statistics"]),
+                                         date_partitions(config.dates_start), auto.compaction_interval),
+                 build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"], jobs["statistics"],
+                                        auto.orphan_removal, auto.retention_interval),
                  *build_alert_sensors(jobs.values()), build_reaper_sensor()],
         schedules=[build_window_schedule(jobs["compaction"], date_partitions(config.dates_start)),
                    build_window_schedule(jobs["table_compaction"], date_partitions(config.dates_start),

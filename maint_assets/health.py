@@ -18,8 +18,10 @@ from resources.catalog import IcebergCatalogResource
 HEALTH_NUMBERS = ("data_files", "small_files", "total_bytes", "avg_file_bytes", "median_file_bytes", "records",
                   "delete_files", "delete_records", "deleted_row_ratio", "manifests", "manifest_bytes",
                   "small_manifests", "snapshots", "oldest_snapshot_age_seconds", "metadata_files", "metadata_bytes",
+                  "metadata_files_below_log", "metadata_bytes_below_log",
                   "equality_delete_files", "equality_delete_records", "deletion_vectors",
-                  "seconds_since_writer_commit")
+                  "seconds_since_writer_commit", "drift_files", "drift_bytes", "old_spec_files", "unsorted_files",
+                  "oversized_files")
 
 
 # The discovery sensor's health runs: a new estate's tables are observed up to this many a run (one run
@@ -89,6 +91,6 @@ def health_metadata(context, catalog: IcebergCatalogResource, table: str) -> dic
                                       for p in partitions],
                                      ["partition", "data_files", "small_files", "total_bytes", "records",
                                       "delete_files", "delete_records", "equality_delete_files",
-                                      "deletion_vectors", "last_writer_commit"]),
+                                      "deletion_vectors", "drift_files", "drift_bytes", "last_writer_commit"]),
         "health": as_json({**health.to_dict(), "compaction_now": table_summary(decisions)}),
     }

@@ -8,12 +8,35 @@ from typing import Any, Mapping
 import dagster as dg
 
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, launched_by_a_person
+from icemaint.domain.units import human_duration, human_size
 from icemaint.errors import one_line
 
 
+def readable_key(key: str) -> str | None:
+    """The label of a number's readable twin: sizes (`*bytes*` -> `*size*`) and durations (`*_seconds` ->
+    `*_duration`, an age keeps its name); None for a number that reads as it is (a count, a ratio)."""
+    if "bytes" in key:
+        return key.replace("_size_bytes", "_size") if "_size_bytes" in key else key.replace("bytes", "size")
+    if key.startswith("seconds_since_"):
+        return "time_since_" + key[len("seconds_since_"):]
+    if key.endswith("_seconds"):
+        stem = key[:-len("_seconds")]
+        return stem if stem.endswith("_age") else f"{stem}_duration"
+    return None
+
+
+def readable(key: str, value: float) -> str:
+    """`4.6 KiB`, `0.8s`, `1.5h`: a size or a duration as people read it."""
+    if "bytes" in key:
+        return human_size(value)
+    return f"{value:.1f}s" if abs(value) < 60 else human_duration(value)
+
+
 def numeric(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The int/float entries (bools excluded) of a mapping, as plottable metadata."""
-    out = {}
+    """The int/float entries (bools excluded) of a mapping, as plottable metadata; each size and duration followed
+    by its readable twin as text (`avg_file_bytes_before` 4712.3, then `avg_file_size_before` "4.6 KiB"): Dagster
+    has no byte or duration metadata type, and its UI shows numbers raw."""
+    out: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, bool) or value is None:
             continue
@@ -21,6 +44,11 @@ def numeric(values: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = dg.MetadataValue.int(value)
         elif isinstance(value, float):
             out[key] = dg.MetadataValue.float(value)
+        else:
+            continue
+        twin = readable_key(key)
+        if twin and twin not in values:
+            out[twin] = dg.MetadataValue.text(readable(key, value))
     return out
 
 

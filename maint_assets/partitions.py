@@ -27,14 +27,19 @@ TABLES_TAG = "icemaint/tables"
 # 256, batches of up to 31 arbitrarily named tables were cut at 19 tables on average (530 runs for 10,000 tables,
 # against 382 with 1,024); each slot is one entry of the queue's limits, which every process that opens the
 # instance parses with Dagster's pure-Python YAML loader: dagster.yaml ~100 KB, 0.156 s (0.037 s with 256 slots).
-SLOT_TAG_PREFIX = "icemaint/slot/"
+# Plumbing tags carry Dagster's hidden prefix: the UI lists a run's other tags, not these (Dagster 1.13 hides keys
+# starting `.dagster/`, `dagster._core.storage.tags.HIDDEN_TAG_PREFIX`); the queue and our code read them as before.
+HIDDEN_TAG_PREFIX = ".dagster/"
+SLOT_TAG_PREFIX = f"{HIDDEN_TAG_PREFIX}icemaint/slot/"
 TABLE_SLOTS = 1024
 PARTITION_TABLE_TAG = f"dagster/partition/{TABLE_DIMENSION}"
 TRIGGER_TAG = "icemaint/trigger"
 # The agent an `agent`-triggered run was requested by (`icemaint mcp`): the run's identity under the policy.
 AGENT_TAG = "icemaint/agent"
-PLANNED_SNAPSHOT_TAG = "icemaint/planned_snapshot_id"
-PLANNED_SCHEMA_TAG = "icemaint/planned_schema_id"
+# The reason the agent gave for the request that launched the run: on every audit record of the run.
+AGENT_REASON_TAG = "icemaint/agent_reason"
+PLANNED_SNAPSHOT_TAG = f"{HIDDEN_TAG_PREFIX}icemaint/planned_snapshot_id"
+PLANNED_SCHEMA_TAG = f"{HIDDEN_TAG_PREFIX}icemaint/planned_schema_id"
 PARTITION_TAG = "dagster/partition"
 # A batched backfill run (several dates of one table) names its range instead of a partition.
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -47,6 +52,11 @@ def run_identity(tags) -> str | None:
     """Who a run runs as when not the process's identity: the agent an agent-triggered run names (`icemaint mcp`
     sets both tags). A run that names an agent without the agent trigger is a person's, as before."""
     return tags.get(AGENT_TAG) if tags.get(TRIGGER_TAG) == AGENT_TRIGGER else None
+
+
+def run_agent_reason(tags) -> str | None:
+    """The reason an agent gave for the request that launched an agent-triggered run (None for other runs)."""
+    return tags.get(AGENT_REASON_TAG) if run_identity(tags) is not None else None
 
 
 def date_partitions(start: dt.date) -> dg.DailyPartitionsDefinition:

@@ -22,7 +22,7 @@ from icemaint.operations.housekeeping import (
 from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS, STATISTICS
 from icemaint.domain.units import parse_duration
 from maint_assets.compaction import table_dimension_mapping
-from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TRIGGER_TAG, run_identity
+from maint_assets.partitions import PLANNED_SNAPSHOT_TAG, TRIGGER_TAG, run_agent_reason, run_identity
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, materializes, numeric, partition_error, report_outcome, run_failure
 from maint_assets.partitions import table_of, table_partitions, tables_of
@@ -170,7 +170,7 @@ def _housekeeper(context, spark: SparkResource, catalog: IcebergCatalogResource,
 def _request_fields(context: dg.AssetExecutionContext, table: str) -> dict:
     trigger = context.run.tags.get(TRIGGER_TAG, "manual")
     return {"table": table, "trigger": trigger, "run_id": context.run.run_id,
-            "identity": run_identity(context.run.tags)}
+            "identity": run_identity(context.run.tags), "agent_reason": run_agent_reason(context.run.tags)}
 
 
 def _retention_asset(**kwargs):

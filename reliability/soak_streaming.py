@@ -140,7 +140,7 @@ class Sampler:
         for s in tbl.metadata.snapshots:
             self.snapshot_ms[s.snapshot_id] = s.timestamp_ms
         row = {"at": _utc().isoformat(timespec="seconds"), "when": when, "snapshots": len(tbl.metadata.snapshots),
-               "manifests": manifests}
+               "manifests": manifests, **metadata_json(self.work)}
         self.samples.append(row)
         with open(self.work / "samples.jsonl", "a") as fh:
             fh.write(json.dumps(row) + "\n")
@@ -180,6 +180,18 @@ def metadata_files(work: Path) -> dict:
     files = [p for p in meta.iterdir() if p.is_file() and not p.name.startswith(".")] if meta.exists() else []
     return {"metadata_json_files": sum(p.name.endswith(".metadata.json") for p in files),
             "metadata_dir_files": len(files), "metadata_dir_bytes": sum(p.stat().st_size for p in files)}
+
+
+def metadata_json(work: Path) -> dict:
+    """The table's metadata.json files on disk now (a sample: they pile up between commits and cleanups)."""
+    meta = work / "warehouse" / Path(*TABLE.split(".")) / "metadata"
+    sizes = []
+    for p in (meta.glob("*.metadata.json") if meta.exists() else ()):
+        try:
+            sizes.append(p.stat().st_size)
+        except FileNotFoundError:  # removed while listed
+            continue
+    return {"metadata_json_files": len(sizes), "metadata_json_bytes": sum(sizes)}
 
 
 def ledger_sets(work: Path) -> tuple[set[int], set[int]]:
@@ -287,6 +299,8 @@ def soak(args) -> int:
     metadata = {"snapshots_end": samples[-1]["snapshots"], "manifests_end": samples[-1]["manifests"],
                 "snapshots_peak": max(s["snapshots"] for s in writing or samples),
                 "manifests_peak": max(s["manifests"] for s in writing or samples),
+                "metadata_json_peak": max(s.get("metadata_json_files", 0) for s in writing or samples),
+                "metadata_json_bytes_peak": max(s.get("metadata_json_bytes", 0) for s in writing or samples),
                 "samples": len(samples), **expiry_counts(records), **metadata_files(work)}
     wstats = (writer_report.get("writers") or [{}])[0]
     passed, verdict = streaming_verdict(args.minutes, rows, lag, publishes, wstats, metadata)
@@ -397,6 +411,8 @@ def append_results(path: Path, f: dict, args) -> None:
         f"{', '.join(map(str, md['snapshots_at_expiries'])) or 'none'} |",
         f"| metadata directory at the end: metadata.json versions / files / MiB | {md['metadata_json_files']} / "
         f"{md['metadata_dir_files']} / {md['metadata_dir_bytes'] / 2**20:.0f} |",
+        f"| metadata.json files / MiB at their peak while writing | {md.get('metadata_json_peak', 0)} / "
+        f"{md.get('metadata_json_bytes_peak', 0) / 2**20:.1f} |",
         f"| staging branches left / Dagster runs left in flight | {len(f['staging_left'])} / "
         f"{len(f['dagster_runs']['left_in_flight'])} |",
         f"| ticks without a report / with table errors | {len(f['ticks']['aborted'])} / {len(f['ticks']['errors'])} |",

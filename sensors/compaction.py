@@ -17,6 +17,7 @@ from icemaint.domain.decisions import DEFER, REFUSE
 from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick, \
     table_batches
 from maint_assets.compaction import BACKFILL_DATES_PER_RUN, PARTITIONS_PER_RUN
+from maint_assets.metadata import numeric
 from maint_assets.retention import in_flight_jobs_by_table
 from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG, TABLE_TAG, TRIGGER_TAG, \
     date_range_tags, slot_tags, table_date_key, table_partitions, table_range_tags, table_slot
@@ -211,13 +212,15 @@ def decision_observation(decision) -> dg.AssetObservation:
                   "reason_kind": dg.MetadataValue.text(str(decision.kind)),
                   "reason": dg.MetadataValue.text(decision.reason),
                   "trigger": dg.MetadataValue.text("sensor"),
-                  **{k: dg.MetadataValue.float(float(v)) for k, v in numbers.items()}})
+                  **numeric(numbers)})
 
 
-def build_compaction_sensor(compaction_job, table_compaction_job, date_partitions_def) -> dg.SensorDefinition:
+def build_compaction_sensor(compaction_job, table_compaction_job, date_partitions_def,
+                            interval_seconds: int = 30) -> dg.SensorDefinition:
     kept = KeptHealths()  # lives with the code location's process, as the sensor's ticks do
     # A sensor with several jobs names each request's job; `compaction_job` is the default.
-    @dg.sensor(name="compaction_sensor", jobs=[compaction_job, table_compaction_job], minimum_interval_seconds=30,
+    @dg.sensor(name="compaction_sensor", jobs=[compaction_job, table_compaction_job],
+               minimum_interval_seconds=interval_seconds,
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="Polls each table's metadata; requests a compaction run for each (table, date) whose "
                            "thresholds pass, writers are idle, the claim is free and cost/policy allow (a table's "

@@ -48,8 +48,8 @@ def health_requests(added: list[str]) -> list[dg.RunRequest]:
     return requests
 
 
-def build_discovery_sensor(health_job) -> dg.SensorDefinition:
-    @dg.sensor(name="table_discovery", job=health_job, minimum_interval_seconds=60,
+def build_discovery_sensor(health_job, interval_seconds: int = 60) -> dg.SensorDefinition:
+    @dg.sensor(name="table_discovery", job=health_job, minimum_interval_seconds=interval_seconds,
                default_status=dg.DefaultSensorStatus.RUNNING,
                description="Adds catalog tables (filtered by the config's scope) to the `table` partitions, "
                            "removes dropped ones, and requests a health snapshot of each new table.")

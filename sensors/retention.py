@@ -51,7 +51,7 @@ def evaluate_retention(instance, catalog: IcebergCatalogResource, claims: TableC
         read_signals=lambda table, policy: read_retention_signals(catalog.reader.load(table), table, policy),
         claim_holder=holder, in_flight_jobs=lambda: in_flight_jobs_by_table(instance),
         latest_mark=lambda operation, table: _latest_materialization(instance, RETENTION_ASSET_OF[operation], table),
-        cursor=decode_cursor(cursor_text), now=now)
+        cursor=decode_cursor(cursor_text), now=now, orphan_removal=config.automation.orphan_removal)
     for d in plan.to_record if record else ():
         audit.append(AuditRecord(table=d.table, operation=str(d.operation), decision=str(d.verdict), reason=d.reason,
                                  trigger="sensor", identity=identity, details={"reason_kind": str(d.kind)}))
@@ -96,14 +96,23 @@ def retention_run_requests(runs: list[RetentionDecision], order: Sequence[str], 
     return requests
 
 
-def build_retention_sensor(expiry_job, orphans_job, manifests_job, statistics_job) -> dg.SensorDefinition:
+def retention_description(orphan_removal: bool) -> str:
+    """The sensor's description, as the UI shows it: what it starts on its own under this config."""
+    orphans = ("orphan-file removal once an expiry finished and nothing else runs on the table "
+               "(automation.orphan_removal: true)" if orphan_removal else
+               "never orphan-file removal (it deletes files: off until automation.orphan_removal: true; "
+               "`icemaint orphans TABLE` runs it once)")
+    return ("Polls each table's metadata; requests snapshot expiry when due, a manifest rewrite when the manifest "
+            "thresholds pass, column statistics of the current snapshot when the policy keeps them and enough rows "
+            f"changed, and {orphans}. Quarantine purge is never automatic. Refusals and busy claims go to the audit "
+            "trail; a tick that requests nothing says why.")
+
+
+def build_retention_sensor(expiry_job, orphans_job, manifests_job, statistics_job,
+                           orphan_removal: bool = False, interval_seconds: int = 60) -> dg.SensorDefinition:
     @dg.sensor(name="retention_sensor", jobs=[expiry_job, orphans_job, manifests_job, statistics_job],
-               minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Polls each table's metadata; requests snapshot expiry when due, orphan-file removal "
-                           "once an expiry finished and nothing else runs on the table, a manifest rewrite "
-                           "when the manifest thresholds pass, and column statistics of the current snapshot when "
-                           "the policy keeps them and enough rows changed. Refusals and busy claims go to the audit "
-                           "trail.")
+               minimum_interval_seconds=interval_seconds, default_status=dg.DefaultSensorStatus.RUNNING,
+               description=retention_description(orphan_removal))
     def retention_sensor(context: dg.SensorEvaluationContext, catalog: IcebergCatalogResource,
                          claims: TableClaimResource, audit: AuditResource):
         plan = evaluate_retention(context.instance, catalog, claims, audit, context.cursor,

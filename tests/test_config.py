@@ -127,7 +127,32 @@ BAD_CONFIGS = [
      ["catalog.concurrent_reads", "'many'", "whole number"]),
     ("document not a mapping", ["catalog"],
      ["config", "expected a mapping"]),
+    ("automation flag not a boolean", {"automation": {"orphan_removal": "yes"}},
+     ["automation.orphan_removal", "'yes'", "not a boolean"]),
+    ("automation unknown key", {"automation": {"expiry": False}}, ["automation.expiry", "unknown key", "orphan_removal"]),
+    ("poll interval below a second", {"automation": {"compaction_interval": "0s"}},
+     ["automation.compaction_interval", "'0s'", "from 1s to 1d"]),
+    ("poll interval not a duration", {"automation": {"discovery_interval": "often"}},
+     ["automation.discovery_interval", "often"]),
+    ("automatic quarantine purge", {"automation": {"quarantine_purge": True}},
+     ["automation.quarantine_purge", "never automatic", "icemaint purge-quarantine"]),
 ]
+
+
+def test_automation_that_deletes_is_off_unless_the_file_turns_it_on(tmp_path):
+    assert parse_config({}, tmp_path).automation.orphan_removal is False
+    assert parse_config({"automation": {"orphan_removal": True}}, tmp_path).automation.orphan_removal is True
+
+
+def test_each_sensor_polls_as_often_as_the_file_says(tmp_path):
+    from maint_assets.definitions import build_definitions
+
+    defaults = parse_config({}, tmp_path).automation
+    assert (defaults.discovery_interval, defaults.compaction_interval, defaults.retention_interval) == (60, 30, 60)
+    path = tmp_path / "m.yaml"
+    path.write_text("automation: {discovery_interval: 5s, compaction_interval: 2m, retention_interval: 1h}\n")
+    sensors = {s.name: s.minimum_interval_seconds for s in build_definitions(str(path)).sensors}
+    assert (sensors["table_discovery"], sensors["compaction_sensor"], sensors["retention_sensor"]) == (5, 120, 3600)
 
 
 @pytest.mark.parametrize("doc, expected", [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])

@@ -192,3 +192,71 @@ def test_the_spark_resource_is_dagster_pysparks_lazy_resource_on_the_projects_se
     assert isinstance(resource, LazyPySparkResource) and resource._spark_session is None  # nothing started yet
     assert resource.spark_session is spark and resource.spark_context is spark.sparkContext
     assert resource.spark_session.conf.get("spark.sql.catalog.lake") == "org.apache.iceberg.spark.SparkCatalog"
+
+
+def test_what_runs_when_the_ui_starts_is_said_and_deletes_nothing_by_default(tmp_path, lake_root):
+    """The shipped default starts the sensors but no orphan removal, and says so where a person looks: the retention
+    sensor's description (the UI) and the start-up line (`icemaint ui`, `icemaint doctor`)."""
+    from icemaint.config import load_config
+    from sensors.startup import startup_summary
+
+    for automation, says in ((None, "never orphan-file removal"), ({"orphan_removal": True},
+                                                                    "orphan-file removal once an expiry finished")):
+        extra = {"automation": automation} if automation else {}
+        path = write_config(tmp_path / f"{bool(automation)}.yaml", lake_root, **extra)
+        defs = build_definitions(str(path))
+        assert says in defs.resolve_sensor_def("retention_sensor").description
+        line = startup_summary(load_config(path), defs)
+        assert line.startswith("running at start: table_discovery, compaction_sensor, retention_sensor"), line
+        assert ("orphan removal ON" in line) == bool(automation) and "quarantine purge never" in line, line
+        assert "stopped until started in the UI: nightly_maintenance_window" in line, line
+
+
+def test_a_batched_runs_per_partition_proofs_count_on_their_partitions():
+    """`partition_evaluation` names each partition's materialization as the proof's target: without it Dagster's
+    check state counts the evaluation stale once the partition materialized, and the checks' partition view said
+    "Passed (0)" after a run over several dates (measured: [] without the target, both partitions with it)."""
+    import warnings
+
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionResolvedStatus as Status
+
+    from maint_assets.compaction import partition_evaluation
+
+    parts = dg.StaticPartitionsDefinition(["2026-01-01", "2026-01-02"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        spec = dg.AssetCheckSpec("proof", asset="x", blocking=True, partitions_def=parts)
+
+    @dg.multi_asset(specs=[dg.AssetSpec("x")], partitions_def=parts, can_subset=True, check_specs=[spec])
+    def x(context):
+        for key in context.partition_keys:  # as `compact` does for a batch: each date's event, then its proof
+            yield dg.AssetMaterialization(asset_key="x", partition=key)
+        for key, passed in zip(context.partition_keys, (True, False)):
+            yield partition_evaluation(dg.AssetCheckResult(check_name="proof", asset_key="x", passed=passed), "x",
+                                       key, context.instance)
+        yield dg.AssetCheckResult(check_name="proof", asset_key="x", passed=False)
+
+    with dg.instance_for_test() as instance:
+        dg.materialize([x], instance=instance, raise_on_error=False,
+                       tags={"dagster/asset_partition_range_start": "2026-01-01",
+                             "dagster/asset_partition_range_end": "2026-01-02"})
+        key = dg.AssetCheckKey(dg.AssetKey("x"), "proof")
+        state = instance.event_log_storage.get_asset_check_state([(key, parts)])[key]
+        assert list(state.subsets[Status.SUCCEEDED].value.get_partition_keys()) == ["2026-01-01"]
+        assert list(state.subsets[Status.FAILED].value.get_partition_keys()) == ["2026-01-02"]  # red on its date
+
+
+def test_sizes_and_durations_in_metadata_get_a_readable_twin_beside_the_raw_number():
+    from maint_assets.metadata import numeric
+
+    meta = numeric({"avg_file_bytes_before": 4712.333, "small_file_size_bytes": 8 << 20, "plan_seconds": 0.812,
+                    "oldest_snapshot_age_seconds": 3 * 86400.0, "seconds_since_writer_commit": 95.0,
+                    "files_before": 20, "published": True})
+    assert {k: v.value for k, v in meta.items()} == {
+        "avg_file_bytes_before": 4712.333, "avg_file_size_before": "4.6 KiB",
+        "small_file_size_bytes": 8 << 20, "small_file_size": "8 MiB",
+        "plan_seconds": 0.812, "plan_duration": "0.8s",
+        "oldest_snapshot_age_seconds": 3 * 86400.0, "oldest_snapshot_age": "3d",
+        "seconds_since_writer_commit": 95.0, "time_since_writer_commit": "1.6m",
+        "files_before": 20}
+    assert list(meta)[:2] == ["avg_file_bytes_before", "avg_file_size_before"]  # the twin right after its number

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import make_config, write_config
+from icemaint.app.demo import local_estate_doc
+from icemaint.config import parse_config
 from icemaint.engine import class_archive as ca
 from icemaint.engine.spark_defaults import defaults_path, deployment_defaults, parse_properties
 from icemaint.engine.spark_session import ICEBERG_EXTENSIONS, brings_own_iceberg, session_conf
@@ -91,7 +93,8 @@ def spark_defaults(tmp_path, monkeypatch):
 def test_the_deployments_java_options_jars_and_extensions_are_added_to_not_replaced(tmp_path, spark_defaults):
     spark_defaults(spark_driver_extraJavaOptions="-Dkrb.conf=/etc/krb5.conf", spark_jars="/opt/gcs-connector.jar",
                    spark_sql_extensions="io.delta.sql.DeltaSparkSessionExtension")
-    conf = session_conf(make_config(tmp_path))
+    # the estate's config as a deployment writes it: no Java options of its own (the tests' JIT option is one)
+    conf = session_conf(parse_config(local_estate_doc(tmp_path), tmp_path))
     assert conf[JAVA_OPTIONS].startswith("-Dkrb.conf=/etc/krb5.conf "), conf[JAVA_OPTIONS]
     assert "-Diceberg.worker.num-threads=" in conf[JAVA_OPTIONS]
     jars = conf["spark.jars"].split(",")

@@ -22,7 +22,7 @@ from icemaint.engine.spark_session import TESTED_ICEBERG
 
 ICEMAINT = Path(sys.executable).parent / "icemaint"
 ALWAYS = ["config", "java", "local files", "iceberg runtime", "class archive", "catalog credentials", "catalog", "state dir",
-          "dagster instance"]
+          "dagster instance", "automation"]
 
 
 @pytest.fixture(autouse=True)
@@ -79,6 +79,10 @@ def test_a_good_default_config_is_all_ok_and_exits_0(capsys, tmp_path):
     assert f"bundled Iceberg {TESTED_ICEBERG}" in lines["iceberg runtime"][0]
     assert lines["catalog"] == [f"ok    catalog: hadoop warehouse {tmp_path / 'warehouse'}: 0 tables (writable)"]
     assert (tmp_path / "state" / "dagster" / "dagster.yaml").exists()  # the instance really opened
+    # what opening the UI starts, and that by default nothing of it removes orphans
+    [automation] = lines["automation"]
+    assert "running at start: table_discovery, compaction_sensor, retention_sensor" in automation, automation
+    assert "orphan removal off (automation.orphan_removal: false); quarantine purge never" in automation, automation
 
     code, _, out, _ = doctor(capsys, path, "--json")
     checks = json.loads(out)

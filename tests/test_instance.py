@@ -53,7 +53,7 @@ def test_dagster_storage_on_postgres_keeps_the_dsn_in_the_environment(tmp_path, 
             assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
             queue = instance.get_concurrency_config().run_queue_config
             assert {limit["key"] for limit in queue.tag_concurrency_limits} == {
-                "icemaint/table", "dagster/partition/table", *(f"icemaint/slot/{i:04d}" for i in range(TABLE_SLOTS))}
+                "icemaint/table", "dagster/partition/table", *(f".dagster/icemaint/slot/{i:04d}" for i in range(TABLE_SLOTS))}
             assert {limit["limit"] for limit in queue.tag_concurrency_limits} == {1}
             instance.add_run(DagsterRun(job_name="probe", run_id="0" * 8 + "-0000-0000-0000-" + "0" * 12))
             # Another instance on the same database (another process, host) sees the run.

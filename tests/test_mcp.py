@@ -1,12 +1,14 @@
 """`icemaint mcp` driven by the official SDK's own client (`mcp.ClientSession`) over stdio and streamable HTTP,
-against one real table: a request over the cost ceiling that runs only after a person's approval and publishes a
-proven rewrite; a deferral (writer active on the date); a refusal (identity not allowed); the rate limit; hostile
+against one real table: the how-to's walk-through (docs/how-to/agents-mcp.md) call by call; a request over the
+cost ceiling that runs only after a person's approval and publishes a proven rewrite; a deferral (writer active
+on the date); refusals (identity or operation not allowed, the rate limit, the daily rewrite budget); hostile
 input; a wrong bearer token. Whatever is refused or deferred leaves the table's metadata where it was."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -40,17 +42,21 @@ def estate(spark, lake_root, tmp_path_factory):
     table, sql = writer.name.key, writer.name.sql("lake")
     spark.sql(f"ALTER TABLE {sql} SET TBLPROPERTIES ('comment'='{INJECTION}', 'owner.api-token'='{CATALOG_SECRET}')")
     agents = {"bot": {"token_env": "ICEMAINT_TEST_BOT_TOKEN"}, "other": {"token_env": "ICEMAINT_TEST_OTHER_TOKEN"},
-              "limited": {"requests_per_hour": 2}}
+              "limited": {"requests_per_hour": 2}, "ops-bot": {},
+              "frugal": {"rewrite_bytes_per_day": "1KiB"}}  # ops-bot: the how-to's walk-through agent
     common = {"state_dir": str(root / "state"), "scope": {"include": [table]}, "agents": agents}
     given = {"agent_operations": ["compact", "expire", "manifests"]}
 
     def config(name: str, **policy) -> str:
         return str(write_config(root / f"{name}.yaml", lake_root, **common, tables={table: {**given, **policy}}))
 
-    return SimpleNamespace(table=table, sql=sql, root=root,
+    return SimpleNamespace(table=table, sql=sql, root=root, writer=writer,
                            ceiling=config("ceiling", max_rewrite_bytes="1KiB"),   # every date needs an approval
                            busy=config("busy", writer_idle="1h"),                 # every date was written just now
-                           strict=config("strict", allowed_identities=["someone-else"]))
+                           strict=config("strict", allowed_identities=["someone-else"]),
+                           expiring=config("expiring", snapshot_older_than="0s", retain_last=2),  # expiry due
+                           no_expiry=config("no_expiry", snapshot_older_than="0s", agent_operations=["compact"]),
+                           walkthrough=config("walkthrough", agent_operations=["compact"]))  # the how-to's policy
 
 
 def server_env(**extra) -> dict:
@@ -77,12 +83,13 @@ class Seen:
             assert TOKEN not in text and OTHER_TOKEN not in text and CATALOG_SECRET not in text
 
 
-def stdio(config: str, agent: str, steps, seen: Seen):
-    """Runs `steps(call)` in a client session with `icemaint --config CONFIG mcp --agent AGENT` over stdio."""
+def stdio(config: str, agent: str, steps, seen: Seen, args: list[str] | None = None):
+    """Runs `steps(call)` in a client session with `icemaint --config CONFIG mcp --agent AGENT` (or `args`) over
+    stdio."""
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     async def main():
-        params = StdioServerParameters(command=ICEMAINT, args=["--config", config, "mcp", "--agent", agent],
+        params = StdioServerParameters(command=ICEMAINT, args=args or ["--config", config, "mcp", "--agent", agent],
                                        env=server_env())
         # the server's standard error goes to a file: pytest's capsys stands in for sys.stderr without a descriptor
         with open(Path(config).with_suffix(f".{agent}.log"), "a") as errlog:
@@ -99,6 +106,19 @@ def stdio(config: str, agent: str, steps, seen: Seen):
 def results(answer) -> list[dict]:
     assert not answer.is_error, answer.content[0].text
     return answer.structured_content["results"]
+
+
+async def launched_and_finished(call, tool: str, **arguments) -> tuple[dict, dict]:
+    """Asks with `tool`, which must launch a run; polls run_status until the run finished: (the answer, its status)."""
+    [launched] = results(await call(tool, **arguments))
+    assert launched["decision"] == "requested", launched
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        status = (await call("run_status", run_id=launched["run_id"])).structured_content
+        if status["finished"]:
+            return launched, status
+        await anyio.sleep(2)
+    raise AssertionError(f"run {launched['run_id']} did not finish")
 
 
 def agent_records(estate, config: str, agent: str) -> list:
@@ -139,15 +159,8 @@ def test_a_request_over_the_ceiling_runs_after_a_persons_approval_and_publishes_
     assert code == 0, err
 
     async def run(call):
-        [launched] = results(await call("request_compaction", table=estate.table, dates=[D1],
-                                        reason="approved by ops: compact D1"))
-        assert launched["decision"] == "requested", launched
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            status = (await call("run_status", run_id=launched["run_id"])).structured_content
-            if status["finished"]:
-                break
-            await anyio.sleep(2)
+        launched, status = await launched_and_finished(call, "request_compaction", table=estate.table, dates=[D1],
+                                                       reason="approved by ops: compact D1")
         trail = await call("audit_trail", table=estate.table, limit=10)
         return launched, status, trail
 
@@ -156,6 +169,7 @@ def test_a_request_over_the_ceiling_runs_after_a_persons_approval_and_publishes_
     [done] = status["outcomes"]
     assert done["decision"] == "run" and done["validation_passed"] and done["published"], done
     assert done["identity"] == "bot" and done["trigger"] == "agent"
+    assert done["agent_reason"] == "approved by ops: compact D1"  # the request's reason on the run's record
     assert location(estate, estate.ceiling) != before
     summary = CatalogReader(load_config(estate.ceiling)).load(estate.table).current_snapshot().summary
     assert summary.operation.value == "replace" and summary["icemaint.proof"] == "passed"
@@ -227,6 +241,119 @@ def test_an_identity_the_policy_does_not_allow_is_refused_and_a_runaway_agent_is
     assert [r.details["agent_reason"] for r in records] == ["try 0", "try 1", "try 2"]
 
 
+def test_a_rewrite_over_the_agents_daily_budget_is_refused_and_changes_nothing(estate):
+    """D3 is due under the walk-through's policy, but its rewrite exceeds agent frugal's rewrite_bytes_per_day.
+    The server's desk in this process (a stdio server costs ~15 s to start; the protocol is the other tests')."""
+    from icemaint.app.agent_desk import AgentDesk
+
+    config, before = load_config(estate.walkthrough), location(estate, estate.walkthrough)
+    desk = AgentDesk(config, estate.walkthrough)
+    try:
+        [r] = desk.request_compaction(config.agents["frugal"], estate.table, "D3 has small files", [D3])["results"]
+    finally:
+        desk.close()
+    assert r["decision"] == "refuse" and r["kind"] == "rate_limited", r
+    assert r["reason"].startswith("rate limit: a rewrite of ") and "(rewrite_bytes_per_day 1 KiB; 0 B used)" in \
+        r["reason"] and "run_id" not in r, r
+    assert location(estate, estate.walkthrough) == before
+    [record] = agent_records(estate, estate.walkthrough, "frugal")
+    assert (record.decision, record.date, record.details["agent_reason"]) == ("refuse", D3, "D3 has small files")
+
+
+def test_an_agents_snapshot_expiry_is_decided_by_policy_runs_and_is_audited_as_the_agent(estate):
+    """Expiry due (snapshot_older_than 0s): refused where the policy gives agents no expiry (the table untouched),
+    run where it does: snapshots expired, every row still read by pyiceberg, the run's record naming the agent."""
+    seen, before = Seen(), location(estate, estate.expiring)
+    reader = CatalogReader(load_config(estate.expiring))
+
+    def rows() -> list[int]:
+        return sorted(reader.load(estate.table).scan().to_arrow().column("event_id").to_pylist())
+
+    table_before = reader.load(estate.table)
+    rows_before, snapshots_before = rows(), len(table_before.metadata.snapshots)
+    assert snapshots_before > 2
+
+    async def refused(call):
+        return await call("request_snapshot_expiry", table=estate.table, reason="history is long")
+
+    [r] = results(stdio(estate.no_expiry, "bot", refused, seen))
+    assert r["decision"] == "refuse" and r["kind"] == "policy" and "not given to agents" in r["reason"], r
+    assert location(estate, estate.no_expiry) == before
+
+    async def run(call):
+        return await launched_and_finished(call, "request_snapshot_expiry", table=estate.table,
+                                           reason="history is long")
+
+    launched, status = stdio(estate.expiring, "bot", run, seen)
+    assert status["status"] == "SUCCESS" and status["trigger"] == "agent" and status["agent"] == "bot", status
+    [done] = status["outcomes"]
+    assert (done["operation"], done["decision"], done["identity"], done["trigger"]) == ("expire", "run", "bot", "agent")
+    after = reader.load(estate.table)
+    assert len(after.metadata.snapshots) == 2 < snapshots_before
+    assert after.current_snapshot().snapshot_id == table_before.current_snapshot().snapshot_id  # main stays put
+    assert rows() == rows_before
+    records = [(r.operation, r.decision, r.details.get("agent_reason")) for r in agent_records(estate, estate.expiring,
+                                                                                                 "bot")]
+    assert ("expire", "refuse", "history is long") in records and ("expire", "requested", "history is long") in records
+    assert ("expire", "run", "history is long") in records  # the agent's reason also on its run's record
+    assert done["agent_reason"] == "history is long"
+    seen.assert_no_secret()
+
+
+def documented_server_args(config: str) -> list[str]:
+    """The `args` of the how-to's `mcpServers` entry, its config path replaced by `config`."""
+    how_to = (Path(__file__).parent.parent / "docs" / "how-to" / "agents-mcp.md").read_text()
+    [snippet] = [s for s in re.findall(r"```json\n(.*?)```", how_to, re.S) if "mcpServers" in s]
+    entry = json.loads(snippet)["mcpServers"]["icemaint"]
+    assert entry["command"].endswith("/.venv/bin/icemaint")
+    return [config if a.endswith("maintenance.yaml") else a for a in entry["args"]]
+
+
+@pytest.mark.slow  # a compaction run in the server's process: about 60 s here
+def test_the_documented_walk_through_lists_explains_requests_and_gets_a_proven_published_run(estate):
+    """docs/how-to/agents-mcp.md's walk-through, call by call, with its `mcpServers` entry, on a table shaped like
+    the demo's: list_tables, explain a date, request_compaction, poll run_status, audit_trail."""
+    seen, before = Seen(), location(estate, estate.walkthrough)
+    reader = CatalogReader(load_config(estate.walkthrough))
+
+    def rows() -> list[int]:  # pyiceberg's own scan, not the Spark session that compacts
+        return sorted(reader.load(estate.table).scan().to_arrow().column("event_id").to_pylist())
+
+    rows_before = rows()
+    assert rows_before == sorted(estate.writer.ledger.expected_ids())
+    args = documented_server_args(estate.walkthrough)
+    assert args[-2:] == ["--agent", "ops-bot"]
+
+    async def walk(call):
+        listed = await call("list_tables")
+        explained = await call("explain", table=estate.table, date=D2)
+        launched, status = await launched_and_finished(call, "request_compaction", table=estate.table, dates=[D2],
+                                                       reason=f"many small files on {D2}")
+        trail = await call("audit_trail", table=estate.table, limit=20)
+        return listed, explained, launched, status, trail
+
+    listed, explained, launched, status, trail = stdio(estate.walkthrough, "ops-bot", walk, seen, args=args)
+    assert [t["table"] for t in listed.structured_content["tables"]] == [estate.table]
+    [decided] = explained.structured_content["compaction"]
+    gates = {g["name"]: g["status"] for g in decided["gates"]}
+    assert decided["scope"] == D2 and decided["verdict"] == "run", decided
+    assert gates["thresholds"] == gates["writer idle"] == gates["cost"] == gates["policy"] == "pass", gates
+    detail = {g["name"]: g["detail"] for g in decided["gates"]}
+    assert detail["thresholds"].endswith("small files >= 3")  # the numbers compared (min_input_files 3)
+    assert re.search(r"pass +thresholds +\d+ small files >= 3", explained.content[0].text)
+    assert status["status"] == "SUCCESS" and status["agent"] == "ops-bot", status
+    [done] = status["outcomes"]
+    assert done["decision"] == "run" and done["validation_passed"] and done["published"], done
+    assert location(estate, estate.walkthrough) != before
+    assert rows() == rows_before  # every row the writer left, read back by pyiceberg
+    assert {p.key: p.data_files for p in reader.health(estate.table).partitions}[D2] == 1
+    ours = [r for r in trail.structured_content["records"] if r["run_id"] == launched["run_id"]]
+    assert {r["decision"] for r in ours} >= {"requested", "run"}
+    assert all(r["identity"] == "ops-bot" and r["trigger"] == "agent" and r["agent_reason"] == f"many small files on "
+               f"{D2}" for r in ours), ours
+    seen.assert_no_secret()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -238,7 +365,7 @@ def test_over_http_each_agent_is_known_by_its_token_and_a_wrong_one_is_refused(e
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    port = _free_port()
+    port, before = _free_port(), location(estate, estate.busy)
     url = f"http://127.0.0.1:{port}/mcp"
     log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen([ICEMAINT, "--config", estate.busy, "mcp", "--http", f"127.0.0.1:{port}"],
@@ -258,6 +385,11 @@ def test_over_http_each_agent_is_known_by_its_token_and_a_wrong_one_is_refused(e
             async with client, streamable_http_client(url, http_client=client) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
+                    offered = {tool.name for tool in (await session.list_tools()).tools}
+                    # nothing that deletes files, reverts or approves is offered to an agent
+                    assert offered == {"list_tables", "table_health", "explain", "plan", "audit_trail", "run_status",
+                                       "agent_permissions", "request_compaction", "request_snapshot_expiry",
+                                       "request_manifest_rewrite", "request_column_statistics"}, offered
                     return seen.add(await session.call_tool("agent_permissions", {"table": estate.table}))
 
         mine = anyio.run(as_agent, TOKEN)
@@ -271,6 +403,7 @@ def test_over_http_each_agent_is_known_by_its_token_and_a_wrong_one_is_refused(e
             answer = httpx2.post(url, headers={**headers, "Accept": "application/json, text/event-stream"},
                                  json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
             assert answer.status_code == 401
+        assert location(estate, estate.busy) == before
         seen.assert_no_secret()
     finally:
         server.terminate()

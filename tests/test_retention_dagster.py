@@ -62,7 +62,8 @@ def signals(snapshots=5, oldest_age_days=10.0, manifests=3, small=3, location="/
 
 
 def decide(sig=None, policy=TablePolicy(), **kwargs):
-    args = dict(claim_holder=None, in_flight_jobs=set(), expiry_mark=None, orphans_mark=None)
+    """The decisions with automatic orphan removal on (`automation.orphan_removal: true`) unless told otherwise."""
+    args = dict(claim_holder=None, in_flight_jobs=set(), expiry_mark=None, orphans_mark=None, orphan_removal=True)
     args.update(kwargs)
     return {d.operation: d for d in decide_retention(sig or signals(), policy, "maint", NOW, **args)}
 
@@ -75,18 +76,37 @@ def test_expiry_is_requested_when_due_and_orphans_only_after_it():
     assert first["orphans"].verdict == "noop" and "follows an expiry" in first["orphans"].reason
     assert first["manifests"].verdict == "noop" and "below manifest_min_count" in first["manifests"].reason
 
-    # expiry due again before the last expiry's orphans were removed: the orphans go first, never both at once
+    # expiry due again before the last expiry's orphans were removed: expiry (cheap, it bounds the snapshots) goes
+    # first, the orphans wait, never both at once
     both_due = decide(expiry_mark=10, orphans_mark=None)
-    assert both_due["orphans"].verdict == "run" and both_due["expire"].verdict == "defer"
-    assert "orphan removal after the previous expiry goes first" in both_due["expire"].reason
+    assert both_due["expire"].verdict == "run" and both_due["orphans"].verdict == "defer"
+    assert "snapshot expiry goes first (waited 0s of at most 1h)" in both_due["orphans"].reason
+    assert both_due["orphans"].kind == "ordering"
     busy = decide(expiry_mark=10, orphans_mark=None, in_flight_jobs={"compaction_job"})
-    assert busy["orphans"].verdict == busy["expire"].verdict == "defer"
+    assert (busy["expire"].verdict, busy["orphans"].verdict) == ("run", "defer")
 
     after = decide(signals(snapshots=1, oldest_age_days=0.1), expiry_mark=10, orphans_mark=4)
     assert after["expire"].verdict == "noop"
     assert after["orphans"].verdict == "run" and after["orphans"].run_key == "orphans:t.a:10"
     done = decide(signals(snapshots=1, oldest_age_days=0.1), expiry_mark=10, orphans_mark=11)
     assert done["orphans"].verdict == "noop" and "after the latest expiry" in done["orphans"].reason
+
+
+def test_orphan_removal_is_never_automatic_until_the_config_turns_it_on():
+    # the very state in which automation would remove orphans (an expiry finished, none removed since)
+    off = decide(expiry_mark=10, orphans_mark=None, orphan_removal=False)
+    assert off["orphans"].verdict == "noop" and off["orphans"].kind == "policy"
+    assert "automation.orphan_removal: false" in off["orphans"].reason
+    # and expiry no longer waits behind an orphan removal that will not come
+    assert off["expire"].verdict == "run"
+    # on, the same state with expiry not due again runs orphan removal (when both are due, expiry goes first)
+    quiet = signals(snapshots=1, oldest_age_days=0.1)
+    assert decide(quiet, expiry_mark=10, orphans_mark=None)["orphans"].verdict == "run"
+    assert decide(quiet, expiry_mark=10, orphans_mark=None, orphan_removal=False)["orphans"].verdict == "noop"
+    # the tick's default is off too: a caller that forgets the key deletes nothing
+    assert {d.operation: d for d in decide_retention(signals(), TablePolicy(), "maint", NOW, claim_holder=None,
+                                                     in_flight_jobs=set(), expiry_mark=10, orphans_mark=None)
+            }["orphans"].verdict == "noop"
 
 
 @pytest.mark.parametrize("kwargs, operation, verdict, reason", [
@@ -116,7 +136,65 @@ def test_a_request_already_made_is_not_repeated():
     queued = decide(expiry_mark=10, requested={"orphans": orphans_key}, in_flight_jobs={"orphans_job"})
     assert queued["orphans"].verdict == queued["expire"].verdict == "defer"
     gone = decide(expiry_mark=10, requested={"orphans": orphans_key})
-    assert gone["orphans"].verdict == "noop" and gone["expire"].verdict == "run"
+    assert gone["orphans"].verdict == "defer" and gone["expire"].verdict == "run"
+
+
+@pytest.mark.parametrize("kwargs, expire, orphans, words", [
+    # the soak's case: a busy table over snapshot_max_count with orphan removal owed: expiry is never starved
+    (dict(sig=signals(snapshots=380), expiry_mark=10), "run", "defer", "snapshot expiry goes first"),
+    (dict(sig=signals(snapshots=380), expiry_mark=10, orphans_held_since=NOW.timestamp() - 3599), "run", "defer",
+     "waited 60m of at most 1h"),
+    # ... nor is orphan removal: after ORPHANS_MAX_WAIT behind expiry it takes its turn, one tick
+    (dict(sig=signals(snapshots=380), expiry_mark=10, orphans_held_since=NOW.timestamp() - 3600), "defer", "run",
+     "waited 1h behind expiry: its turn"),
+    # its turn, but a compaction runs on the table: orphan removal waits for it, expiry does not wait for both
+    (dict(sig=signals(snapshots=380), expiry_mark=10, orphans_held_since=NOW.timestamp() - 7200,
+          in_flight_jobs={"compaction_job"}), "run", "defer", "waiting for runs in flight on the table: compaction_job"),
+    # an orphan removal in flight holds expiry (never both at once), and the other way round
+    (dict(sig=signals(snapshots=380), expiry_mark=10, in_flight_jobs={"orphans_job"}), "defer", "defer",
+     "snapshot expiry goes first"),
+    (dict(sig=signals(snapshots=380), expiry_mark=10, orphans_held_since=NOW.timestamp() - 7200,
+          in_flight_jobs={"expiry_job"}), "defer", "defer", "waiting for runs in flight on the table: expiry_job"),
+    # expiry not allowed or not due: owed orphan removal does not wait for it
+    (dict(expiry_mark=10, policy=TablePolicy(allowed_operations=frozenset({"orphans"}))), "refuse", "run",
+     "an expiry finished after the last orphan removal"),
+    (dict(sig=signals(snapshots=1), expiry_mark=10), "noop", "run", "an expiry finished after the last orphan removal"),
+])
+def test_expiry_goes_before_owed_orphan_removal_which_never_starves(kwargs, expire, orphans, words):
+    decided = decide(**kwargs)
+    assert (decided["expire"].verdict, decided["orphans"].verdict) == (expire, orphans), decided
+    assert words in decided["orphans"].reason, decided["orphans"].reason
+
+
+def test_the_tick_cursor_times_how_long_orphan_removal_waited_behind_expiry():
+    """Through the tick: a table over snapshot_max_count at every tick expires at every tick, and its owed orphan
+    removal runs once it has waited ORPHANS_MAX_WAIT_SECONDS, then expiry again."""
+    from icemaint.domain.retention_tick import ORPHANS_MAX_WAIT_SECONDS, plan_retention_tick
+
+    ticks = []
+
+    def tick(now, cursor, snapshots=380, orphans_mark=None):
+        plan = plan_retention_tick(
+            ["t.a"], policy_of=lambda t: TablePolicy(), policy_fingerprint=lambda p: "p", identity="maint",
+            metadata_location=lambda t: f"/wh/t.a/metadata/v{len(ticks)}.metadata.json",
+            read_signals=lambda t, p: RetentionSignals("t.a", f"/wh/t.a/metadata/v{len(ticks)}.metadata.json",
+                                                       snapshots, now.timestamp() - DAY, 3, 3),
+            claim_holder=lambda t: None, in_flight_jobs=lambda: {},
+            latest_mark=lambda op, t: {"expire": 10, "orphans": orphans_mark}[op], cursor=cursor, now=now, orphan_removal=True)
+        ticks.append(plan)
+        return {d.operation: d.verdict for d in plan.decisions}, plan.cursor
+
+    start = NOW
+    first, cursor = tick(start, {})
+    assert first["expire"] == "run" and first["orphans"] == "defer"
+    assert cursor["t.a"].orphans_held_since == start.timestamp()
+    later, cursor = tick(start + dt.timedelta(minutes=30), cursor)
+    assert later["expire"] == "run" and cursor["t.a"].orphans_held_since == start.timestamp()
+    turn, cursor = tick(start + dt.timedelta(seconds=ORPHANS_MAX_WAIT_SECONDS), cursor)
+    assert (turn["expire"], turn["orphans"]) == ("defer", "run") and cursor["t.a"].orphans_held_since is None
+    after, cursor = tick(start + dt.timedelta(seconds=ORPHANS_MAX_WAIT_SECONDS + 60), cursor, orphans_mark=11)
+    assert (after["expire"], after["orphans"]) == ("run", "noop")
+    assert cursor["t.a"].orphans_held_since is None
 
 
 def test_expiry_due_time_lets_an_unchanged_table_sleep():
@@ -286,7 +364,11 @@ def retention_sensor_of(runner: MaintenanceRunner, path: Path):
 def test_sensor_requests_expiry_then_orphans_and_nothing_for_an_unchanged_table(spark, tmp_path, lake_root,
                                                                                  table_name):
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        defaults={"snapshot_older_than": "0s", "manifest_min_count": 3})
+                        defaults={"snapshot_older_than": "0s", "manifest_min_count": 3},
+                        automation={"orphan_removal": True})
+    # The same estate with the shipped default (no `automation` key): never an orphan-removal run.
+    default_path = write_config(tmp_path / "default.yaml", lake_root, state_dir=str(tmp_path / "state"),
+                                defaults={"snapshot_older_than": "0s", "manifest_min_count": 3})
     runner = MaintenanceRunner(load_config(path), str(path))
     writer = simulate(spark, table_name, batches=3)
     key = runner.check_table(table_name)
@@ -317,7 +399,19 @@ def test_sensor_requests_expiry_then_orphans_and_nothing_for_an_unchanged_table(
     assert "waiting for runs in flight on the table: compaction_job" in held.skip_reason.skip_message
     runner.instance.report_run_canceled(queued)
 
-    second, requests = tick(held.cursor)
+    # orphans are due now, and the default config still requests nothing: it says why
+    by_default = retention_sensor_of(runner, default_path)(held.cursor)
+    assert [r.job_name for r in by_default.run_requests] == []
+    assert "orphans: noop: not automatic (automation.orphan_removal: false)" in by_default.skip_reason.skip_message
+
+    # the table moves on before its orphan removal ran: expiry, due again, goes first and the orphans wait
+    writer.run(1)
+    again, requests = tick(held.cursor)
+    assert set(requests) == {("expiry_job", key)}, requests
+    assert json.loads(again.cursor)[key]["orphans_held_since"] is not None
+    assert runner.expire(key, trigger="sensor").outcome["decision"] == "run"
+
+    second, requests = tick(again.cursor)
     assert set(requests) == {("orphans_job", key)}
     expiry_event = runner.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("expired_snapshots"), asset_partitions=[key]), limit=1).records[0]
@@ -331,7 +425,7 @@ def test_sensor_requests_expiry_then_orphans_and_nothing_for_an_unchanged_table(
 
     writer.run(1)  # the table moves on: evaluated again, and (snapshot_older_than 0s) expiry is due again
     fourth, requests = tick(third.cursor)
-    assert set(requests) == {("expiry_job", key)}
+    assert set(requests) - {("manifests_job", key)} == {("expiry_job", key)}  # manifests: two writer commits more
     assert requests[("expiry_job", key)].run_key != first_expiry_key
     assert rows(spark, table_name) == sorted(writer.ledger.expected_ids())
 
@@ -341,7 +435,8 @@ def test_tick_runs_expiry_then_orphans_on_the_next_tick(spark, tmp_path, lake_ro
     from icemaint.app.ticker import Ticker
 
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        defaults={"snapshot_older_than": "0s"}, scope={"include": [table_name]})
+                        defaults={"snapshot_older_than": "0s"}, scope={"include": [table_name]},
+                        automation={"orphan_removal": True})
     writer = simulate(spark, table_name, batches=2)  # 2 small files a day: below min_input_files, no compaction
 
     def retention(report):

@@ -11,10 +11,11 @@ import datetime as dt
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, streaming_table, write_config
+from conftest import make_config, run_cli, streaming_table, write_config
 from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
 
@@ -167,33 +168,118 @@ def test_a_compaction_makes_three_table_commits_stage_publish_and_branch_removal
     assert [name for name in tbl.metadata.refs if name != "main"] == []  # the branch was removed after
 
 
-def test_a_publish_that_lost_a_race_is_committed_again_without_restaging(spark, config, table_name, monkeypatch):
-    """A publish whose commit lost its races (Iceberg's `CommitFailedException` once its own retries are spent; they
-    re-apply the rewrite inside the commit, so only the exception can be injected here) is committed again on the
-    fresh table, after the writer's commit that beat it: not re-staged, not re-proven, every row kept."""
-    from py4j.protocol import Py4JJavaError
+def _files_under(table_dir: Path, suffix: str) -> set[str]:
+    return {p.name for p in (table_dir / "metadata").glob(f"*{suffix}")}
 
+
+def test_a_publish_that_lost_a_race_is_committed_again_reusing_its_rewrite(spark, config, table_name, monkeypatch):
+    """A writer's commit lands between the publish's apply and its swap, twice (a real race: the catalog refuses the
+    swap). The next attempt reuses the pending rewrite (built once: its filtered manifests cached, not re-staged, not
+    re-proven), validates only the snapshots the lost attempt had not (the window does not grow), lands, keeps every
+    row, and leaves no file of the lost attempt behind."""
     from test_staged_publish import DATE, WRITER_IDS, compactor, reader_ids, simulate, sql_of
+    from icemaint.engine import publish as publish_engine
     from icemaint.engine.staging import StagingArea
     from icemaint.operations.compaction import CompactionRequest
 
     sim = simulate(spark, config, table_name)
     sql = sql_of(config, table_name)
-    real_commit, raced = StagingArea._commit_publish, []
+    built, windows, heads = [], [], []
+    real_build = StagingArea._pending_publish
 
-    def a_writer_wins_the_first_attempt(self, staged, properties):
-        if raced:
-            return real_commit(self, staged, properties)
-        raced.append(WRITER_IDS)
-        spark.sql(f"INSERT INTO {sql} VALUES ({WRITER_IDS}, 1, TIMESTAMP '{DATE} 01:00:00', 1.0, 'writer')")
-        lost = spark._jvm.org.apache.iceberg.exceptions.CommitFailedException(
-            "Cannot commit: the table changed (Iceberg's retries spent)",
-            spark.sparkContext._gateway.new_array(spark._jvm.java.lang.Object, 0))
-        raise Py4JJavaError("An error occurred while calling o1.commit.\n", lost)
+    def counted(self, staged, properties):
+        built.append(staged.staged_snapshot_id)
+        return real_build(self, staged, properties)
 
-    monkeypatch.setattr(StagingArea, "_commit_publish", a_writer_wins_the_first_attempt)
+    def a_writer_commits_before_the_first_two_swaps(pending):
+        windows.append(pending.validated_from)
+        if len(windows) <= 2:
+            spark.sql(f"INSERT INTO {sql} VALUES ({WRITER_IDS + len(windows)}, 1, TIMESTAMP '{DATE} 01:00:00', 1.0, "
+                      "'writer')")
+            heads.append(CatalogReader(config).load(table_name).metadata.current_snapshot_id)
+
+    monkeypatch.setattr(StagingArea, "_pending_publish", counted)
+    monkeypatch.setattr(publish_engine, "before_swap", a_writer_commits_before_the_first_two_swaps)
+    tdir = Path(str(CatalogReader(config).load(table_name).metadata.location).removeprefix("file:"))
+    lists_before = _files_under(tdir, ".avro")
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert raced and outcome.published and outcome.validation.passed is True, outcome.reason
+    assert outcome.published and outcome.validation.passed is True, outcome.reason
     assert outcome.attempts == 1 and outcome.replanned is None  # not re-staged, not re-proven
-    assert outcome.publish_attempts == 2 and outcome.staged[0].publish_attempts == 2
-    assert sorted(reader_ids(config, table_name)) == sorted(sim.ledger.expected_ids() | {WRITER_IDS})
+    assert outcome.publish_attempts == 3 and outcome.staged[0].publish_attempts == 3
+    assert len(built) == 1  # one pending rewrite for every attempt
+    # each attempt validates from the head the one before applied on (found clean up to there), not from S again:
+    # the first two applied on S (main had not moved), the third on the writer's first insert
+    assert windows == [outcome.before_snapshot_id, outcome.before_snapshot_id, heads[0]]
+    assert sorted(reader_ids(config, table_name)) == sorted(sim.ledger.expected_ids() | {WRITER_IDS + 1,
+                                                                                           WRITER_IDS + 2})
+    tbl = CatalogReader(config).load(table_name)
+    referenced = set()
+    for snap in tbl.metadata.snapshots:
+        referenced.add(Path(snap.manifest_list).name)
+        referenced.update(Path(m.manifest_path).name for m in snap.manifests(tbl.io))
+    left = _files_under(tdir, ".avro") - lists_before - referenced
+    assert not left, f"the lost attempts' manifest lists or filtered manifests were left: {sorted(left)[:5]}"
+
+
+def test_a_conflicting_delete_after_a_lost_race_still_fails_the_publish(spark, lake_root, tmp_path, table_name,
+                                                                        monkeypatch):
+    """The window moved past what the lost attempt validated must still see what came after: a writer deletes a row
+    of a replaced file (merge-on-read: a position delete) and wins the race; the next attempt finds the delete, the
+    publish is a conflict (nothing published, the row stays deleted, every other row kept)."""
+    from test_staged_publish import DATE, compactor, date_ids, reader_ids, simulate, sql_of
+    from icemaint.engine import publish as publish_engine
+    from icemaint.operations.compaction import CompactionRequest
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"max_commit_retries": 0}})
+    sim = simulate(spark, config, table_name)
+    sql = sql_of(config, table_name)
+    deleted = []
+
+    def a_writer_deletes_a_replaced_row_before_the_first_swap(pending):
+        if not deleted:
+            victim = date_ids(spark, sql, pending.validated_from, DATE)[0]
+            spark.sql(f"DELETE FROM {sql} WHERE event_id = {victim}")
+            deleted.append(victim)
+
+    monkeypatch.setattr(publish_engine, "before_swap", a_writer_deletes_a_replaced_row_before_the_first_swap)
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert not outcome.published and outcome.decision == "defer", outcome.reason
+    assert "found new position delete for replaced data file" in outcome.reason
+    assert outcome.publish_attempts == 2  # lost the race, then the conflict
+    ids = reader_ids(config, table_name)
+    assert deleted[0] not in ids and sorted(ids) == sorted(sim.ledger.expected_ids() - set(deleted))
+
+
+def test_the_publish_merges_no_manifest(spark, config, table_name):
+    """A streaming writer's fast appends leave a small manifest per commit; past min-count-to-merge a `replace` merges
+    them all, a different set at every attempt (the writer adds one per commit). The publish's rewrite does not merge:
+    applied (not committed) beside the same rewrite as Iceberg builds it, it keeps the other manifests as they are."""
+    from icemaint.engine.publish import PendingPublish
+    from icemaint.engine.spark_session import iceberg_table
+    from icemaint.domain.names import TableName
+    from icemaint.engine.java import listed_java
+
+    name = TableName.parse(table_name)
+    sql = name.sql(config.catalog.name)
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT) USING iceberg")
+    for i in range(4):
+        spark.sql(f"INSERT INTO {sql} VALUES ({i})")  # one manifest each (fewer than 100: not merged)
+    spark.sql(f"ALTER TABLE {sql} SET TBLPROPERTIES ('commit.manifest.min-count-to-merge'='2')")
+    tbl = iceberg_table(spark, config.catalog.name, name)
+    tbl.refresh()
+    base = tbl.currentSnapshot().snapshotId()
+    scan = tbl.newScan().planFiles()
+    replaced = listed_java(spark._jvm, scan)[0].file()
+    scan.close()
+
+    def applied_manifests(skip: bool) -> int:
+        rewrite = tbl.newRewrite().validateFromSnapshot(base).deleteFile(replaced).addFile(replaced.copy())
+        pending = PendingPublish(spark._jvm, spark.sparkContext._gateway, tbl, rewrite, base)
+        if skip:
+            assert pending.skip_manifest_merge()
+        manifests = rewrite.apply().dataManifests(tbl.io()).size()
+        pending.abandon()
+        return manifests
+
+    assert applied_manifests(skip=False) == 1  # Iceberg's own: everything merged into one
+    assert applied_manifests(skip=True) == 5  # the new one, the replaced file's (its delete) and three untouched

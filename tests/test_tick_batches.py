@@ -72,6 +72,17 @@ def test_a_tick_compacts_a_tables_due_dates_in_one_run(capsys, spark, lake_root,
         records = instance.fetch_materializations(dg.AssetRecordsFilter(
             asset_key=dg.AssetKey("compaction"), asset_partitions=[f"{d['date']}|{writer.name.key}"]), limit=1).records
         assert records and records[0].run_id == d["run_id"]
+    # each date's proofs count on that date in the checks' partition view (Dagster's check state), not missing
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionResolvedStatus as Status
+    from maint_assets.partitions import table_date_partitions
+
+    for name in ("row_count_parity", "sample_comparison", "column_aggregates"):
+        check_key = dg.AssetCheckKey(dg.AssetKey("compaction"), name)
+        with dg.partition_loading_context(dynamic_partitions_store=instance):
+            state = instance.event_log_storage.get_asset_check_state(
+                [(check_key, table_date_partitions(config.dates_start))])[check_key]
+            passed = sorted(str(k) for k in state.subsets[Status.SUCCEEDED].value.get_partition_keys())
+        assert passed == sorted(f"{d['date']}|{writer.name.key}" for d in runs), (name, state)
     audit = open_audit(config).records(table=writer.name.key, operation="compact")
     assert sorted(r.date for r in audit if r.decision == "run") == ["2026-01-01", "2026-01-02", "2026-01-03"]
     reader = CatalogReader(config)

@@ -37,12 +37,19 @@ pytestmark = pytest.mark.slow
 
 REPOSITORY, LOCATION, GROUP = "__repository__", "maint_assets.definitions", "maintenance"
 CHECKS = ("column_aggregates", "row_count_parity", "sample_comparison")
-DATES = ("2026-01-01", "2026-01-02")  # the writer's days; the second is compacted last
+DATES = ("2026-01-01", "2026-01-02")  # the writer's days compacted, in one run (a batch, as the tick runs them)
+DEFERRED = "2026-01-03"  # the writer's third day: its writer is not idle under the served config, so it is deferred
 # The flags of ../shared/STACK.md, and a window wide enough that the graph draws full asset nodes
 # (at the default 800x600 it zooms out to bare names, truncated in the middle).
+WINDOW = (1920, 1080)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--virtual-time-budget=20000", "--window-size=1920,1080"]
+                  "--virtual-time-budget=20000", f"--window-size={WINDOW[0]},{WINDOW[1]}"]
+# The documentation's screenshots (docs/images/ui-*.png) are the pages this test renders, shot in the same
+# Chromium run as the DOM it asserts on (so a shot is of a page known to be ready, and costs no extra run).
+# They are written into the tmp dir and checked; ICEMAINT_UPDATE_SCREENSHOTS=1 also copies them into the docs.
+SCREENSHOTS = REPO / "docs" / "images"
+UPDATE_SCREENSHOTS = os.environ.get("ICEMAINT_UPDATE_SCREENSHOTS") == "1"
 RENDER_TIMEOUT_S = 120
 RENDER_ATTEMPTS = 3
 GROUP_QUERY = """{ assetNodes(group: {groupName: "%s", repositoryName: "%s", repositoryLocationName: "%s"})
@@ -136,14 +143,26 @@ def after(texts: list[str], label: str, start: int = 0) -> str:
     return texts[i + 1]
 
 
-def render(chromium: str, url: str, keep_as: Path, ready) -> Element:
+def png_size(path: Path) -> tuple[int, int]:
+    """A PNG's width and height, from its IHDR chunk; fails on anything that is not a PNG."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", f"{path} is not a PNG"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def render(chromium: str, url: str, keep_as: Path, ready, shot: str | None = None) -> Element:
     """The DOM headless Chromium built for `url`, once `ready(dom)` holds (re-rendered up to RENDER_ATTEMPTS
     times: a busy machine can leave a page's data still loading when the virtual-time budget ends).
-    The last DOM is kept in `keep_as` for whoever reads a failure."""
+    The last DOM is kept in `keep_as` for whoever reads a failure. With `shot`, the same run also writes a
+    screenshot, `ui-<shot>.png` beside `keep_as` (and into docs/images when the page was ready and
+    ICEMAINT_UPDATE_SCREENSHOTS=1)."""
     html, dom = "", Element("#document", {})
+    png = keep_as.parent / f"ui-{shot}.png"
     for _ in range(RENDER_ATTEMPTS):
         profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=keep_as.parent)
-        proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+        png.unlink(missing_ok=True)
+        shoot = [f"--screenshot={png}"] if shot else []
+        proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *shoot, "--dump-dom", url],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 start_new_session=True)
         try:
@@ -162,6 +181,12 @@ def render(chromium: str, url: str, keep_as: Path, ready) -> Element:
         if ready(dom):
             break
     keep_as.write_text(html)
+    if shot and ready(dom):
+        assert png.exists() and png_size(png) == WINDOW, f"no {WINDOW[0]}x{WINDOW[1]} screenshot of {url}"
+        assert png.stat().st_size > 10_000, f"{png} is nearly empty ({png.stat().st_size} bytes)"
+        if UPDATE_SCREENSHOTS:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, SCREENSHOTS / png.name)
     return dom
 
 
@@ -219,31 +244,86 @@ def drawn_graph(dom: Element) -> tuple[dict[str, Box], set[tuple[str, str]]]:
 
 # -- the test -----------------------------------------------------------------------------------
 
+CHECK_STATUS_QUERY = """{ assetNodeOrError(assetKey: {path: ["compaction"]}) { ... on AssetNode {
+  assetChecksOrError { ... on AssetChecks { checks { name partitionStatuses {
+    ... on AssetCheckMultiPartitionStatuses { primaryDimensionName ranges { primaryDimStartKey primaryDimEndKey
+      secondaryDim { ... on AssetCheckDefaultPartitionStatuses { succeededPartitions failedPartitions } } } } } } } } } } }"""
+
+
+def check_partition_statuses(port: int, table: str) -> dict[str, tuple[set[str], set[str]]]:
+    """Per check of `compaction`: the dates of `table` whose proof passed and those whose proof failed, as the
+    checks' Partitions tab gets them (ranges of dates, each with its tables' statuses)."""
+    import datetime as dt
+
+    out = {}
+    node = graphql(port, CHECK_STATUS_QUERY)["assetNodeOrError"]
+    for check in node["assetChecksOrError"]["checks"]:
+        statuses = check["partitionStatuses"]
+        assert statuses["primaryDimensionName"] == "date", statuses
+        passed, failed = set(), set()
+        for r in statuses["ranges"]:
+            first, last = dt.date.fromisoformat(r["primaryDimStartKey"]), dt.date.fromisoformat(r["primaryDimEndKey"])
+            dates = {(first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)}
+            if table in r["secondaryDim"]["succeededPartitions"]:
+                passed |= dates
+            if table in r["secondaryDim"]["failedPartitions"]:
+                failed |= dates
+        out[check["name"]] = (passed, failed)
+    assert set(out) == set(CHECKS), out
+    return out
+
+
+def sensor_ticks(port: int, sensor: str) -> list[dict]:
+    query = """{ sensorOrError(sensorSelector: {repositoryName: "%s", repositoryLocationName: "%s", sensorName: "%s"})
+      { ... on Sensor { sensorState { ticks(limit: 10) { status skipReason runIds } } } } }""" % (
+        REPOSITORY, LOCATION, sensor)
+    return graphql(port, query)["sensorOrError"]["sensorState"]["ticks"]
+
+
+def wait_for_ticks(port: int, proc, log_path: Path, done, timeout_s: float = 240.0) -> dict[str, list[dict]]:
+    """Each sensor's ticks once `done(ticks)` holds (the daemon ticks a sensor a few seconds after it loads)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, f"dagster dev exited:\n{log_path.read_text()[-4000:]}"
+        ticks = {s: sensor_ticks(port, s) for s in ("compaction_sensor", "retention_sensor")}
+        if done(ticks):
+            return ticks
+        assert time.monotonic() < deadline, f"the sensors' ticks never showed it: {ticks}"
+        time.sleep(3)
+
+
 def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chromium, tmp_path, lake_root,
                                                                        isolated_dagster_home):
     from icemaint.app.runner import MaintenanceRunner
 
     namespace = f"ui_{uuid.uuid4().hex[:8]}"
     table = f"{namespace}.events"
-    # Only this test's namespace is in scope: the daemon leaves the shared warehouse's other tables alone.
-    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        scope={"include": [f"{namespace}.*"]})
-    # Three small files and a delete file per date, then each date compacted as `icemaint compact` does.
-    streaming_table(spark, "lake", table, batches=3, days=len(DATES), rows_per_day=10, delete_every=3)
+    # Only this test's namespace is in scope: the daemon leaves the shared warehouse's other tables alone. The date
+    # axis starts where the data does. No `automation` key: the shipped default, no orphan removal.
+    common = dict(state_dir=str(tmp_path / "state"), scope={"include": [f"{namespace}.*"]}, dates_start=DATES[0])
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, **common)
+    # What `dagster dev` serves: the same estate, with a writer-idle window that the third day's writer is inside.
+    served = write_config(tmp_path / "served.yaml", lake_root, **common, tables={table: {"writer_idle": "1d"}})
+    # Three small files and a delete file per date; the first two dates compacted in one run over both (a
+    # batch: each date its own proof, as `icemaint tick` and backfills run them), the third left to the sensor.
+    streaming_table(spark, "lake", table, batches=3, days=len(DATES) + 1, rows_per_day=10, delete_every=3)
     runner = MaintenanceRunner(load_config(path), str(path))
     assert runner.health(table).success
-    reports = {date: runner.compact(table, date) for date in DATES}
-    assert all(r.success and r.outcome["published"] for r in reports.values()), reports
+    report = runner.compact_dates(table, list(DATES))
+    keys = [f"{d}|{table}" for d in DATES]
+    assert report.success and all(report.outcomes[k]["published"] for k in keys), report
     runner.instance.dispose()
     home = ensure_dagster_home(load_config(path))
-    date = DATES[-1]
-    key = f"{date}|{table}"
-    outcome = reports[date].outcome
+    key = keys[-1]
+    outcome = report.outcomes[key]
 
     workdir = tmp_path / "pages"
     workdir.mkdir()
-    # Every date is compacted: the daemon's sensors find nothing to run while the pages render.
-    with dagster_dev(tmp_path / "dev", path, home) as (proc, port, log_path):
+    # The compacted dates hold nothing to do, the third is deferred: the daemon's sensors start no run while the
+    # pages render, and opening the UI deletes nothing.
+    with dagster_dev(tmp_path / "dev", served, home) as (proc, port, log_path):
         base = f"http://127.0.0.1:{port}"
         declared = {("/".join(d["path"]), "/".join(n["assetKey"]["path"]))
                     for n in graphql(port, GROUP_QUERY)["assetNodes"] for d in n["dependencyKeys"]}
@@ -251,7 +331,7 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
 
         # (a) The group's lineage: every asset of the group drawn as a node, every dependency as an edge.
         group_url = f"{base}/locations/{REPOSITORY}@{LOCATION}/asset-groups/{GROUP}"
-        dom = render(chromium, group_url, workdir / "lineage.html",
+        dom = render(chromium, group_url, workdir / "lineage.html", shot="lineage",
                      ready=lambda d: "3 / 3 Passed" in d.texts() and any(True for _ in d.iter("foreignobject")))
         texts = dom.texts()
         heading = texts.index("Asset Group in")
@@ -267,16 +347,17 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
             assert after(node[name], "Latest event").endswith("ago"), node[name]
         assert after(node["table_health"], "Partitions") == "100% filled", node["table_health"]  # our one table
 
-        # (b) One `compaction` partition: its key, its materialization by our run, and the run's evidence.
+        # (b) One `compaction` partition: its key, its materialization by our run, and the run's evidence, sizes
+        # readable beside the raw numbers.
         partition_url = f"{base}/assets/compaction?view=partitions&partition={urllib.parse.quote(key, safe='')}"
-        dom = render(chromium, partition_url, workdir / "partition.html",
+        dom = render(chromium, partition_url, workdir / "partition.html", shot="partition",
                      ready=lambda d: "Latest materialization" in d.texts())
         texts = dom.texts()
         detail = texts.index("Latest materialization")
         assert texts[detail - 2:detail] == [key, "Materialized"], texts[detail - 4:detail + 2]
         assert f"Materialized ({len(DATES)})" in texts, [t for t in texts if t.startswith("Materialized")]
         assert table in texts and all(d in texts for d in DATES)  # the two dimensions' keys
-        assert after(texts, "Run", detail) == reports[date].run_id[:8]
+        assert after(texts, "Run", detail) == report.run_id[:8]
         assert after(texts, "Job", detail) == "compaction_job"
         for label, expected in (("files_before", outcome["files_before"]), ("files_after", 1),
                                 ("delete_files_before", outcome["delete_files_before"]), ("delete_files_after", 0),
@@ -284,21 +365,55 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
                                 ("before_snapshot_id", outcome["before_snapshot_id"]),
                                 ("after_snapshot_id", outcome["after_snapshot_id"])):
             assert after(texts, label, detail) == str(expected), label
+        assert re.fullmatch(r"\d+(\.\d)? (B|KiB)", after(texts, "avg_file_size_before", detail)), texts[detail:]
 
-        # (c) The asset's three blocking checks, each passed on that partition's staged rewrite.
-        for check in CHECKS:
-            checks_url = f"{base}/assets/compaction?view=checks&checkDetail={check}"
-            dom = render(chromium, checks_url, workdir / f"checks-{check}.html",
-                         ready=lambda d: "Latest execution" in d.texts())
-            texts = dom.texts()
-            assert f"Checks ({len(CHECKS)})" in texts, texts[:60]
-            listed = [t for t in texts[texts.index(f"Checks ({len(CHECKS)})"):texts.index("Latest execution")]
-                      if t in CHECKS or t in ("Succeeded", "Failed")]
-            # Each name is rendered twice by the list's truncating label, then its status.
-            assert listed == [t for name in CHECKS for t in (name, name, "Succeeded")] + [check], listed
-            assert "blocking" in texts
-            description = after(texts, "Latest execution")
-            assert description.startswith(f"{key}: {check} passed"), description
-            assert f"published as {outcome['after_snapshot_id']}" in description, description
-            assert after(texts, "Evaluation result") == "Passed"
-            assert after(texts, "partition", texts.index("Metadata")) == key
+        # (c) The asset's three blocking checks, each passed on each compacted date's partition (a failed one
+        # would count under Failed): the checks' partition view counts them.
+        check = CHECKS[0]
+        checks_url = f"{base}/assets/compaction?view=checks&checkDetail={check}"
+        dom = render(chromium, checks_url, workdir / f"checks-{check}.html", shot="checks",
+                     ready=lambda d: "Latest execution" in d.texts())
+        texts = dom.texts()
+        assert f"Checks ({len(CHECKS)})" in texts, texts[:60]
+        listed = [t for t in texts[texts.index(f"Checks ({len(CHECKS)})"):texts.index("Latest execution")]
+                  if t in CHECKS or t in ("Succeeded", "Failed")]
+        # Each name is rendered twice by the list's truncating label, then its status.
+        assert listed == [t for name in CHECKS for t in (name, name, "Succeeded")] + [check], listed
+        assert "blocking" in texts
+        description = after(texts, "Latest execution")
+        assert f"{key}: {check} passed" in description, description
+        assert f"published as {outcome['after_snapshot_id']}" in description, description
+        # The check detail's Partitions tab is local state (no URL opens it, and --dump-dom cannot click): its
+        # data, as the tab asks for it, holds each compacted date passed for every check, none failed.
+        for name, (passed, failed) in check_partition_statuses(port, table).items():
+            assert (passed, failed) == (set(DATES), set()), (name, passed, failed)
+
+        # (d) The third date's deferral, with its reason: on the sensor's tick, and on the date's partition.
+        decided = f"{table} {DEFERRED}: defer: "  # the tick that decided it (later ticks repeat it as unchanged)
+        ticks = wait_for_ticks(port, proc, log_path, lambda t: any(
+            decided in (k["skipReason"] or "") for k in t["compaction_sensor"]) and t["retention_sensor"])
+        [reason] = [line[len(decided):] for k in ticks["compaction_sensor"]
+                    for line in (k["skipReason"] or "").splitlines() if line.startswith(decided)][:1]
+        assert reason.startswith(f"writer active on {DEFERRED}: last commit") and "1d idle window" in reason, reason
+        # The tick list shows "0 runs requested" and the skip reason on hover (a tooltip --dump-dom cannot open):
+        # the reason is asserted above as the tick holds it. On the asset's Events tab the deferral is the newest
+        # event, selected, its reason in full.
+        dom = render(chromium, f"{base}/assets/compaction?view=events", workdir / "events.html", shot="deferral",
+                     ready=lambda d: "writer_active" in d.texts())
+        texts = dom.texts()
+        detail = texts.index("Metadata")
+        assert after(texts, "Partition") == f"{DEFERRED}|{table}", texts[detail - 10:detail]
+        assert after(texts, "decision", detail) == "defer", texts[detail:detail + 60]
+        assert after(texts, "reason_kind", detail) == "writer_active"
+        assert after(texts, "reason", detail) == reason, texts[detail:detail + 60]
+        assert re.fullmatch(r"\d+(\.\d)?(s|m)", after(texts, "time_since_writer_commit", detail)), texts[detail:]
+
+        # (e) Opening the UI deleted nothing: the retention sensor ticked and requested no run (no orphan removal,
+        # no purge); its description says so. Every run is the test's own.
+        assert not [run for k in ticks["retention_sensor"] for run in k["runIds"]], ticks["retention_sensor"]
+        runs = graphql(port, "{ runsOrError { ... on Runs { results { jobName } } } }")["runsOrError"]["results"]
+        assert sorted(r["jobName"] for r in runs) == ["compaction_job", "health_job"], runs
+        retention_url = f"{base}/locations/{REPOSITORY}@{LOCATION}/sensors/retention_sensor"
+        dom = render(chromium, retention_url, workdir / "retention-sensor.html", shot="sensor",
+                     ready=lambda d: any("never orphan-file removal" in t for t in d.texts()))
+        assert any("never orphan-file removal" in t for t in dom.texts()), dom.texts()[:100]

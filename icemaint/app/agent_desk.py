@@ -324,7 +324,8 @@ class AgentDesk:
             running = estate.in_flight().get(key, set()) | self._in_flight(key)
             decided = decide_retention(signals, policy, agent.name, self.clock(), claim_holder=estate.holder(key),
                                        in_flight_jobs=set(running), expiry_mark=estate.latest_mark("expire", key),
-                                       orphans_mark=estate.latest_mark("orphans", key), trigger=AGENT_TRIGGER)
+                                       orphans_mark=estate.latest_mark("orphans", key), trigger=AGENT_TRIGGER,
+                                       orphan_removal=self.config.automation.orphan_removal)
             d = next(x for x in decided if str(x.operation) == operation)
             if d.verdict == RUN:
                 result = self._launch(agent, key, operation, None, d.reason, why, {}, lambda run_id, tags:
@@ -362,7 +363,8 @@ class AgentDesk:
         self._runs[run_id] = launched
         answer = self._record(agent, key, operation, REQUESTED, f"launched run {run_id}: {decided}", why, date,
                               kind="due", decision=decision, run_id=run_id, cost=cost)
-        self._worker.submit(self._execute, launched, execute, {"icemaint/agent": agent.name})
+        self._worker.submit(self._execute, launched, execute, {"icemaint/agent": agent.name,
+                                                                "icemaint/agent_reason": why})
         return {**answer, "run_id": run_id, "poll_with": "run_status"}
 
     def _execute(self, launched: LaunchedRun, execute: Callable[[str, dict], Any], tags: dict) -> None:

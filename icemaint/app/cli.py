@@ -17,6 +17,7 @@ from icemaint.app import metrics_server
 from icemaint.app import serve
 from icemaint.app.cli_help import DRY_RUN_HELP, JSON_HELP, MAIN_DESCRIPTION, MAIN_EPILOG, add_command
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
+from icemaint.domain.drift import drift_line
 from icemaint.domain.hints import decision_hint
 from icemaint.domain.layout import describe
 from icemaint.domain.names import TableName
@@ -93,15 +94,21 @@ def cmd_health(config: MaintenanceConfig, args) -> int:
           f"ratio {health['deleted_row_ratio']:.3f}); manifests {health['manifests']}; snapshots {health['snapshots']}; "
           f"metadata files {health['metadata_files']}"
           + (f" ({human_size(health['metadata_bytes'])})" if health.get("metadata_bytes") is not None else ""))
+    limit = health.get("max_file_size_bytes")
+    specs = {str(k): v for k, v in (health.get("specs") or {}).items()}  # JSON keys are text
+    spec = specs.get(str(health["spec_id"]))
+    print(f"  layout drift {drift_line(health)}; table spec {health['spec_id']}{f' ({spec})' if spec else ''}, "
+          f"sort order {health.get('sort_order_id', 0)}, oversized above {human_size(limit) if limit else '-'}")
     print(f"  last commit {health['last_commit_at']} ({health['last_commit_operation']}, by {health['last_commit_by']})")
     print(f"  compaction now: {health.get('compaction_now', '-')}")
     width = max([12] + [len(describe(p["key"])) + 2 for p in health["partitions"]])
     print(f"  {'date' if health['scope'] == 'date' else 'partition':<{width}}{'files':>7}{'small':>7}{'size':>11}"
-          f"{'deletes':>9}  last writer commit")
+          f"{'deletes':>9}{'drifted':>11}  last writer commit")
     for p in health["partitions"]:
         since = p.get("seconds_since_writer_commit")
         print(f"  {describe(p['key']):<{width}}{p['data_files']:>7}{p['small_files']:>7}"
-              f"{human_size(p['total_bytes']):>11}{p['delete_files']:>9}  "
+              f"{human_size(p['total_bytes']):>11}{p['delete_files']:>9}"
+              f"{human_size(p['drift_bytes']) if p.get('drift_files') else '-':>11}  "
               f"{'-' if since is None else human_duration(max(since, 0.0)) + ' ago'}")
     return EXIT_OK
 
@@ -408,6 +415,10 @@ def cmd_ui(config: MaintenanceConfig, args) -> int:
     dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
     env = {**os.environ, "DAGSTER_HOME": str(home), "ICEMAINT_CONFIG": str(Path(config.source or "maintenance.yaml").resolve())}
     print(f"Dagster UI on http://127.0.0.1:{args.port} (instance {home}); Ctrl-C stops it", flush=True)
+    from maint_assets.definitions import build_definitions
+    from sensors.startup import startup_summary
+
+    print(startup_summary(config, build_definitions(config.source)), flush=True)  # what opening the UI starts
     os.chdir(workspace.parent)
     os.execve(dagster, [dagster, "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)], env)
     return EXIT_OK  # not reached

@@ -140,7 +140,8 @@ def run_demo(config: MaintenanceConfig, config_path: str | None = None, batches:
     report = ticker.tick()
     for line in report["lines"]:
         _say("   " + line)
-    _say("== 5. next tick: retention (orphan removal runs only after expiry has finished on the table)")
+    _say("== 5. next tick: retention (snapshot expiry by policy; orphan removal deletes files, so it runs on its own "
+         "only with automation.orphan_removal: true, and then only after an expiry finished on the table)")
     for line in ticker.tick()["lines"]:
         _say("   " + line)
     after = reader.health(DEMO_TABLE)

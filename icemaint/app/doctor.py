@@ -579,6 +579,14 @@ def _guarded(name: str, check: Callable[[], Check]) -> Check:
         return _fail(name, first_line(exc))
 
 
+def check_automation(config: MaintenanceConfig) -> Check:
+    """What starts on its own when the UI or the daemon loads the definitions (read from them, as the UI shows)."""
+    from maint_assets.definitions import build_definitions
+    from sensors.startup import startup_summary
+
+    return _ok("automation", startup_summary(config, build_definitions(config.source)))
+
+
 def run_doctor(config: MaintenanceConfig, config_path: str | os.PathLike | None = None, *, spark: bool = False,
                timeout_s: float = NETWORK_TIMEOUT_S) -> list[Check]:
     """Every check for this config, in the order a new user fixes them.
@@ -608,6 +616,7 @@ def run_doctor(config: MaintenanceConfig, config_path: str | os.PathLike | None 
     for var, sections in _postgres_users(config).items():
         checks.append(_guarded("postgres", lambda var=var, sections=sections: check_postgres(var, sections, timeout_s)))
     checks.append(_guarded("dagster instance", lambda: check_dagster_instance(config)))
+    checks.append(_guarded("automation", lambda: check_automation(config)))
     if spark:
         blocking = [c.name for c in checks
                     if c.status is Status.FAIL and c.name in ("java", "iceberg runtime", "spark.jars")]

@@ -222,7 +222,8 @@ def explain(config: MaintenanceConfig, table: str, date: str | None = None, esta
     signals = read_retention_signals(tbl, key, policy)
     for r in decide_retention(signals, policy, config.identity(), now, claim_holder=holder, in_flight_jobs=set(running),
                               expiry_mark=estate.latest_mark("expire", key),
-                              orphans_mark=estate.latest_mark("orphans", key)):
+                              orphans_mark=estate.latest_mark("orphans", key),
+                              orphan_removal=config.automation.orphan_removal):
         out.retention.append({"operation": str(r.operation), "verdict": str(r.verdict), "reason": r.reason,
                               "hint": hint(r)})
     records = [r for r in estate.records(key) if date is None or r.date in (date, None)]
@@ -253,7 +254,7 @@ def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dic
         metadata_location=estate.reader.metadata_location,
         read_signals=lambda t, p: read_retention_signals(estate.reader.load(t), t, p),
         claim_holder=estate.holder, in_flight_jobs=estate.in_flight, latest_mark=estate.latest_mark,
-        cursor={}, now=now)
+        cursor={}, now=now, orphan_removal=config.automation.orphan_removal)
     runs = [{"rank": i + 1, "table": d.table, "scope": d.scope, "operation": "compact", "reason": d.reason,
              "benefit": round(d.benefit, 3), "rewrite_bytes": d.cost_estimate.get("rewrite_bytes"),
              "seconds": d.cost_estimate.get("seconds")} for i, d in enumerate(r for r, _ in compaction.runs)]

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from icemaint.domain.drift import drift_due
 from icemaint.domain.health import PartitionHealth, TableHealth
 from icemaint.domain.layout import WHOLE_TABLE, describe, describe_all
 from icemaint.domain.names import is_column_path
@@ -59,6 +60,9 @@ class ReasonKind(Word):
     # automation's last run of the scope failed its proof, or its last runs all failed: held until approved
     PROOF_FAILED = "proof_failed"
     RUNS_FAILED = "runs_failed"
+    # due for a rewrite into the table's current layout (`icemaint.domain.drift`): files under an older partition
+    # spec or sort order, or oversized, though none may be small
+    LAYOUT_DRIFT = "layout_drift"
 
 
 class Operation(Word):
@@ -139,6 +143,10 @@ class Gates:
     held: Mapping[str | None, "RunHold"] = field(default_factory=dict)
     # Who launched the decision's run: an agent's (AGENT_TRIGGER) is also held to the policy's agent_operations.
     trigger: str | None = None
+    # Whether the engine writes a rewrite in the table's current spec and sort order (Iceberg's output-spec-id):
+    # until it does, a date due only for its layout drift is reported and not run, since a rewrite in each file's
+    # own spec would leave it drifted and due again at every tick.
+    layout_rewrite: bool = False
 
 
 @dataclass(frozen=True)
@@ -286,15 +294,21 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
         return held
     due = partition_due(part, policy, position_deletes=position_deletes_maintained(health))
     if not due.due:
+        due = _with_drift(due, part, health, policy)
+    if not due.due:
         return replace(base, rationale=due.rationale, kind=ReasonKind.BELOW_THRESHOLDS,
                        reason=f"below thresholds: {due.why_not}")
-    if due.target == "data" and health.sort_order_problem:  # a merge of position deletes alone sorts nothing
+    if due.target != "position_deletes" and health.sort_order_problem:  # a merge of position deletes alone sorts nothing
         return replace(base, rationale=due.rationale, verdict=REFUSE, kind=ReasonKind.POLICY,
                        reason=health.sort_order_problem)
     cost = estimate_cost(due.rewrite_bytes, due.rewrite_files, gates.bytes_per_second)
     base = replace(base, rationale=due.rationale, cost_estimate=cost, benefit=due.benefit,
-                   kind=ReasonKind.POSITION_DELETES_DUE if due.target == "position_deletes" else ReasonKind.DUE)
+                   kind=_DUE_KINDS[due.target])
     rewrite_bytes = due.rewrite_bytes
+    if due.target == "layout_drift" and not gates.layout_rewrite:
+        return replace(base, kind=ReasonKind.UNSUPPORTED, reason=(
+            f"{due.why}: due, but this version's rewrite writes each file in its own spec and sort order, which "
+            "would leave the date drifted; reported until the rewrite writes the table's current layout"))
     # A date a writer is still committing into says so first (today's date is usually also hot): its last commit
     # is what tells the owner when it will be compacted.
     active = _writer_active(base, policy)
@@ -317,6 +331,21 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     return replace(base, verdict=RUN, reason=due.why)
 
 
+def _with_drift(due: PartitionDue, part: PartitionHealth, health: TableHealth, policy: TablePolicy) -> PartitionDue:
+    """A date below the small-file and delete thresholds: due for its layout drift when that passes its own
+    thresholds (`icemaint.domain.drift`), else `due` with the drift's numbers beside it."""
+    drift = drift_due(part, health, policy)
+    if drift is None:
+        return due
+    rationale = {**due.rationale, **drift.rationale}
+    if not drift.due:
+        rationale.pop("trigger")
+        return replace(due, rationale=rationale, why_not=f"{due.why_not}; {drift.why_not}")
+    return PartitionDue(key=part.key, due=True, why=drift.why, why_not=due.why_not, target="layout_drift",
+                        rewrite_bytes=drift.rewrite_bytes, rewrite_files=drift.rewrite_files, benefit=drift.benefit,
+                        rationale=rationale)
+
+
 @dataclass(frozen=True)
 class PartitionDue:
     """Whether one partition (a date, or a partition of a table without a time column) needs a rewrite."""
@@ -329,7 +358,12 @@ class PartitionDue:
     rewrite_files: int
     benefit: float      # small files removed and delete files applied per MiB rewritten
     rationale: dict[str, Any]
-    target: str = "data"  # what is rewritten: "data" files, or "position_deletes" alone
+    # what is rewritten: "data" files, "position_deletes" alone, or the "layout_drift" files (and the small ones)
+    target: str = "data"
+
+
+_DUE_KINDS = {"data": ReasonKind.DUE, "position_deletes": ReasonKind.POSITION_DELETES_DUE,
+              "layout_drift": ReasonKind.LAYOUT_DRIFT}
 
 
 def position_deletes_maintained(health: TableHealth) -> bool:

@@ -45,6 +45,8 @@ REASONS: dict[ReasonKind, str] = {
     ReasonKind.ORDERING: "another operation of the table goes first (expiry before orphans)",
     ReasonKind.UNSUPPORTED: "a table shape this version cannot maintain safely",
     ReasonKind.POSITION_DELETES_DUE: "due for a merge of its position-delete files alone",
+    ReasonKind.LAYOUT_DRIFT: "due for a rewrite into the table's current layout: files under an older partition "
+                             "spec or sort order, or oversized",
     ReasonKind.REVERTED: "an operator reverted the scope's compaction: held until approved again",
     ReasonKind.PROOF_FAILED: "automation's last run of the scope failed its proof: held until approved",
     ReasonKind.RUNS_FAILED: "automation's last runs of the scope all failed: held until approved",

@@ -35,6 +35,10 @@ class FileEntry:
     # The snapshot that added the file (a manifest entry's inherited snapshot id): whose commit wrote into the
     # file's partition, read per partition for writer activity (`partition_writer_commits`)
     added_snapshot_id: int | None = None
+    # The partition spec the file was written under, and the sort order it was written in (0: unsorted; None:
+    # the manifest does not say): layout drift is a data file under another spec or sort order than the table's
+    spec_id: int | None = None
+    sort_order_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,19 @@ class PartitionHealth:
     # commit is older than the writer-idle window the observer looked back over)
     last_writer_commit_at: str | None = None
     seconds_since_writer_commit: float | None = None
+    # Layout drift (`icemaint.domain.drift`): data files written under a partition spec other than the table's
+    # default, in a sort order other than the table's (or unsorted, on a table with one), or above
+    # max_file_size_ratio x the target size; `drift_*` counts each file a drift rewrite takes once, whatever its
+    # drifts (`rewrite_drift`: not a file that only records no sort order)
+    old_spec_files: int = 0
+    old_spec_bytes: int = 0
+    unsorted_files: int = 0
+    unsorted_bytes: int = 0
+    oversized_files: int = 0
+    oversized_bytes: int = 0
+    drift_files: int = 0
+    drift_bytes: int = 0
+    old_spec_ids: tuple[int, ...] = ()  # the specs the old-spec files were written under
 
     @property
     def deleted_row_ratio(self) -> float:
@@ -92,7 +109,10 @@ class PartitionHealth:
 
 
 _COUNTS = ("data_files", "small_files", "total_bytes", "small_bytes", "records", "delete_files", "delete_records",
-           "equality_delete_files", "equality_delete_records", "deletion_vectors", "delete_bytes")
+           "equality_delete_files", "equality_delete_records", "deletion_vectors", "delete_bytes",
+           "old_spec_files", "old_spec_bytes", "unsorted_files", "unsorted_bytes", "oversized_files",
+           "oversized_bytes", "drift_files", "drift_bytes")
+_DRIFT_COUNTS = _COUNTS[-8:]
 
 
 @dataclass(frozen=True)
@@ -142,12 +162,32 @@ class TableHealth:
     # bytes of the metadata.json files in the metadata log (and the current one); None when not measured
     # (one stat each: the health report measures them, the sensors' reads do not)
     metadata_bytes: int | None = None
+    # metadata.json files in the metadata directory below the log's oldest version, and their bytes: what Iceberg's
+    # delete-after-commit would have removed and the expiry step removes (`domain.metadata_files`); None when not
+    # measured (a listing of the metadata directory: the health report measures it, the sensors' reads do not)
+    metadata_files_below_log: int | None = None
+    metadata_bytes_below_log: int | None = None
     # When the ages above were measured (ISO); every other number comes from the immutable metadata file.
     observed_at: str | None = None
     # Whether each partition's last writer commit is known (`PartitionHealth.last_writer_commit_at`): False when
     # the observer met more recent writer commits of unknown partitions than it reads, and writer activity is
     # then judged on the whole table
     writer_partitions_known: bool = True
+    # The table's default sort order (0: unsorted) and the size above which a data file counts as oversized
+    # (policy max_file_size_ratio x target_file_size_bytes; None: not judged)
+    sort_order_id: int = 0
+    max_file_size_bytes: int | None = None
+    # Each partition spec the table has had, as people read it ("day(ts)", "hour(ts), bucket[16](id)", "unpartitioned")
+    specs: Mapping[int, str] = field(default_factory=dict)
+    # Layout drift of the whole table (dated and undated files): the sums of `PartitionHealth`'s drift counts
+    old_spec_files: int = 0
+    old_spec_bytes: int = 0
+    unsorted_files: int = 0
+    unsorted_bytes: int = 0
+    oversized_files: int = 0
+    oversized_bytes: int = 0
+    drift_files: int = 0
+    drift_bytes: int = 0
 
     def at(self, now: dt.datetime) -> TableHealth:
         """The same health with its ages measured at `now` (a later tick re-deciding a table whose metadata
@@ -189,6 +229,7 @@ class TableHealth:
             written = [p for p in self.partitions if p.last_writer_commit_at is not None]
             newest = max(written, key=lambda p: p.last_writer_commit_at or "", default=None)
             return PartitionHealth("", **{f: sum(getattr(p, f) for p in self.partitions) for f in _COUNTS},
+                                   old_spec_ids=tuple(sorted({s for p in self.partitions for s in p.old_spec_ids})),
                                    last_writer_commit_at=newest.last_writer_commit_at if newest else None,
                                    seconds_since_writer_commit=newest.seconds_since_writer_commit if newest else None)
         return next((p for p in self.partitions if p.key == key), None)
@@ -296,13 +337,21 @@ def compute_health(
     metadata_files: int,
     small_file_size_bytes: int,
     metadata_bytes: int | None = None,
+    metadata_below_log: tuple[int, int] | None = None,
     small_manifest_bytes: int,
     now: dt.datetime,
     touched: Iterable[tuple[int, str]] = (),
     writer_partitions_known: bool = True,
+    sort_order_id: int = 0,
+    max_file_size_bytes: int | None = None,
+    specs: Mapping[int, str] | None = None,
 ) -> TableHealth:
-    """Health of one table at its current snapshot; `touched` as `partition_writer_commits` reads it."""
+    """Health of one table at its current snapshot; `touched` as `partition_writer_commits` reads it;
+    `sort_order_id` the table's default sort order and `max_file_size_bytes` the oversized-file limit (layout
+    drift)."""
     files = list(files)
+    drift = dict.fromkeys(_DRIFT_COUNTS, 0)
+    old_specs: dict[str, set[int]] = {}
     data_sizes: list[int] = []
     records = delete_files = delete_records = undated_files = undated_records = 0
     equality_files = equality_records = vectors = 0
@@ -320,7 +369,10 @@ def compute_health(
                 part["records"] += f.record_count
                 part["small_files"] += small
                 part["small_bytes"] += f.size_bytes if small else 0
-            elif time_column is not None:
+            if ((f.spec_id != spec_id and f.spec_id is not None) or (sort_order_id and f.sort_order_id != sort_order_id)
+                    or (max_file_size_bytes is not None and f.size_bytes > max_file_size_bytes)):  # the rare case
+                _count_drift(f, key, part, drift, old_specs, spec_id, sort_order_id, max_file_size_bytes)
+            if part is None and time_column is not None:
                 undated_files += 1
                 undated_records += f.record_count
         else:
@@ -375,6 +427,8 @@ def compute_health(
         oldest_snapshot_age_seconds=(now - ordered[0].committed_at).total_seconds() if ordered else 0.0,
         metadata_files=metadata_files,
         metadata_bytes=metadata_bytes,
+        metadata_files_below_log=metadata_below_log[0] if metadata_below_log else None,
+        metadata_bytes_below_log=metadata_below_log[1] if metadata_below_log else None,
         equality_delete_files=equality_files,
         equality_delete_records=equality_records,
         deletion_vectors=vectors,
@@ -384,10 +438,54 @@ def compute_health(
         last_writer_commit_at=_iso(writer_at),
         seconds_since_writer_commit=(now - writer_at).total_seconds() if writer_at else None,
         small_file_size_bytes=small_file_size_bytes,
-        partitions=tuple(PartitionHealth(key=k, **v, last_writer_commit_at=_iso(by_partition.get(k)),
+        partitions=tuple(PartitionHealth(key=k, **v, old_spec_ids=tuple(sorted(old_specs.get(k, ()))),
+                                         last_writer_commit_at=_iso(by_partition.get(k)),
                                          seconds_since_writer_commit=(now - by_partition[k]).total_seconds()
                                          if k in by_partition else None)
                          for k, v in sorted(per_date.items())),
         observed_at=now.isoformat(),
         writer_partitions_known=writer_partitions_known,
+        sort_order_id=sort_order_id,
+        max_file_size_bytes=max_file_size_bytes,
+        specs=dict(specs or {}),
+        **drift,
     )
+
+
+def _count_drift(f: FileEntry, key: str | None, part: dict[str, int] | None, drift: dict[str, int],
+                 old_specs: dict[str, set[int]], spec_id: int, sort_order_id: int,
+                 max_file_size_bytes: int | None) -> None:
+    """Counts a drifted data file on its partition (when it has one) and on the table."""
+    kinds = file_drift(f.spec_id, f.sort_order_id, f.size_bytes, spec_id, sort_order_id, max_file_size_bytes)
+    if rewrite_drift(kinds, f.sort_order_id):
+        kinds += ("drift",)
+    for counts in (drift, part) if part is not None else (drift,):
+        for kind in kinds:
+            counts[f"{kind}_files"] += 1
+            counts[f"{kind}_bytes"] += f.size_bytes
+    if "old_spec" in kinds and key is not None and f.spec_id is not None:
+        old_specs.setdefault(key, set()).add(f.spec_id)
+
+
+def file_drift(spec_id: int | None, sort_order_id: int | None, size_bytes: int, table_spec_id: int,
+               table_sort_order_id: int, max_file_size_bytes: int | None) -> tuple[str, ...]:
+    """How one data file drifted from the table's layout: "old_spec", "unsorted", "oversized" (none: in layout).
+
+    A file of an unknown spec (None) is not called old; on a table with a sort order, a file that records no order
+    (0 or None) is unsorted, as is one recorded under another order (`rewrite_drift` tells them apart)."""
+    kinds = []
+    if spec_id is not None and spec_id != table_spec_id:
+        kinds.append("old_spec")
+    if table_sort_order_id != 0 and sort_order_id != table_sort_order_id:
+        kinds.append("unsorted")
+    if max_file_size_bytes is not None and size_bytes > max_file_size_bytes:
+        kinds.append("oversized")
+    return tuple(kinds)
+
+
+def rewrite_drift(kinds: tuple[str, ...], sort_order_id: int | None) -> bool:
+    """Whether a file's drift (`file_drift`) is worth a rewrite: an old spec, oversized, or recorded under another
+    sort order. A file that records no order is only reported: Iceberg's Spark writers before 1.11 record none even
+    when they sort (apache/iceberg#13634), nor does a rewrite by them, so every file of a sorted table would be
+    due forever."""
+    return "old_spec" in kinds or "oversized" in kinds or ("unsorted" in kinds and bool(sort_order_id))

@@ -60,6 +60,12 @@ class TablePolicy:
     strategy: str = "binpack"
     sort_order: str | None = None
     time_column: str | None = None
+    # layout drift (`icemaint.domain.drift`): a date whose data files written under an old partition spec or
+    # sort order, or above max_file_size_ratio x target, reach drift_min_files or drift_min_bytes is due
+    layout_drift: bool = True
+    drift_min_files: int = 1
+    drift_min_bytes: int = 64 * MiB
+    max_file_size_ratio: float = 1.8
     max_commit_retries: int = 3
     retry_backoff_seconds: float = 2.0
     # gates
@@ -92,10 +98,18 @@ class TablePolicy:
     # metadata bloat: table properties the expiry step sets on the tables this policy owns (None: left alone)
     metadata_versions_max: int | None = None
     metadata_delete_after_commit: bool | None = None
+    # the expiry step removes metadata.json files that dropped out of the table's metadata log (None: on, unless
+    # metadata_delete_after_commit is false: an owner who keeps them keeps them from us too)
+    metadata_cleanup: bool | None = None
     # column statistics (Puffin NDV sketches): kept fresh by the retention sensor when on
     statistics: bool = False
     statistics_stale_fraction: float = 0.10  # rows changed since the statistics' snapshot, of the rows it had
     statistics_columns: tuple[str, ...] | None = None  # None: every top-level primitive column
+
+    @property
+    def max_file_size_bytes(self) -> int:
+        """A data file above this size is oversized (layout drift)."""
+        return int(self.target_file_size_bytes * self.max_file_size_ratio)
 
     def allows_operation(self, operation: str) -> bool:
         return self.allowed_operations is None or operation in self.allowed_operations
@@ -131,6 +145,12 @@ def _int(minimum: int) -> Callable[[Any], int]:
 def _ratio(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
         raise ValueError(f"{shown(v)} is not a ratio between 0 and 1")
+    return float(v)
+
+
+def _size_ratio(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 < v <= 100:
+        raise ValueError(f"{shown(v)} is not a ratio above 1 and at most 100 (a multiple of target_file_size)")
     return float(v)
 
 
@@ -249,6 +269,10 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "strategy": ("strategy", _choice(SORT_STRATEGIES)),
     "sort_order": ("sort_order", _sort_order),
     "time_column": ("time_column", _column),
+    "layout_drift": ("layout_drift", _bool),
+    "drift_min_files": ("drift_min_files", _int(1)),
+    "drift_min_bytes": ("drift_min_bytes", parse_size),
+    "max_file_size_ratio": ("max_file_size_ratio", _size_ratio),
     "max_commit_retries": ("max_commit_retries", _int(0)),
     "retry_backoff": ("retry_backoff_seconds", parse_duration),
     "writer_idle": ("writer_idle_seconds", parse_duration),
@@ -272,6 +296,7 @@ POLICY_KEYS: dict[str, tuple[str, Any]] = {
     "checkpoint_markers": ("checkpoint_markers", _markers),
     "metadata_versions_max": ("metadata_versions_max", _int(1)),
     "metadata_delete_after_commit": ("metadata_delete_after_commit", _bool),
+    "metadata_cleanup": ("metadata_cleanup", _bool),
     "statistics": ("statistics", _bool),
     "statistics_stale_fraction": ("statistics_stale_fraction", _fraction),
     "statistics_columns": ("statistics_columns", _columns),
@@ -290,6 +315,13 @@ def metadata_properties(policy: TablePolicy) -> dict[str, str]:
     if policy.metadata_delete_after_commit is not None:
         wanted[METADATA_DELETE_AFTER_COMMIT] = str(policy.metadata_delete_after_commit).lower()
     return wanted
+
+
+def cleans_metadata(policy: TablePolicy) -> bool:
+    """Whether the expiry step removes metadata.json files that dropped out of the table's metadata log."""
+    if policy.metadata_cleanup is not None:
+        return policy.metadata_cleanup
+    return policy.metadata_delete_after_commit is not False
 
 
 def apply_overrides(base: TablePolicy, overrides: Mapping[str, Any], where: str) -> TablePolicy:
@@ -358,6 +390,14 @@ POLICY_KEY_DOCS: dict[str, tuple[str, str]] = {
     "strategy": ("binpack | sort | zorder", "how rewritten rows are laid out"),
     "sort_order": ("text", "with sort: `id DESC NULLS LAST, ts`; with zorder: `a, b` or `zorder(a, b)`"),
     "time_column": ("column name", "date the table by this column when its partition spec has no time transform"),
+    "layout_drift": ("boolean", "true: a date whose data files drifted from the table's layout (written under an "
+                     "older partition spec or sort order, or oversized) is due for a rewrite"),
+    "drift_min_files": ("whole number >= 1", "layout drift: a date is due when it has at least this many drifted "
+                        "files and drift_min_bytes of them"),
+    "drift_min_bytes": ("size", "layout drift: a date is due when its drifted files hold at least this much (and "
+                        "number drift_min_files)"),
+    "max_file_size_ratio": ("ratio > 1", "a data file above this multiple of target_file_size_bytes is oversized "
+                            "(layout drift)"),
     "max_commit_retries": ("whole number >= 0", "re-plans after a writer's conflicting commit before deferring"),
     "retry_backoff": ("duration", "the wait between those re-plans"),
     "writer_idle": ("duration", "a scope a writer committed into within this window is deferred"),
@@ -390,6 +430,8 @@ POLICY_KEY_DOCS: dict[str, tuple[str, str]] = {
                               "(unset: the table's own)"),
     "metadata_delete_after_commit": ("boolean", "sets the table's write.metadata.delete-after-commit.enabled "
                                      "(unset: the table's own)"),
+    "metadata_cleanup": ("boolean", "after its commit the expiry step removes the metadata.json files below the "
+                         "table's metadata log (default on; off when metadata_delete_after_commit is false)"),
     "statistics": ("boolean", "true: the retention sensor keeps the table's column statistics fresh"),
     "statistics_stale_fraction": ("fraction (0, 1]", "statistics are stale when rows added or deleted since reach "
                                   "this share of the rows they describe"),

@@ -2,6 +2,12 @@
 rewrites, and column statistics when the policy keeps them; the cursor that makes an unchanged table cost one
 metadata-location read.
 
+Expiry and orphan removal never run at once on a table. When both are due, expiry goes first: it is cheap (a
+metadata commit) and bounds what the table keeps (`snapshot_max_count`), while orphan removal lists every file
+and can only find files older than `orphan_older_than` (24 h at least), so a delay costs it nothing. On a busy
+table expiry is due at every change; orphan removal then takes its turn once it has waited `ORPHANS_MAX_WAIT`
+behind expiry (`RetentionCursor.orphans_held_since`), so neither starves.
+
 Every read is a callable the caller passes (the sensor and `icemaint tick` pass Dagster- and
 pyiceberg-backed ones; tests pass an in-memory estate), as `icemaint.domain.tick.plan_compaction_tick` does.
 """
@@ -18,11 +24,19 @@ from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation, Reaso
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.retention import expiry_due, manifests_due
 from icemaint.domain.statistics import StatisticsState, statistics_due
+from icemaint.domain.units import human_duration
 
 EXPIRE, ORPHANS, MANIFESTS, STATISTICS = Operation.EXPIRE, Operation.ORPHANS, Operation.MANIFESTS, Operation.STATISTICS
 # The run that carries each operation: a run of that name in flight on a table holds the operation.
 RETENTION_JOBS: dict[str, str] = {EXPIRE: "expiry_job", ORPHANS: "orphans_job", MANIFESTS: "manifests_job",
                   STATISTICS: "statistics_job"}
+# How long orphan removal owed after an expiry waits behind further expiries before it goes first (one tick).
+ORPHANS_MAX_WAIT_SECONDS = 3600.0
+
+
+# Why a tick never starts orphan removal until the config turns it on.
+ORPHANS_NOT_AUTOMATIC = ("not automatic (automation.orphan_removal: false): orphan removal deletes files, so it runs "
+                         "when a person runs `icemaint orphans TABLE` or turns the key on")
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,7 @@ class RetentionCursor:
     pending: bool = False                # a deferral: evaluate again next tick even if unchanged
     requested: dict[str, Optional[str]] = field(default_factory=dict)  # operation -> run key last requested
     recorded: Optional[str] = None       # digest of the refusals/defers last written to the audit
+    orphans_held_since: Optional[float] = None  # epoch seconds: owed orphan removal first waited behind expiry
 
 
 @dataclass
@@ -105,8 +120,9 @@ def expiry_due_at(signals: RetentionSignals, policy: TablePolicy) -> Optional[fl
 def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: str, now: dt.datetime, *,
                      claim_holder: Optional[str], in_flight_jobs: set[str], expiry_mark: Optional[int],
                      orphans_mark: Optional[int], requested: Optional[dict[str, Optional[str]]] = None,
-                     jobs: Mapping[str, str] = RETENTION_JOBS, trigger: Optional[str] = None
-                     ) -> list[RetentionDecision]:
+                     jobs: Mapping[str, str] = RETENTION_JOBS, trigger: Optional[str] = None,
+                     orphans_held_since: Optional[float] = None,
+                     orphan_removal: bool = False) -> list[RetentionDecision]:
     """Expiry, orphan, manifest and column-statistics decisions for one table.
 
     Args:
@@ -121,6 +137,10 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
         requested: Operation -> run key already requested; the same key again is not a new run.
         jobs: The run name that carries each operation.
         trigger: Who asks (an agent's request is also held to the policy's agent_operations).
+        orphans_held_since: Since when (epoch seconds) owed orphan removal has waited behind expiry; once that is
+            ORPHANS_MAX_WAIT_SECONDS ago, orphan removal goes first (None: it has not waited).
+        orphan_removal: Whether orphan removal may be started automatically (config `automation.orphan_removal`);
+            off, it is never due here: it deletes files, so a person turns it on or runs it.
     """
     table = signals.table
     location_key = digest(signals.metadata_location)
@@ -143,33 +163,44 @@ def decide_retention(signals: RetentionSignals, policy: TablePolicy, identity: s
                                      kind=ReasonKind.ALREADY_REQUESTED)
         return RetentionDecision(table, operation, RUN, why, run_key)
 
-    if expiry_mark is None:
+    due, why = expiry_due(signals.snapshots, age, policy)
+    if signals.staging_branches:  # expiry removes them first (under the claim no run's staging is live)
+        left = (f"{signals.staging_branches} staging branch{'es' if signals.staging_branches > 1 else ''} left by "
+                "dead runs pin the files they replaced")
+        due, why = True, (f"{why}; {left}" if due else left)
+    # A staging branch is a live run's until no run is in flight on the table: wait for them all then. Else
+    # only another expiry or an orphan removal in flight holds it (never both at once on a table).
+    expire_busy = set(in_flight_jobs) if signals.staging_branches else set(in_flight_jobs) & {jobs[EXPIRE], jobs[ORPHANS]}
+    expire = (gated(EXPIRE, why, f"expire:{table}:{location_key}", expire_busy) if due
+              else RetentionDecision(table, EXPIRE, NOOP, why, kind=ReasonKind.BELOW_THRESHOLDS))
+
+    if not orphan_removal:
+        orphans = RetentionDecision(table, ORPHANS, NOOP, ORPHANS_NOT_AUTOMATIC, kind=ReasonKind.POLICY)
+    elif expiry_mark is None:
         orphans = RetentionDecision(table, ORPHANS, NOOP, "no snapshot expiry yet: orphan removal follows an expiry",
                                     kind=ReasonKind.ORDERING)
     elif orphans_mark is not None and orphans_mark > expiry_mark:
         orphans = RetentionDecision(table, ORPHANS, NOOP, "orphan files were removed after the latest expiry",
                                     kind=ReasonKind.BELOW_THRESHOLDS)
     else:
-        # Never while anything runs on the table: its files in flight would look orphaned.
-        orphans = gated(ORPHANS, "an expiry finished after the last orphan removal",
-                        f"orphans:{table}:{expiry_mark}", set(in_flight_jobs))
-
-    due, why = expiry_due(signals.snapshots, age, policy)
-    if signals.staging_branches:  # expiry removes them first (under the claim no run's staging is live)
-        left = (f"{signals.staging_branches} staging branch{'es' if signals.staging_branches > 1 else ''} left by "
-                "dead runs pin the files they replaced")
-        due, why = True, (f"{why}; {left}" if due else left)
-    if not due:
-        expire = RetentionDecision(table, EXPIRE, NOOP, why, kind=ReasonKind.BELOW_THRESHOLDS)
-    elif orphans.verdict in (RUN, DEFER):
-        # The finished expiry's orphans go first: on a busy table expiry is due again at every
-        # change, and orphan removal must not starve behind it (nor run at the same time).
-        expire = RetentionDecision(table, EXPIRE, DEFER, f"{why}; orphan removal after the previous expiry goes first",
-                                   kind=ReasonKind.ORDERING)
-    else:
-        # A staging branch is a live run's until no run is in flight on the table: wait for them all then.
-        busy = set(in_flight_jobs) if signals.staging_branches else set(in_flight_jobs) & {jobs[EXPIRE]}
-        expire = gated(EXPIRE, why, f"expire:{table}:{location_key}", busy)
+        waited = max(now.timestamp() - orphans_held_since, 0.0) if orphans_held_since is not None else 0.0
+        if expire.verdict in (RUN, DEFER) and waited < ORPHANS_MAX_WAIT_SECONDS:
+            # Expiry is cheap and bounds the snapshots; orphan removal lists every file and finds only files
+            # older than orphan_older_than, so it waits (at most ORPHANS_MAX_WAIT_SECONDS) rather than expiry.
+            orphans = RetentionDecision(
+                table, ORPHANS, DEFER,
+                f"an expiry finished after the last orphan removal; snapshot expiry goes first (waited "
+                f"{human_duration(waited)} of at most {human_duration(ORPHANS_MAX_WAIT_SECONDS)})",
+                kind=ReasonKind.ORDERING)
+        else:
+            # Never while anything runs on the table: its files in flight would look orphaned.
+            orphans = gated(ORPHANS, "an expiry finished after the last orphan removal"
+                            + (f" (it waited {human_duration(waited)} behind expiry: its turn)" if waited else ""),
+                            f"orphans:{table}:{expiry_mark}", set(in_flight_jobs))
+            if orphans.verdict == RUN and expire.verdict in (RUN, DEFER):  # deferred by a run or claim: expiry goes
+                expire = RetentionDecision(table, EXPIRE, DEFER,
+                                           f"{why}; orphan removal goes first: it waited "
+                                           f"{human_duration(waited)} behind expiry", kind=ReasonKind.ORDERING)
 
     due, why = manifests_due(signals.manifests, signals.small_manifests, policy)
     manifests = (gated(MANIFESTS, why, f"manifests:{table}:{location_key}", set(in_flight_jobs) & {jobs[MANIFESTS]})
@@ -194,6 +225,18 @@ def _statistics_decision(signals: RetentionSignals, policy: TablePolicy,
                  set(in_flight_jobs) & {jobs[STATISTICS]})
 
 
+def _orphans_held_since(decisions: list[RetentionDecision], previous: Optional[RetentionCursor],
+                        now: dt.datetime) -> Optional[float]:
+    """Since when owed orphan removal has waited: kept while it is deferred, started when expiry first goes ahead of
+    it, cleared once it runs or is no longer owed."""
+    [orphans] = [d for d in decisions if d.operation == ORPHANS]
+    if orphans.verdict != DEFER:
+        return None
+    if previous is not None and previous.orphans_held_since is not None:
+        return previous.orphans_held_since
+    return now.timestamp() if orphans.kind == ReasonKind.ORDERING else None
+
+
 def plan_retention_tick(
     tables: Iterable[str],
     *,
@@ -207,8 +250,10 @@ def plan_retention_tick(
     latest_mark: Callable[[str, str], Optional[int]],
     cursor: dict[str, RetentionCursor],
     now: dt.datetime,
+    orphan_removal: bool = False,
 ) -> RetentionTickPlan:
-    """The tick's retention plan over `tables`; unchanged tables cost one `metadata_location` call.
+    """The tick's retention plan over `tables`; unchanged tables cost one `metadata_location` call. Orphan removal
+    is planned only with `orphan_removal` (config `automation.orphan_removal`).
 
     One unreadable table never stops the estate's tick: its error is in `plan.errors`, and it gets no
     cursor entry so the next tick reads it again. Refusals and busy claims go to `plan.to_record`
@@ -223,7 +268,8 @@ def plan_retention_tick(
             plan.errors[table] = f"{type(exc).__name__}: {exc}"
             continue
         policy = policy_of(table)
-        fingerprint = policy_fingerprint(policy)
+        # Turning orphan removal on is a change of what the tick may do: every table is evaluated again.
+        fingerprint = policy_fingerprint(policy) + ("+orphans" if orphan_removal else "")
         previous = cursor.get(table)
         if (previous and previous.metadata_location == location and previous.policy == fingerprint
                 and not previous.pending and (previous.recheck_at is None or now.timestamp() < previous.recheck_at)):
@@ -241,7 +287,8 @@ def plan_retention_tick(
             signals, policy, identity, now, claim_holder=claim_holder(table),
             in_flight_jobs=set(in_flight.get(table, set())),
             expiry_mark=latest_mark(EXPIRE, table), orphans_mark=latest_mark(ORPHANS, table),
-            requested=previous.requested if previous else None)
+            requested=previous.requested if previous else None,
+            orphans_held_since=previous.orphans_held_since if previous else None, orphan_removal=orphan_removal)
         requested = dict(previous.requested) if previous else {}
         for d in decisions:
             if d.verdict == RUN:
@@ -257,5 +304,6 @@ def plan_retention_tick(
         due_at = expiry_due_at(signals, policy)
         plan.cursor[table] = RetentionCursor(
             location, fingerprint, recheck_at=due_at if due_at is not None and due_at > now.timestamp() else None,
-            pending=any(d.verdict == DEFER for d in decisions), requested=requested, recorded=recorded)
+            pending=any(d.verdict == DEFER for d in decisions), requested=requested, recorded=recorded,
+            orphans_held_since=_orphans_held_since(decisions, previous, now))
     return plan

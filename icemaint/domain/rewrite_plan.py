@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from icemaint.domain.drift import LayoutTarget, drifted
 from icemaint.domain.names import quote_column
 from icemaint.errors import UserError
 
@@ -28,6 +29,7 @@ class CandidateFile:
     partition: str  # the partition as a path, e.g. "ts_day=2026-01-02"
     delete_files: int = 0
     deletes: tuple[tuple[str, int], ...] = ()  # (path, record count) of the delete files that apply
+    sort_order_id: int | None = None  # the sort order the file was written in (0: unsorted; None: not said)
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def plan_delete_groups(refs: list[DeleteRef]) -> list[DeleteGroup]:
 
 
 def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delete_file_threshold: int,
-                partial_progress: bool, max_group_bytes: int) -> list[FileGroup]:
+                partial_progress: bool, max_group_bytes: int, layout: LayoutTarget | None = None) -> list[FileGroup]:
     """The groups to rewrite, largest benefit first; empty when nothing is worth rewriting.
 
     Args:
@@ -97,15 +99,20 @@ def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delet
         delete_file_threshold: Files with at least this many delete files are rewritten to apply them.
         partial_progress: Split a date into groups of at most `max_group_bytes`, each published alone.
         max_group_bytes: The group size limit with partial progress.
+        layout: The table's layout (a date due for its layout drift): a file outside it is rewritten even alone
+            and not small (`icemaint.domain.drift.drifted`).
     """
+    def off_layout(f: CandidateFile) -> bool:
+        return layout is not None and drifted(f.spec_id, f.sort_order_id, f.size_bytes, layout)
+
     by_partition: dict[tuple[int, str], list[CandidateFile]] = {}
     for f in files:
-        if f.size_bytes < small_file_size_bytes or f.delete_files >= delete_file_threshold:
+        if f.size_bytes < small_file_size_bytes or f.delete_files >= delete_file_threshold or off_layout(f):
             by_partition.setdefault((f.spec_id, f.partition), []).append(f)
     chosen: list[CandidateFile] = []
     for key in sorted(by_partition):
         members = by_partition[key]
-        if len(members) >= 2 or any(f.delete_files >= delete_file_threshold for f in members):
+        if len(members) >= 2 or any(f.delete_files >= delete_file_threshold or off_layout(f) for f in members):
             chosen.extend(sorted(members, key=lambda f: f.path))
     if not chosen:
         return []
@@ -128,8 +135,8 @@ def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delet
             size += f.size_bytes
         if current:
             groups.append(FileGroup(tuple(current)))
-    # A lone small file without deletes is not worth a commit of its own.
-    return [g for g in groups if len(g.files) >= 2 or any(f.delete_files for f in g.files)]
+    # A lone small file without deletes is not worth a commit of its own; a drifted one is.
+    return [g for g in groups if len(g.files) >= 2 or any(f.delete_files or off_layout(f) for f in g.files)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Sequence
 
+from icemaint.domain.drift import LayoutTarget
+
 
 @dataclass(frozen=True)
 class ManifestSummary:
@@ -24,6 +26,7 @@ class ManifestSummary:
     live_files: int | None       # added + existing files; None when the writer did not record the counts
     first_date: dt.date | None = None  # the dates its files' time partitions span; None: not known
     last_date: dt.date | None = None
+    spec_id: int | None = None   # the partition spec its files were written under
 
 
 @dataclass(frozen=True)
@@ -57,13 +60,22 @@ def most_files_on_one_date(manifests: Sequence[ManifestSummary]) -> int | None:
     return most
 
 
-def screen_compaction(manifests: Sequence[ManifestSummary], min_input_files: int, dated: bool) -> str | None:
+def screen_compaction(manifests: Sequence[ManifestSummary], min_input_files: int, dated: bool,
+                      layout: LayoutTarget | None = None) -> str | None:
     """Why no partition of the table can be due for compaction, or None when its manifests must be read.
 
     `dated`: the table is time-partitioned, so a per-date bound from the manifests' ranges applies.
+    `layout`: the table's layout when the policy looks for layout drift (`icemaint.domain.drift`): data files under
+    another spec are seen in the manifest list, so such a table is read. File sizes and sort orders are in the
+    manifests only: an oversized file, or one recorded under another sort order, on a table screened here is found
+    when its manifests are next read (reading every sorted table at every tick would cost most estates' sorted
+    tables a full read for files that, written by Iceberg's Spark before 1.11, record no sort order at all).
     """
     if any(m.deletes and m.live_files != 0 for m in manifests):
         return None  # delete files can make a date due whatever its file count
+    if layout is not None and any(not m.deletes and m.live_files != 0 and m.spec_id is not None
+                                  and m.spec_id != layout.spec_id for m in manifests):
+        return None  # old-spec files may be due whatever their count
     counts = [m.live_files for m in manifests if not m.deletes]
     known = [c for c in counts if c is not None]
     if len(known) != len(counts):

@@ -13,7 +13,8 @@ Every Spark and JVM call of a staged rewrite lives here (Iceberg's public Java A
 - `StagingArea.before_rows` / `after_rows`: the two sides of the proof, read the same exact way.
 - `StagingArea.publish`: one `replace` commit on `main` that swaps exactly the proven old files
   for exactly the proven new files, validated from S with S's data sequence number, with the
-  proof's evidence in the snapshot summary. A writer's conflicting commit raises `PublishConflict`.
+  proof's evidence in the snapshot summary, committed until it lands (`icemaint.engine.publish`).
+  A writer's conflicting commit raises `PublishConflict`.
 - `StagingArea.discard`: removes the staging branch (also of runs that died: `stale_branches`).
 
 Nothing here ever moves a ref backwards: no rollback, no set-current, no cherry-pick.
@@ -34,9 +35,10 @@ from icemaint.engine.java import dropping_interrupted_call, is_interrupt
 from icemaint.engine.java import (  # noqa: F401 (re-exported)
     CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class,
     sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list,
-    java_class, one_java_line, publish_race, race_backoff)
+    java_class, one_java_line, publish_backoff, publish_race, race_backoff)
 from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
 from icemaint.engine.digest import can_feed
+from icemaint.engine.publish import PendingPublish, PublishBaseMoved
 from icemaint.engine.planning import date_filter, plan_files
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey, read_splits
@@ -280,14 +282,16 @@ class StagingArea:
         self.commit_racing(attempt, "staging", self.race_timeout_seconds)
         return int(self.table().refs().get(branch).snapshotId())
 
-    def commit_racing(self, attempt, what: str, timeout_seconds: float, sleep=time.sleep) -> list[float]:
+    def commit_racing(self, attempt, what: str, timeout_seconds: float, sleep=time.sleep,
+                      backoff=race_backoff) -> list[float]:
         """Runs `attempt()` (one table commit built on the fresh table) until it lands; the seconds of each try.
 
         A try that lost only a race (`publish_race`: another commit landed first, nothing conflicts) is made again
         with jittered backoff until `timeout_seconds` have passed; then, or on any other error, the error goes up
         with `.attempts` set. Iceberg's own retry of a transaction cannot re-apply a ref change (it fails with
         "Table metadata refresh is required" at the first race): for the staged commit (a branch and its append,
-        cheap to build again) this loop is the retry; for the publish it is the one after Iceberg's."""
+        cheap to build again) this loop is the retry; for the publish it is the only one (each attempt one `apply()` and
+        swap of the pending rewrite, `icemaint.engine.publish`), with `publish_backoff`."""
         started, attempts = time.monotonic(), []
         while True:
             t0 = time.monotonic()
@@ -298,7 +302,7 @@ class StagingArea:
                 if publish_race(exc) and time.monotonic() - started < timeout_seconds:
                     log.info("%s of %s lost a race (attempt %d, %.2fs), committing again: %s", what, self.name.key,
                              len(attempts), attempts[-1], one_java_line(exc))
-                    sleep(race_backoff(len(attempts)))
+                    sleep(backoff(len(attempts)))
                     continue
                 setattr(exc, "attempts", tuple(attempts))  # noqa: B010 (an attribute Exception does not declare)
                 raise
@@ -456,11 +460,12 @@ class StagingArea:
         """One forward `replace` commit on `main`: exactly the proven old files for the proven new ones (the caller
         removes the staging branch after, `discard`).
 
-        Iceberg retries a commit that lost a race itself (the table's `commit.retry.*` properties); one that still
-        lost (another commit landed first, nothing conflicts: its `CommitFailedException` once those retries are
-        spent, or a REST catalog's sequence-number race) is made again on the fresh table, with jittered backoff,
-        until `race_timeout_seconds` have passed: the files are written and proven once, only the commit is
-        repeated. Each attempt's duration is in `Published.attempts`.
+        The `replace` is built once (`icemaint.engine.publish.PendingPublish`); an attempt that lost a race (another
+        commit landed first, nothing conflicts: the catalog's `CommitFailedException`, or a REST catalog's
+        sequence-number race) is made again on the fresh table, with jittered backoff, until `race_timeout_seconds`
+        have passed, reusing the manifests the earlier attempts filtered and validating only the snapshots they have
+        not: the files are written and proven once, only the commit is repeated. Each attempt's duration is in
+        `Published.attempts`; the files of lost attempts are removed once the outcome is known.
 
         Raises:
             PublishConflict: A writer's commit since S conflicts (Iceberg's validation), or the races went on
@@ -469,14 +474,17 @@ class StagingArea:
         """
         from py4j.protocol import Py4JJavaError
 
+        pending = self._pending_publish(staged, properties)
         try:
-            attempts = self.commit_racing(lambda: self._commit_publish(staged, properties), "publish",
-                                          self.race_timeout_seconds, sleep)
+            self._prepare_publish(pending)  # outside the race and its time budget
+            attempts = self.commit_racing(lambda: self._commit_publish(pending), "publish", self.race_timeout_seconds,
+                                          sleep, backoff=publish_backoff)
         except Py4JJavaError as exc:
             cls, first, tried = java_exception_class(exc), one_java_line(exc), getattr(exc, "attempts", ())
             if cls in CONFLICT_CLASSES or publish_race(exc):
+                pending.abandon()
                 raise PublishConflict(f"{(cls or '').rsplit('.', 1)[-1]}: {first}", attempts=tried) from exc
-            if cls == COMMIT_STATE_UNKNOWN:
+            if cls == COMMIT_STATE_UNKNOWN:  # its files may be committed: nothing is removed
                 found = self.find_published(staged.staged_snapshot_id)
                 if found is not None:
                     log.warning("publish of %s reported an unknown commit state; the commit landed (%s)",
@@ -487,24 +495,23 @@ class StagingArea:
                     f"the catalog could not confirm the publish of {self.name.key} and the commit is not in "
                     f"the table after a re-read: {first}") from exc
             raise
+        except PublishBaseMoved as exc:
+            pending.abandon()
+            raise StagingError(f"publish of {self.name.key}: {exc}") from exc
+        if pending.committed_snapshot_id is not None:
+            pending.landed()
         found = self.find_published(staged.staged_snapshot_id)
         if found is None:
             raise PublishStateUnknown(f"publish of {self.name.key} returned but its snapshot is not in the table")
         return Published(found.snapshot_id, found.sequence_number, attempts=tuple(attempts))
 
-    def _commit_publish(self, staged: StagedRewrite, properties: dict[str, str]) -> None:
-        """The publish as one table commit on the fresh table: the `replace` on main.
-
-        Alone, not in a transaction with the branch's removal: Iceberg retries a lost race of a standalone rewrite
-        inside its `SnapshotProducer`, on the refreshed metadata, keeping the manifests it already filtered (cheap:
-        milliseconds); a transaction holding a ref change cannot be re-applied ("Table metadata refresh is required"
-        at the first race), so every lost race cost a whole new attempt: 33-126 s for a date of 3,000 files on a
-        loaded machine (benchmarks/publish_race.py), far longer than a streaming writer's interval. The branch is
-        removed right after, by its own ref commit (`discard`)."""
+    def _pending_publish(self, staged: StagedRewrite, properties: dict[str, str]) -> PendingPublish:
+        """The publish's `replace` on main, built once (`icemaint.engine.publish`): exactly the proven old files for
+        the proven new ones, validated from S, the new data files at S's data sequence number (deletes a writer
+        commits after S still apply to them), the proof's evidence in the snapshot summary."""
         tbl = self.table()
         rewrite = tbl.newRewrite().validateFromSnapshot(staged.base_snapshot_id)
         if staged.target == "data":
-            # The new data files keep S's data sequence number: deletes a writer commits after S still apply.
             rewrite = rewrite.dataSequenceNumber(staged.base_sequence_number)
             for task in staged._old_tasks:
                 rewrite = rewrite.deleteFile(task.file())
@@ -515,7 +522,26 @@ class StagingArea:
         marker = {**properties, MAINTENANCE_TAG: "true", STAGED_SNAPSHOT_KEY: str(staged.staged_snapshot_id)}
         for key, value in marker.items():
             rewrite = rewrite.set(key, str(value))
-        rewrite.commit()
+        pending = PendingPublish(self.jvm, self.spark.sparkContext._gateway, tbl, rewrite, staged.base_snapshot_id)
+        pending.skip_manifest_merge()
+        return pending
+
+    def _prepare_publish(self, pending: PendingPublish) -> None:
+        """The publish applied once before its first attempt (`PendingPublish.prepare`): a date of 3,000 single-file
+        commits took 59 s here on a loaded machine (every manifest listing a replaced file read and filtered), each
+        attempt after it 1 s."""
+        pending.prepare()
+
+    def _commit_publish(self, pending: PendingPublish) -> None:
+        """One attempt of the publish: the pending `replace` applied to the refreshed table and swapped in.
+
+        Alone, not in a transaction with the branch's removal (a transaction holding a ref change cannot be
+        re-applied: "Table metadata refresh is required" at the first race). Not Iceberg's `commit()` either: once
+        its own retries are spent it cleans the pending rewrite up, and the next attempt filtered every manifest
+        listing a replaced file again (33-126 s for a date of 3,000 files on a loaded machine,
+        benchmarks/publish_race.py); here an attempt after a lost race reuses them. The branch is removed right
+        after, by its own ref commit (`discard`)."""
+        pending.attempt()
 
     def find_published(self, staged_snapshot_id: int) -> Published | None:
         """The `main` snapshot that published `staged_snapshot_id`, searched on main's lineage."""

@@ -19,11 +19,11 @@ from icemaint.domain.health import TableHealth, compute_health, writer_commit_ti
 from icemaint.domain.rewrite_plan import sort_order_problem
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.units import printable
+from icemaint.domain.drift import LayoutTarget
 from icemaint.domain.screen import Screened, screen_compaction
 from icemaint.observe.manifests import (
-    current_manifests, manifest_summaries, metadata_log_bytes, read_file_entries, read_snapshots, read_writer_touches,
-    schema_columns,
-    time_partitioning,
+    current_manifests, manifest_summaries, metadata_below_log, metadata_log_bytes, read_file_entries, read_snapshots,
+    read_writer_touches, schema_columns, spec_descriptions, time_partitioning,
 )
 from icemaint.errors import OperationalError, UserError, one_line
 
@@ -256,7 +256,9 @@ class CatalogReader:
         timing = time_partitioning(tbl, policy.time_column)
         if timing.found or not policy.time_column:  # a policy time_column that is wrong is refused in full
             summaries = manifest_summaries(tbl, timing, manifests)
-            reason = screen_compaction(summaries, policy.min_input_files, dated=timing.found)
+            layout = LayoutTarget(tbl.metadata.default_spec_id, tbl.metadata.default_sort_order_id,
+                                  policy.max_file_size_bytes) if policy.layout_drift else None
+            reason = screen_compaction(summaries, policy.min_input_files, dated=timing.found, layout=layout)
             if reason:
                 return Screened(TableName.parse(table).key, tbl.metadata_location, reason,
                                 data_files=sum(m.live_files or 0 for m in summaries if not m.deletes),
@@ -296,9 +298,13 @@ class CatalogReader:
             writer_partitions_known=known,
             metadata_files=len(tbl.metadata.metadata_log) + 1,
             metadata_bytes=metadata_log_bytes(tbl) if measure_metadata else None,
+            metadata_below_log=metadata_below_log(tbl, now) if measure_metadata else None,
             small_file_size_bytes=policy.small_file_size_bytes,
             small_manifest_bytes=policy.manifest_small_bytes,
             now=now,
+            sort_order_id=tbl.metadata.default_sort_order_id,
+            max_file_size_bytes=policy.max_file_size_bytes,
+            specs=spec_descriptions(tbl),
         )
 
 

@@ -101,6 +101,28 @@ def metadata_log_bytes(tbl) -> int:
     return total
 
 
+def metadata_below_log(tbl, now: dt.datetime) -> tuple[int, int] | None:
+    """metadata.json files of the table's metadata directory below its metadata log, and their bytes
+    (`domain.metadata_files.stale_metadata_files`, with no age margin); None when the table's FileIO cannot list
+    (pyiceberg's PyArrowFileIO can: the local disk, S3, GCS, HDFS)."""
+    from icemaint.domain.metadata_files import ListedFile, stale_metadata_files
+
+    fs_by_scheme, parse = getattr(tbl.io, "fs_by_scheme", None), getattr(tbl.io, "parse_location", None)
+    if fs_by_scheme is None or parse is None:
+        return None
+    from pyarrow.fs import FileSelector, FileType
+
+    scheme, netloc, path = parse(tbl.metadata_location)
+    directory = path.rsplit("/", 1)[0]
+    infos = fs_by_scheme(scheme, netloc).get_file_info(FileSelector(directory, allow_not_found=True))
+    listed = [ListedFile(f"{directory}/{i.base_name}", int(i.size or 0),
+                         int(i.mtime.timestamp() * 1000) if i.mtime else 0)
+              for i in infos if i.type == FileType.File]
+    plan = stale_metadata_files(listed, path, [parse(e.metadata_file)[2] for e in tbl.metadata.metadata_log],
+                                int(now.timestamp() * 1000), min_age_seconds=0)
+    return len(plan.remove), plan.remove_bytes
+
+
 def read_snapshots(tbl) -> list[SnapshotEntry]:
     out = []
     for snap in tbl.metadata.snapshots:
@@ -175,6 +197,22 @@ def _spec_time_fields(tbl, column: str | None) -> dict[int, tuple[str, str]]:
     return out
 
 
+def spec_descriptions(tbl) -> dict[int, str]:
+    """Each partition spec the table has had, as people read it: 'day(ts)', 'hour(ts), bucket[16](id)'."""
+    schema = tbl.schema()
+    out = {}
+    for spec_id, spec in tbl.metadata.specs().items():
+        parts = []
+        for pf in spec.fields:
+            try:
+                source = schema.find_column_name(pf.source_id) or pf.name
+            except ValueError:  # the source column was dropped since
+                source = pf.name
+            parts.append(f"{pf.transform}({source})")
+        out[spec_id] = ", ".join(parts) or "unpartitioned"
+    return out
+
+
 def current_manifests(tbl) -> list:
     """The current snapshot's manifests (one read of its manifest list); none for an empty table."""
     snapshot = tbl.current_snapshot()
@@ -205,7 +243,7 @@ def manifest_summaries(tbl, timing: TimePartitioning, manifests: list) -> list[M
                 first = partition_date(from_bytes(IntegerType(), summary.lower_bound), transform)
                 last = partition_date(from_bytes(IntegerType(), summary.upper_bound), transform)
         out.append(ManifestSummary(deletes=m.content != ManifestContent.DATA, live_files=live,
-                                   first_date=first, last_date=last))
+                                   first_date=first, last_date=last, spec_id=m.partition_spec_id))
     return out
 
 
@@ -228,7 +266,8 @@ def read_file_entries(tbl, timing: TimePartitioning, manifests: list | None = No
             date, partition = place.of(manifest.partition_spec_id, f)
             yield FileEntry(content=content, size_bytes=f.file_size_in_bytes, record_count=f.record_count,
                             date=date, partition=partition, deletion_vector=vector,
-                            added_snapshot_id=entry.snapshot_id)
+                            added_snapshot_id=entry.snapshot_id, spec_id=manifest.partition_spec_id,
+                            sort_order_id=f.sort_order_id if content == 0 else None)
 
 
 class _FilePlace:

@@ -59,6 +59,7 @@ class CompactionRequest:
     planned_snapshot_id: int | None = None
     planned_schema_id: int | None = None
     identity: str | None = None  # who asked, when not the process's identity (an agent's run: the agent)
+    agent_reason: str | None = None  # the reason the agent gave for the request that launched the run
 
 
 @dataclass
@@ -509,7 +510,8 @@ class Compactor(ContractOperation):
             partition_rationale=detail.get("rationale", {}),
             cost_estimate=detail.get("cost_estimate", {}),
             validation=outcome.validation.to_dict(), durations=outcome.durations,
-            details={"dry_run": outcome.dry_run, "files_before": outcome.files_before,
+            details={**({"agent_reason": request.agent_reason} if request.agent_reason else {}),
+                     "dry_run": outcome.dry_run, "files_before": outcome.files_before,
                      "files_after": outcome.files_after, "rewritten_bytes": outcome.rewritten_bytes,
                      "rewritten_delete_files": outcome.rewritten_delete_files,
                      "added_delete_files": outcome.added_delete_files,

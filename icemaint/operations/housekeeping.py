@@ -23,7 +23,7 @@ from typing import Callable
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractOperation, ContractRun, first_line
 from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation, launched_by_a_person
-from icemaint.domain.policy import metadata_properties
+from icemaint.domain.policy import cleans_metadata, metadata_properties
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import (
@@ -31,6 +31,7 @@ from icemaint.domain.retention import (
     check_retain_last, manifests_due, plan_expiry,
 )
 from icemaint.engine.manifests import rewrite_manifests
+from icemaint.engine.metadata_cleanup import remove_old_metadata_files
 from icemaint.engine.orphans import remove_orphan_files
 from icemaint.engine.retention import (
     RetentionCommitUnknown, RetentionConflict, expire_snapshots, read_snapshots, set_table_properties, table_properties,
@@ -38,6 +39,7 @@ from icemaint.engine.retention import (
 from icemaint.engine.staging import RUN_ID_KEY
 from icemaint.operations.statistics import StatisticsRequest, act_statistics
 from icemaint.domain.units import format_duration, human_size
+from icemaint.errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class ExpiryRequest:
     trigger: str = "manual"
     run_id: str | None = None
     identity: str | None = None  # who asked, when not the process's identity (an agent's run: the agent)
+    agent_reason: str | None = None  # the reason the agent gave for the request that launched the run
 
     def __post_init__(self) -> None:
         check_age(self.older_than_seconds, "older_than")
@@ -98,6 +101,7 @@ class OrphanRequest:
     trigger: str = "manual"
     run_id: str | None = None
     identity: str | None = None
+    agent_reason: str | None = None
 
     def __post_init__(self) -> None:
         check_age(self.older_than_seconds, "older_than")
@@ -113,6 +117,7 @@ class ManifestRequest:
     trigger: str = "manual"
     run_id: str | None = None
     identity: str | None = None
+    agent_reason: str | None = None
 
 
 @dataclass
@@ -239,7 +244,8 @@ class Housekeeper(ContractOperation):
             before_snapshot_id=outcome.before_snapshot_id, after_snapshot_id=outcome.after_snapshot_id,
             writer_check={"claim_holder": outcome.claim_holder} if outcome.claim_holder else {},
             durations=outcome.durations,
-            details={"dry_run": outcome.dry_run, "settings": outcome.settings, "metrics": outcome.metrics,
+            details={**({"agent_reason": request.agent_reason} if getattr(request, "agent_reason", None) else {}),
+                     "dry_run": outcome.dry_run, "settings": outcome.settings, "metrics": outcome.metrics,
                      "evidence": outcome.evidence,
                      "metadata_location_before": outcome.metadata_location_before,
                      "metadata_location_after": outcome.metadata_location_after},
@@ -273,6 +279,8 @@ class Housekeeper(ContractOperation):
         cleaned = self._clean_staging(name, request, outcome)
         aligned = self._align_metadata_properties(name, policy, request.dry_run, outcome)
         self._expire_snapshots(name, policy, request, outcome)
+        if outcome.decision in (RUN, NOOP):  # after the expiry's own commit, which moves the log on by one
+            self._clean_metadata_files(name, policy, request, outcome)
         if cleaned:
             outcome.reason += f"; {cleaned}"
         if aligned:
@@ -310,6 +318,34 @@ class Housekeeper(ContractOperation):
         if not dry_run:
             set_table_properties(self.spark, self.catalog, name, differ)
         return ", ".join(f"{key}={value}" for key, value in sorted(differ.items()))
+
+    def _clean_metadata_files(self, name: TableName, policy, request: ExpiryRequest, outcome: RetentionOutcome) -> None:
+        """The metadata.json files that dropped out of the table's metadata log, removed as Iceberg's
+        delete-after-commit would have (`domain.metadata_files`); not when the policy keeps them or files."""
+        keep_files = policy.keep_files if request.keep_files is None else request.keep_files
+        if not cleans_metadata(policy) or keep_files:
+            return
+        try:
+            tbl = self.reader.load(name.key)
+            done = remove_old_metadata_files(self.spark, self.catalog, name, tbl.metadata_location,
+                                             [entry.metadata_file for entry in tbl.metadata.metadata_log],
+                                             now=self.clock(), dry_run=request.dry_run)
+        except Exception as exc:  # the expiry stands: a cleanup that failed is said, and the next expiry tries again
+            log.warning("metadata.json cleanup of %s failed: %s", name.key, exc)
+            outcome.evidence["metadata_files_error"] = f"{type(exc).__name__}: {one_line(exc)}"
+            outcome.reason += f"; metadata.json cleanup failed ({type(exc).__name__}: {one_line(exc)})"
+            return
+        figures = done.to_dict()
+        outcome.evidence["metadata_files"] = figures
+        outcome.metrics.update({k: figures[k] for k in ("metadata_files_removed", "metadata_bytes_removed",
+                                                          "metadata_files_in_log")})
+        planned = done.plan.remove
+        if planned:
+            files = len(planned) if request.dry_run else len(done.removed)
+            size = done.plan.remove_bytes if request.dry_run else done.removed_bytes
+            verb = "would remove" if request.dry_run else "removed"
+            outcome.reason += (f"; {verb} {files} metadata.json file{'s' if files != 1 else ''} ({human_size(size)}) "
+                               f"older than the table's metadata log (v{done.plan.oldest_listed_version}..)")
 
     def _expire_snapshots(self, name: TableName, policy, request: ExpiryRequest, outcome: RetentionOutcome) -> None:
         # A writer that does not take the claim may commit between planning and the call. Commits on top do

@@ -30,6 +30,7 @@ class StatisticsRequest:
     trigger: str = "manual"
     run_id: str | None = None
     identity: str | None = None  # who asked, when not the process's identity (an agent's run: the agent)
+    agent_reason: str | None = None  # the reason the agent gave for the request that launched the run
 
     def __post_init__(self) -> None:
         if self.columns is not None and (not isinstance(self.columns, tuple) or not self.columns or not all(
