@@ -25,10 +25,12 @@ _counter = itertools.count()
 TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
-def config_doc(root: Path, **overrides) -> dict:
-    """The test estate's config document (`local_estate_doc`) with the test JVMs' options."""
+def config_doc(root: Path, *, test_java_options: bool = True, **overrides) -> dict:
+    """The test estate's config document (`local_estate_doc`) with the test JVMs' options (unless a test of a
+    deployment's own Java options says `test_java_options=False`: a config's options replace the file's)."""
     doc = local_estate_doc(root, **overrides)
-    doc["spark"].setdefault("conf", {}).setdefault("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS)
+    if test_java_options:
+        doc["spark"].setdefault("conf", {}).setdefault("spark.driver.extraJavaOptions", TEST_JAVA_OPTIONS)
     return doc
 
 

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 from conftest import make_config, write_config
-from icemaint.app.demo import local_estate_doc
-from icemaint.config import parse_config
 from icemaint.engine import class_archive as ca
 from icemaint.engine.spark_defaults import defaults_path, deployment_defaults, parse_properties
 from icemaint.engine.spark_session import ICEBERG_EXTENSIONS, brings_own_iceberg, session_conf
@@ -94,7 +92,7 @@ def test_the_deployments_java_options_jars_and_extensions_are_added_to_not_repla
     spark_defaults(spark_driver_extraJavaOptions="-Dkrb.conf=/etc/krb5.conf", spark_jars="/opt/gcs-connector.jar",
                    spark_sql_extensions="io.delta.sql.DeltaSparkSessionExtension")
     # the estate's config as a deployment writes it: no Java options of its own (the tests' JIT option is one)
-    conf = session_conf(parse_config(local_estate_doc(tmp_path), tmp_path))
+    conf = session_conf(make_config(tmp_path, test_java_options=False))
     assert conf[JAVA_OPTIONS].startswith("-Dkrb.conf=/etc/krb5.conf "), conf[JAVA_OPTIONS]
     assert "-Diceberg.worker.num-threads=" in conf[JAVA_OPTIONS]
     jars = conf["spark.jars"].split(",")
@@ -187,7 +185,7 @@ def test_a_real_driver_keeps_the_deployments_java_options_and_prints_nothing_on_
     (folder / "spark-defaults.conf").write_text(
         "spark.driver.extraJavaOptions -Djava.security.krb5.conf=/etc/k.conf -Xlog:gc\n")
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        spark={"master": "local[1]", "conf": {"spark.ui.enabled": "false"}})
+                        spark={"master": "local[1]", "conf": {"spark.ui.enabled": "false"}}, test_java_options=False)
     proc = subprocess.run([sys.executable, "-c", PROPERTIES, str(path)], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "SPARK_CONF_DIR": str(folder)})
     assert proc.returncode == 0, proc.stderr[-3000:]
