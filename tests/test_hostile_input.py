@@ -192,7 +192,7 @@ def test_hostile_durations_are_rejected(estate, capsys, command, duration):
     case(["audit", "--operation", "x'; DROP TABLE audit; --"], "operation", id="audit operation"),
     case(["health"], "table", id="missing table"),
     case(["compact", "-x.y", "--date", "2026-01-01"], "table", id="table like an option"),
-    case(["frobnicate"], "command", id="unknown command"),
+    case(["frobnicate"], "invalid choice: 'frobnicate'", id="unknown command"),
     case(["manifests", "hostile_nowhere.events"], "hostile_nowhere.events", id="table not found"),
 ])
 def test_bad_arguments_are_rejected(estate, capsys, argv, mention):
