@@ -203,7 +203,13 @@ def test_every_dashboard_query_returns_series(watched):
     panels = json.loads(DASHBOARD.read_text())["panels"]
     queries = [(panel["title"], t["expr"]) for panel in panels for t in panel.get("targets", [])]
     assert len(queries) >= 20
-    empty = [(title, expr) for title, expr in queries if not watched.prometheus.query_range(expr, watched.started)]
+    # `increase(...)` needs two samples of a series in its window: a counter the last tick created has them one
+    # scrape (1 s) later, which a quiet machine may not have waited for yet
+    deadline, empty = time.monotonic() + 30, queries
+    while empty and time.monotonic() < deadline:
+        empty = [(title, expr) for title, expr in empty if not watched.prometheus.query_range(expr, watched.started)]
+        if empty:
+            time.sleep(1.0)
     assert empty == [], empty
 
 
