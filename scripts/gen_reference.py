@@ -36,7 +36,7 @@ def _table(head: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> str:
 
 
 def configuration_page() -> str:
-    from icemaint.config import CONFIG_KEYS
+    from icemaint.config_keys import CONFIG_KEYS
 
     rows = [(f"`{key}`", kind, f"`{default}`", meaning) for key, (kind, default, meaning) in CONFIG_KEYS.items()]
     return (HEADER + "# Configuration keys\n\n"

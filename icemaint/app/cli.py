@@ -15,6 +15,7 @@ from typing import Sequence
 from icemaint.app import cli_retention
 from icemaint.app import metrics_server
 from icemaint.app import serve
+from icemaint.app.cli_types import port, positive_int, whole_number
 from icemaint.app.cli_help import DRY_RUN_HELP, JSON_HELP, MAIN_DESCRIPTION, MAIN_EPILOG, add_command
 from icemaint.config import ConfigError, MaintenanceConfig, load_config
 from icemaint.domain.drift import drift_line
@@ -234,15 +235,6 @@ def cmd_revert(config: MaintenanceConfig, args) -> int:
     return EXIT_OK if outcome.decision == "run" else EXIT_FAILED
 
 
-def _port(text: str) -> int:
-    """A TCP port for the webserver (Dagster's own failure on a bad one left its daemon running without a UI)."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
-    return port
 
 
 MAX_NOTE_CHARS = 1000
@@ -453,24 +445,8 @@ def cmd_doctor(config: MaintenanceConfig, args) -> int:
     return EXIT_FAILED if any(c.status is Status.FAIL for c in checks) else EXIT_OK
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
 
 
-def _whole_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative: the limit is a number of records, 0 or more")
-    return value
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -538,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--operation", metavar="OP",
                    help="only this operation's records: compact, expire, orphans, manifests, statistics, "
                         "purge-quarantine, cleanup, revert, approve, alert, lineage")
-    s.add_argument("--limit", type=_whole_number, metavar="N", help="at most N records, the newest")
+    s.add_argument("--limit", type=whole_number, metavar="N", help="at most N records, the newest")
     s.add_argument("--oldest-first", action="store_true",
                    help="print in the order the records were written (default: newest first)")
     s.add_argument("--json", action="store_true", help=JSON_HELP + " (newest first, as printed)")
@@ -547,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="decide and print, request nothing")
     s.add_argument("--until-idle", action="store_true",
                    help="tick again, in this process, until a tick publishes nothing (an estate catch-up)")
-    s.add_argument("--max-ticks", type=_positive_int, default=None, metavar="N",
+    s.add_argument("--max-ticks", type=positive_int, default=None, metavar="N",
                    help=f"with --until-idle: at most this many ticks (default {DEFAULT_MAX_TICKS})")
     s.add_argument("--json", action="store_true", help="the tick's report (with --until-idle: a list, one per tick)")
 
@@ -560,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help=JSON_HELP)
 
     s = add_command(sub, "ui", cmd_ui)
-    s.add_argument("--port", type=_port, default=3000, help="the webserver's port on 127.0.0.1 (default 3000)")
+    s.add_argument("--port", type=port, default=3000, help="the webserver's port on 127.0.0.1 (default 3000)")
 
     s = add_command(sub, "mcp", cmd_mcp)
     s.add_argument("--agent", help="stdio: the configured agent this server serves (default: the only one)")
@@ -576,8 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spark", action="store_true", help="also start Spark and report the Iceberg version it loaded")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     cli_retention.register(sub)  # expire, orphans, manifests, statistics, purge-quarantine
-    metrics_server.register(sub, _port)  # metrics: the Prometheus endpoint
-    serve.register(sub, _port)  # serve: the long-lived engine
+    metrics_server.register(sub)  # metrics: the Prometheus endpoint
+    serve.register(sub)  # serve: the long-lived engine
     return p
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from socketserver import ThreadingMixIn
 
+from icemaint.app.cli_types import port
 from icemaint.domain.audit_tally import AuditTally
 from icemaint.safety.audit_tail import open_audit_tail
 from icemaint.safety.health_store import HealthStore
@@ -300,11 +301,11 @@ def cmd_metrics(config: "MaintenanceConfig", args) -> int:
     return 0
 
 
-def register(sub, port_type: Callable[[str], int]) -> None:
+def register(sub) -> None:
     """Adds `icemaint metrics` to the CLI's subcommands."""
     from icemaint.app.cli_help import add_command
 
     s = add_command(sub, "metrics", cmd_metrics)
-    s.add_argument("--port", type=port_type, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
+    s.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
     s.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; 0.0.0.0 for a Prometheus on another host)")

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from icemaint.app.cli_types import port, positive_int
 from icemaint.domain.serve_health import BUG, OPERATIONAL, ServeState, TickRecord, alive, ready, stale_after
 from icemaint.domain.units import counted, human_duration, human_size, parse_duration, printable
 from icemaint.errors import UserError, is_operational, one_line
@@ -285,31 +286,23 @@ def cmd_serve(config, args) -> int:
     return 0
 
 
-def register(sub, port_type: Callable[[str], int]) -> None:
+def register(sub) -> None:
     """Adds `icemaint serve` to the CLI's subcommands."""
     from icemaint.app.cli_help import add_command
 
     s = add_command(sub, "serve", cmd_serve)
     s.add_argument("--interval", type=interval_arg, default=parse_duration(DEFAULT_INTERVAL), metavar="DURATION",
                    help=f"wait between the end of a tick and the start of the next (default {DEFAULT_INTERVAL})")
-    s.add_argument("--health-port", type=port_type, default=None, metavar="PORT",
+    s.add_argument("--health-port", type=port, default=None, metavar="PORT",
                    help="serve GET /healthz and /readyz (JSON) on this port (default: no probe server)")
     s.add_argument("--health-host", default="127.0.0.1", metavar="HOST",
                    help="address the probe server binds (default 127.0.0.1; 0.0.0.0 for a kubelet's probes)")
     s.add_argument("--stale-after", type=interval_arg, default=None, metavar="DURATION",
                    help="/healthz fails when the loop has not beaten for this long (default: 3 intervals, at "
                         "least 15m; the loop does not beat inside a tick, so it must exceed the longest tick)")
-    s.add_argument("--max-ticks", type=_positive, default=None, metavar="N",
+    s.add_argument("--max-ticks", type=positive_int, default=None, metavar="N",
                    help="stop after N ticks (a benchmark, a smoke test); default: until SIGTERM or Ctrl-C")
     s.add_argument("--json", action="store_true",
                    help="one JSON object per tick on standard output (raw numbers: seconds, bytes of memory)")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
