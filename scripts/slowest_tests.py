@@ -2,6 +2,10 @@
 file, and the run's wall time against CI's budget.
 
     python scripts/slowest_tests.py REPORT.xml [--top 25] [--budget-s 900] [--wall-s SECONDS]
+                                    [--write-durations tests/durations.json]
+
+`--write-durations` records each file's time, which `tests/conftest.py` uses to hand the longest files to the
+workers first (whole files are the workers' units of work).
 
 A test's time is its setup, call and teardown together (pytest's `junit_duration_report = total`); under
 pytest-xdist the tests of two workers overlap, so their times add up to more than the wall time. Over the
@@ -12,6 +16,7 @@ machine's load than the suite's, and the figures above the line say which.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -34,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--budget-s", type=float, default=900.0, help="CI's target for the whole run")
     parser.add_argument("--wall-s", type=float, help="the run's wall time, when the caller measured it")
+    parser.add_argument("--write-durations", metavar="PATH", help="write each file's seconds as JSON")
     args = parser.parse_args(argv)
 
     cases = test_times(args.report)
@@ -48,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     for path, seconds in sorted(by_file.items(), key=lambda kv: -kv[1])[:10]:
         print(f"  {seconds:8.1f} s  {path}")
     print(f"test time summed over workers: {total:.0f} s")
+    if args.write_durations:
+        ordered = dict(sorted(((path, round(seconds, 1)) for path, seconds in by_file.items()), key=lambda kv: -kv[1]))
+        with open(args.write_durations, "w") as out:
+            json.dump(ordered, out, indent=0)
+            out.write("\n")
     if args.wall_s is not None:
         verdict = "within" if args.wall_s <= args.budget_s else "OVER"
         print(f"wall time {args.wall_s:.0f} s: {verdict} the {args.budget_s:.0f} s budget")

@@ -127,23 +127,50 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("cluster") and item.nodeid.split("::", 1)[0] not in ONE_WORKER_FILES:
             raise pytest.UsageError(f"{item.nodeid}: a `cluster` test in a file not in conftest.ONE_WORKER_FILES "
                                     "would start a second stack on the same ports in another worker")
-    # The longest tests first: under xdist a worker that meets one last leaves the other idle meanwhile. The
-    # production stack's tests (one worker, minutes), then the other `slow` ones; a stable sort keeps file order.
-    items.sort(key=lambda item: 0 if item.get_closest_marker("cluster") else 1 if item.get_closest_marker("slow") else 2)
+    # The longest files first (whole files are the workers' units, `pytest_xdist_make_scheduler`): a worker that
+    # meets a long one last leaves the other idle meanwhile. The production stack's file leads; then each file by
+    # its time in the last recorded run (tests/durations.json, `scripts/slowest_tests.py --write-durations`), a
+    # file not recorded yet as a middling one. A stable sort keeps each file's own order.
+    durations = _file_durations()
+    items.sort(key=lambda item: (0 if item.get_closest_marker("cluster") else 1,
+                                 -durations.get(item.nodeid.split("::", 1)[0], NEW_FILE_SECONDS)))
+
+
+NEW_FILE_SECONDS = 20.0
+
+
+def _file_durations() -> dict[str, float]:
+    import json
+
+    path = Path(__file__).with_name("durations.json")
+    try:
+        return {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadgroup` with ONE_WORKER_FILES as groups. pytest-xdist's own `xdist_group` marks do not group
-    under pytest 9 (xdist 3.8 tags a test's node id, which pytest 9 no longer lets a plugin change)."""
+    """`--dist loadgroup` with whole files as work units, and ONE_WORKER_FILES as groups.
+
+    A file's tests run on one worker, so a module-scoped fixture (an estate of tables, a server) is built once,
+    not once per worker that happens to get one of its tests. Files are handed out in the order of the sorted
+    collection (`pytest_collection_modifyitems`: the production stack's file, then files with `slow` tests),
+    not by their number of tests, so the long files start first and the short ones fill the end.
+    pytest-xdist's own `xdist_group` marks do not group under pytest 9 (xdist 3.8 tags a test's node id, which
+    pytest 9 no longer lets a plugin change).
+    """
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
 
-    class OneWorkerFiles(LoadGroupScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return ONE_WORKER_FILES.get(nodeid.split("::", 1)[0]) or super()._split_scope(nodeid)
+    config.option.loadscopereorder = False
 
-    return OneWorkerFiles(config, log)
+    class WholeFiles(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return ONE_WORKER_FILES.get(path, path)
+
+    return WholeFiles(config, log)
 
 
 def streaming_table(spark, catalog: str, table: str, *, batches: int, days: int = 3, rows_per_day: int = 15,

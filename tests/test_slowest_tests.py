@@ -52,3 +52,38 @@ def test_the_report_ranks_pytests_own_junit_xml_and_says_when_over_budget(tmp_pa
     lines = printed.stdout.splitlines()
     assert printed.returncode == 0 and lines[0] == "slowest 2 of 3 tests (setup + call + teardown):", printed.stdout
     assert lines[1].endswith("test_pace.py::test_slow") and lines[-1] == "wall time 1000 s: OVER the 900 s budget"
+
+    durations = tmp_path / "durations.json"
+    written = subprocess.run([sys.executable, str(ROOT / "scripts" / "slowest_tests.py"), str(xml), "--top", "0",
+                              "--write-durations", str(durations)], capture_output=True, text=True, timeout=60)
+    assert written.returncode == 0, written.stderr
+    import json
+
+    recorded = json.loads(durations.read_text())
+    assert list(recorded) == ["test_pace.py"] and recorded["test_pace.py"] >= 0.4, recorded
+
+
+def test_the_suite_hands_out_the_longest_recorded_files_first():
+    """conftest orders the collection by each file's recorded time (the workers' units are whole files)."""
+    import json
+
+    import conftest
+
+    recorded = json.loads((ROOT / "tests" / "durations.json").read_text())
+    assert recorded and all(path.startswith("tests/test_") for path in recorded), "durations.json names test files"
+
+    class Item:
+        def __init__(self, nodeid, cluster=False):
+            self.nodeid, self.fixturenames, self._cluster = nodeid, (), cluster
+
+        def get_closest_marker(self, name):
+            return object() if name == "cluster" and self._cluster else None
+
+        def add_marker(self, marker):
+            pass
+
+    slowest, quickest = max(recorded, key=recorded.get), min(recorded, key=recorded.get)
+    items = [Item(f"{quickest}::a"), Item("tests/test_not_recorded.py::b"), Item(f"{slowest}::c"),
+             Item("tests/test_cluster.py::d", cluster=True)]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert [i.nodeid.split("::")[1] for i in items] == ["d", "c", "b", "a"]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 from icemaint.domain.names import TableName
+from icemaint.engine.spark_session import iceberg_table
 from icemaint.errors import OperationalError
 
 # event_id = batch * ID_STRIDE + row: ids follow from the batch index alone, so a resumed or
@@ -345,16 +346,20 @@ class StreamingWriter:
         self._verified = True
 
     def _snapshot_of_batch(self, batch: int) -> int | None:
-        rows = self.spark.sql(
-            f"SELECT snapshot_id FROM {self.table_sql}.`snapshots` "
-            f"WHERE summary['{BATCH_PROPERTY}'] = '{int(batch)}'"
-        ).collect()
-        return int(rows[0]["snapshot_id"]) if rows else None
+        """The append snapshot of `batch` among main's ancestors, newest first: read through Iceberg's Java API
+        (a few calls, where a query of the `snapshots` table is a Spark job per batch)."""
+        table = iceberg_table(self.spark, self.catalog, self.name)
+        snapshot = table.currentSnapshot()
+        while snapshot is not None:
+            if snapshot.summary().get(BATCH_PROPERTY) == str(int(batch)):
+                return int(snapshot.snapshotId())
+            parent = snapshot.parentId()
+            snapshot = table.snapshot(parent) if parent is not None else None
+        return None
 
     def _current_snapshot(self) -> int | None:
-        rows = self.spark.sql(
-            f"SELECT snapshot_id FROM {self.table_sql}.`refs` WHERE name = 'main'").collect()
-        return int(rows[0]["snapshot_id"]) if rows else None
+        snapshot = iceberg_table(self.spark, self.catalog, self.name).currentSnapshot()
+        return None if snapshot is None else int(snapshot.snapshotId())
 
     # -- writing ----------------------------------------------------------------------------
 
