@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import make_config, streaming_table, write_config
+from conftest import make_config, run_cli, streaming_table, write_config
 from icemaint.config import load_config
 from icemaint.engine.staging import PROOF_KEY, RUN_ID_KEY, STAGE_KEY
 from staged_faults import staging_refs
@@ -113,10 +113,17 @@ def icemaint(config_path: Path, *args: str, log: Path) -> subprocess.Popen:
         out.close()
 
 
-def icemaint_run(config_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "icemaint"), "--config", str(config_path), *args], cwd=REPO,
-                          env={**os.environ, "ICEMAINT_IDENTITY": "maint-test"}, capture_output=True, text=True,
-                          timeout=timeout)
+@pytest.fixture
+def rerun(capsys, monkeypatch, isolated_dagster_home):
+    """`icemaint` in this process, as a CompletedProcess: the run after a killed one. Its subject is what the dead
+    process left behind, not a process boundary of its own, and each process of its own costs a JVM's start."""
+    monkeypatch.setenv("ICEMAINT_IDENTITY", "maint-test")
+
+    def run(config_path: Path, *args: str) -> subprocess.CompletedProcess:
+        code, out, err = run_cli(capsys, "--config", str(config_path), *args)
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return run
 
 
 def wait_for(what: str, probe, proc: subprocess.Popen, log: Path, poll: float = 0.02):
@@ -397,7 +404,7 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_compaction_killed_under_the_claim_and_while_staging_recovers_and_the_daemon_reaps(estate, lake_root):
+def test_compaction_killed_under_the_claim_and_while_staging_recovers_and_the_daemon_reaps(estate, lake_root, rerun):
     config, table, state = estate.config, estate.table, estate.state
     head = main_chain(config, table)[0]
 
@@ -476,15 +483,15 @@ def test_compaction_killed_under_the_claim_and_while_staging_recovers_and_the_da
     assert verdict.reap and "run worker's process is gone" in verdict.reason, verdict
 
     # 4. `icemaint audit` shows both dead runs as interrupted, not missing
-    shown = icemaint_run(estate.path, "audit", "--table", table, "--json")
+    shown = rerun(estate.path, "audit", "--table", table, "--json")
     assert shown.returncode == 0, shown.stderr
     interrupted = {r["run_id"]: r for r in json.loads(shown.stdout) if r["decision"] == "interrupted"}
     assert set(interrupted) == {run1.run_id, run2.run_id}, interrupted
-    text = icemaint_run(estate.path, "audit", "--table", table)
+    text = rerun(estate.path, "audit", "--table", table)
     assert text.stdout.count("interrupted") >= 2, text.stdout
 
     # 5. the next compaction runs as usual: it removes the dead run's branch (audited) and publishes
-    done = icemaint_run(estate.path, "compact", table, "--date", DATE, "--json")
+    done = rerun(estate.path, "compact", table, "--date", DATE, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     [outcome] = json.loads(done.stdout)
     assert outcome["decision"] == "run" and outcome["published"], outcome
@@ -579,7 +586,7 @@ def test_a_ctrl_c_stops_the_whole_tick_every_lane_and_every_later_run(spark, lak
 
 
 @pytest.mark.slow
-def test_expiry_killed_mid_act_recovers(estate):
+def test_expiry_killed_mid_act_recovers(estate, rerun):
     config, table, state = estate.config, estate.table, estate.state
     head = main_chain(config, table)[0]
     reader = CatalogReader(config)
@@ -602,7 +609,7 @@ def test_expiry_killed_mid_act_recovers(estate):
     assert_recovered(estate, proc, head, "expire")
     assert main_chain(config, table)[0] == head  # expiry never moves main
 
-    done = icemaint_run(estate.path, "expire", table, "--older-than", "0s", "--json")
+    done = rerun(estate.path, "expire", table, "--older-than", "0s", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     outcome = json.loads(done.stdout)
     assert outcome["decision"] in (("run", "noop") if committed else ("run",)), outcome
@@ -611,7 +618,7 @@ def test_expiry_killed_mid_act_recovers(estate):
     assert [r.decision for r in open_audit(config).records(table=table, operation="expire")][-1] == outcome["decision"]
 
 
-def test_orphan_quarantine_killed_mid_move_loses_no_file_and_the_rerun_finishes(estate):
+def test_orphan_quarantine_killed_mid_move_loses_no_file_and_the_rerun_finishes(estate, rerun):
     """kill -9 while orphans are being moved into quarantine: every orphan is whole, in place or in quarantine
     (none lost, none half-moved), the table's own files untouched, and the next run moves the rest."""
     config, table, state = estate.config, estate.table, estate.state
@@ -642,7 +649,7 @@ def test_orphan_quarantine_killed_mid_move_loses_no_file_and_the_rerun_finishes(
     assert {p: Path(p).read_bytes() for p in referenced} == referenced
     assert_recovered(estate, proc, head, "orphans")
 
-    done = icemaint_run(estate.path, "orphans", table, "--quarantine", "--json")
+    done = rerun(estate.path, "orphans", table, "--quarantine", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["decision"] == "run"
     assert not list(data.glob("orphan-*.parquet"))
@@ -652,7 +659,8 @@ def test_orphan_quarantine_killed_mid_move_loses_no_file_and_the_rerun_finishes(
 
 
 @pytest.mark.slow
-def test_revert_killed_mid_act_leaves_main_forward_and_the_rerun_reverts(spark, lake_root, tmp_path, table_name):
+def test_revert_killed_mid_act_leaves_main_forward_and_the_rerun_reverts(spark, lake_root, tmp_path, table_name,
+                                                                        rerun):
     """kill -9 during `icemaint revert`: the rows are the same either side of a revert, main only forward,
     the claim free, the call `interrupted`; the next revert of the same rewrite does it (or finds it done)."""
     from types import SimpleNamespace
@@ -661,7 +669,7 @@ def test_revert_killed_mid_act_leaves_main_forward_and_the_rerun_reverts(spark, 
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
     estate = SimpleNamespace(table=table_name, path=path, config=load_config(path), state=tmp_path / "state",
                              expected=writer.ledger.expected_ids(), tmp=tmp_path)
-    compacted = icemaint_run(path, "compact", table_name, "--date", DATE, "--json")
+    compacted = rerun(path, "compact", table_name, "--date", DATE, "--json")
     assert compacted.returncode == 0, compacted.stdout + compacted.stderr
     [outcome] = json.loads(compacted.stdout)
     assert outcome["decision"] == "run" and outcome["validation"]["passed"] is True, outcome
@@ -687,7 +695,7 @@ def test_revert_killed_mid_act_leaves_main_forward_and_the_rerun_reverts(spark, 
                 if r.details.get("process", {}).get("pid") == proc.pid]
     assert record.decision == "interrupted" and f"pid {proc.pid}" in record.reason, record
 
-    done = icemaint_run(path, "revert", table_name, "--snapshot", str(published), "--json")
+    done = rerun(path, "revert", table_name, "--snapshot", str(published), "--json")
     assert done.returncode in (0, 2), done.stdout + done.stderr
     assert_rows(estate.config, table_name, estate.expected)
     assert_forward(estate.config, table_name, head)

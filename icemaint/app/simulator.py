@@ -326,6 +326,8 @@ class StreamingWriter:
                                  + "; ".join(problems) + ". Use another table name or drop it.")
 
     def _highest_committed_batch(self) -> int | None:
+        if not iceberg_table(self.spark, self.catalog, self.name).snapshots().iterator().hasNext():
+            return None  # a table with no snapshot yet (just created): no batch, and no Spark job to say so
         row = self.spark.sql(
             f"SELECT max(CAST(summary['{BATCH_PROPERTY}'] AS BIGINT)) AS b FROM {self.table_sql}.`snapshots`"
         ).collect()[0]
