@@ -24,9 +24,9 @@ from resources.spark import SparkResource
 
 VALIDATION_CHECKS = {
     "row_count_parity": "Rows of the replaced files before the rewrite == rows of the new files "
-                        "(GX ExpectTableRowCountToEqual); when the rewrite's own read digested the replaced rows, "
-                        "also that read complete: its rows and file-weighted hash sum == what the files' manifests "
-                        "list (GX read_completeness).",
+                        "(GX ExpectColumnPairValuesToBeEqual over each side's count); when the rewrite's own "
+                        "read digested the replaced rows, also that read complete: its rows and file-weighted "
+                        "hash sum == what the files' manifests list (GX read_completeness).",
     "sample_comparison": "Sampled rows before are found unchanged after, and the reverse (GX UnexpectedRowsExpectation).",
     "column_aggregates": "Per-column non-null counts, min/max and sums/hashes equal before and after.",
 }

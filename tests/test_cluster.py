@@ -128,9 +128,17 @@ class CommandsProcess:
         self.answers = os.fdopen(read_fd)
 
     def __call__(self, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return self.send(("--config", str(self.config_path), *argv), timeout)
+
+    def corrupt_proof(self, config_path: Path, table: str, date: str, timeout: float = 600) -> dict:
+        """cluster_driver.corrupt_proof in this process's session: the fault's outcome, asserted to have run."""
+        done = self.send({"corrupt-proof": [str(config_path), table, date]}, timeout)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def send(self, argv, timeout: float) -> subprocess.CompletedProcess:
         import select
 
-        argv = ("--config", str(self.config_path), *argv)
         self.proc.stdin.write(json.dumps(argv) + "\n")
         self.proc.stdin.flush()
         if not select.select([self.answers], [], [], timeout)[0]:
@@ -204,8 +212,8 @@ def deployment(production_stack, tmp_path, monkeypatch):
 
 @pytest.fixture
 def commands(deployment, tmp_path):
-    """The retention steps' commands in one process on the cluster (their outcomes, not their process
-    boundary, are under test here: the ticks and the driver each run as a process of their own)."""
+    """The failed proof's fault and the retention steps' commands in one process on the cluster (their outcomes,
+    not their process boundary, are under test here: the ticks run as processes of their own)."""
     config_path, env, _ = deployment
     process = CommandsProcess(config_path, env, tmp_path / "commands.log")
     yield process
@@ -238,10 +246,17 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     for _ in range(8):
         writer.batch()
 
+    # The ticks of steps 1 and 2 compact only: their retention lane would start a Spark application on the
+    # cluster for expiry in each (minutes on 2 cores); retention on the cluster is step 4's, in one application.
+    ticks = yaml.safe_load(config_path.read_text())
+    ticks["tables"] = {table_key: {"allowed_operations": ["compact"]}}
+    ticks_config = config_path.with_name("ticks.yaml")
+    ticks_config.write_text(yaml.safe_dump(ticks, sort_keys=False))
+
     # 1. While the writer commits, a tick defers the table and says why.
     writer.start()
     time.sleep(1.0)
-    busy = tick(config_path, env)
+    busy = tick(ticks_config, env)
     [deferred] = [d for d in busy["decisions"] if d["operation"] == "compact" and d["table"] == table_key]
     assert deferred["decision"] == "defer" and "writer" in deferred["reason"], deferred
     writer.stop()
@@ -252,7 +267,7 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     table.refresh()
     files_before = len(table.inspect.files())
     apps_before = app_ids(stack)
-    done = tick(config_path, env)
+    done = tick(ticks_config, env)
     runs = [r for r in open_audit(config).records(table=table_key) if r.operation == "compact" and r.decision == "run"]
     assert runs and runs[-1].validation.get("passed") is True, (done, runs)
     table.refresh()
@@ -281,14 +296,10 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     driver_config.write_text(yaml.safe_dump(idle0, sort_keys=False))
     writer.start()
     try:
-        driver = subprocess.run([sys.executable, str(ROOT / "tests" / "cluster_driver.py"), "corrupt-proof",
-                                 str(driver_config), table_key, DATE],
-                                env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        result = commands.corrupt_proof(driver_config, table_key, DATE)
     finally:
         writer.stop()
     driver_ended = time.monotonic()
-    assert driver.returncode == 0, driver.stderr[-3000:]
-    result = json.loads(driver.stdout.strip().splitlines()[-1])
     assert result["decision"] == "not_published" and result["validation_passed"] is False, result
     assert result["master"] == stack.spark_master and result["executors"] == 2, result
     assert workers_ran(stack, result["app_id"]), "no executor of the driver's app ran a task"

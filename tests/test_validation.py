@@ -94,7 +94,7 @@ def test_real_rewrite_passes_every_check(spark, config, table_name):
     aggregates = result.check(COLUMN_AGGREGATES).observed
     assert aggregates["columns_compared"] == 8 and aggregates["differences"] == 0
     assert result.check(ROW_COUNT_PARITY).gx_result["expectation_config"]["type"] == \
-        "expect_table_row_count_to_equal"
+        "expect_column_pair_values_to_be_equal"
     assert result.before_snapshot_id == before and result.after_snapshot_id == after
     json.dumps(result.to_dict())  # the audit log stores it as JSON
     assert full_row_hash(spark, table_sql, before) == full_row_hash(spark, table_sql, after)
