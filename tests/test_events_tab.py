@@ -1,12 +1,11 @@
 """A compaction partition's own history tells its story (issue 13): the tick's deferral ("writer active",
 with the numbers) is an observation on the (date, table) partition, before the compaction's
-materialization; asserted through the webserver's GraphQL, which is what the Events tab reads."""
+materialization; asserted through Dagster's GraphQL schema, which is what the Events tab reads (executed on
+the code location in this process: the webserver serving the same schema is `tests/test_dagster_dev.py`'s and
+`tests/test_ui.py`'s subject, and starting one here cost half this test's time)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import urllib.request
 import uuid
 
 import pytest
@@ -15,7 +14,7 @@ from conftest import streaming_table, write_config
 from icemaint.app.cli import main
 from icemaint.app.instance import ensure_dagster_home
 from icemaint.config import load_config
-from test_daemon_e2e import dagster_dev
+from test_backfill import code_location_target
 
 pytestmark = pytest.mark.slow
 
@@ -28,18 +27,19 @@ EVENTS = """query($key: [String!]!, $partition: String!) { assetOrError(assetKey
       metadataEntries { label ... on TextMetadataEntry { text } } } } } }"""
 
 
-def graphql(port: int, query: str, variables: dict) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql",
-                                     data=json.dumps({"query": query, "variables": variables}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        body = json.loads(response.read())
-    assert "errors" not in body, body["errors"]
-    return body["data"]
+def graphql(instance, query: str, variables: dict) -> dict:
+    """`query` against Dagster's GraphQL schema over `maint_assets.definitions` loaded in this process."""
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    with WorkspaceProcessContext(instance, code_location_target()) as workspace:
+        result = execute_dagster_graphql(workspace.create_request_context(), query, variables)
+    assert not result.errors, result.errors
+    return result.data
 
 
 def test_the_partition_history_shows_the_deferral_before_the_compaction(capsys, spark, tmp_path, lake_root,
-                                                                        isolated_dagster_home):
+                                                                        isolated_dagster_home, monkeypatch):
     namespace = f"events_{uuid.uuid4().hex[:8]}"
     table = f"{namespace}.events"
     path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"),
@@ -57,10 +57,12 @@ def test_the_partition_history_shows_the_deferral_before_the_compaction(capsys, 
     second = capsys.readouterr().out
     assert f"{table} {DATE}: run:" in second, second
 
+    from dagster import DagsterInstance
+
     home = ensure_dagster_home(load_config(path))
-    with contextlib.ExitStack() as stack:
-        _, port, _ = stack.enter_context(dagster_dev(tmp_path / "dev", path, home))
-        data = graphql(port, EVENTS, {"key": ["compaction"], "partition": f"{DATE}|{table}"})["assetOrError"]
+    monkeypatch.setenv("ICEMAINT_CONFIG", str(path))  # what the code location reads when it loads
+    with DagsterInstance.from_config(str(home)) as instance:
+        data = graphql(instance, EVENTS, {"key": ["compaction"], "partition": f"{DATE}|{table}"})["assetOrError"]
     assert data["__typename"] == "Asset", data
     [observation] = data["assetObservations"]
     [materialization] = data["assetMaterializations"]
