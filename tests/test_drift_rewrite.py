@@ -20,10 +20,11 @@ from staged_faults import main_lineage
 pytestmark = pytest.mark.slow
 
 DATE, OTHER = "2026-01-02", "2026-01-03"
-HOURS, SORTED, BACKFILL = "t.drift_hours", "t.drift_sorted", "t.drift_backfill"
+HOURS, SORTED, BACKFILL, HOURS_TO_DAYS = "t.drift_hours", "t.drift_sorted", "t.drift_backfill", "t.drift_days"
 # small sizes, so that "oversized" is a few MiB and a sorted date writes several files
 POLICIES = {
     HOURS: {"drift_min_bytes": "1KiB", "drift_min_files": 1, "small_file_size_bytes": "16KiB"},
+    HOURS_TO_DAYS: {"drift_min_bytes": "1KiB", "drift_min_files": 1, "small_file_size_bytes": "1KiB"},
     SORTED: {"drift_min_bytes": "1KiB", "drift_min_files": 1, "small_file_size_bytes": "16KiB",
              "target_file_size_bytes": "160KiB"},
     BACKFILL: {"drift_min_bytes": "1KiB", "drift_min_files": 1, "small_file_size_bytes": "64KiB",
@@ -182,3 +183,24 @@ def test_oversized_backfill_files_are_split_and_prune(spark, drift_config, table
     sizes = [r[0] for r in spark.sql(f"SELECT file_size_in_bytes FROM {target}.files").collect()]
     assert len(sizes) >= 4 and max(sizes) <= policy.max_file_size_bytes, sizes
     assert scanned_before == 2 and files_scanned(config, BACKFILL, hour) < scanned_before
+
+
+def test_hours_to_days_merges_a_dates_hour_files_into_its_day(spark, drift_config):
+    """The other way: hour files of the old spec and a day file of the new one become the date's one day file."""
+    config = drift_config
+    target = sql(config, HOURS_TO_DAYS)
+    spark.sql(f"CREATE TABLE {target} (id BIGINT, ts TIMESTAMP, v STRING) USING iceberg PARTITIONED BY (hours(ts))")
+    for h in (1, 2):
+        spark.sql(f"INSERT INTO {target} SELECT id, TIMESTAMP '{DATE} 0{h}:00:00' + make_interval(0, 0, 0, 0, 0, 0, "
+                  f"id % 3600), 'x' FROM range({h * 1000}, {h * 1000 + 500})")
+    spark.sql(f"ALTER TABLE {target} REPLACE PARTITION FIELD hours(ts) WITH days(ts)")
+    spark.sql(f"INSERT INTO {target} VALUES (9, TIMESTAMP '{DATE} 20:00:00', 'new spec')")
+    before = rows(config, HOURS_TO_DAYS)
+    [decision] = tick_runs(config, HOURS_TO_DAYS)
+    assert "in 2 files under spec 0 (hour(ts)), table spec 1 (day(ts))" in decision.reason, decision.reason
+    outcome = Compactor(config, spark, CatalogReader(config), open_claims(config), open_audit(config)).run(
+        CompactionRequest(HOURS_TO_DAYS, DATE, trigger="sensor"))
+    assert outcome.published, outcome.reason
+    assert rows(config, HOURS_TO_DAYS).equals(before)
+    assert [(r["spec_id"], r["n"]) for r in spark.sql(
+        f"SELECT spec_id, count(*) AS n FROM {target}.files GROUP BY spec_id").collect()] == [(1, 1)]
