@@ -169,6 +169,13 @@ def test_an_added_sort_order_is_rewritten_sorted_and_prunes(spark, drift_config,
     ranges.sort()
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])), ranges
     assert scanned_before == 3 and files_scanned(config, SORTED, one_id) == 1
+    # the rewrite's planner reads each file's recorded order: the rewritten files are in layout, the writer's is not
+    from icemaint.engine.staging import StagingArea
+
+    area = StagingArea(spark, config.catalog.name, TableName.parse(SORTED), "check")
+    candidates, _ = area.plan_date_files(area.current_snapshot_id(), "ts", "timestamptz", dt.date(2026, 1, 2),
+                                         dt.date(2026, 1, 3))
+    assert sorted(c.sort_order_id for c in candidates) == [0] + [1] * len(rewritten)
 
 
 def test_oversized_backfill_files_are_split_and_prune(spark, drift_config, tables):
