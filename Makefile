@@ -77,6 +77,7 @@ bench: setup java
 	$(MAKE) --no-print-directory bench-statistics
 	$(MAKE) --no-print-directory bench-settings
 	$(MAKE) --no-print-directory bench-publish
+	$(MAKE) --no-print-directory bench-drift
 	$(MAKE) --no-print-directory bench-plots
 
 # The plots of docs/operations/benchmarks.md (docs/images/bench-*.png), drawn from benchmarks/RESULTS.md's tables.
@@ -127,6 +128,12 @@ bench-serve: setup java
 # section of benchmarks/RESULTS.md).
 bench-statistics: setup java
 	$(BIN)/python -m benchmarks.column_stats
+
+# Layout drift: the files a filtered scan opens before and after the layout rewrite of three evolved tables (days ->
+# hours, an added sort order, oversized backfill files) (a section of benchmarks/RESULTS.md).
+.PHONY: bench-drift
+bench-drift: setup java
+	$(BIN)/python -m benchmarks.layout_drift
 
 # One date built by ~3,000 single-file commits: planning before, after compaction, after the full
 # maintenance (a section of benchmarks/RESULTS.md).

@@ -48,16 +48,17 @@ def test_health_counts_each_drift_per_date_and_table_and_each_drifted_file_once(
     assert (day.old_spec_files, day.old_spec_bytes) == (4, 50 * MiB)
     assert (day.unsorted_files, day.unsorted_bytes) == (7, 67 * MiB)
     assert (day.oversized_files, day.oversized_bytes) == (1, 20 * MiB)
-    # the two files that only record no sort order are reported, not rewritten (Spark before Iceberg 1.11 records none)
-    assert (day.drift_files, day.drift_bytes) == (5, 57 * MiB)
+    # the two files that only record no sort order are rewritten too (Spark before Iceberg 1.11 records none, so they
+    # cannot be told from files written before the order; the rewrite records it on its files)
+    assert (day.drift_files, day.drift_bytes) == (7, 67 * MiB)
     assert day.old_spec_ids == (0,)
     assert (other.drift_files, other.oversized_files, other.old_spec_files) == (2, 2, 0)
-    assert (h.drift_files, h.drift_bytes, h.oversized_files) == (7, 117 * MiB, 3)
+    assert (h.drift_files, h.drift_bytes, h.oversized_files) == (9, 127 * MiB, 3)
     summed = h.partition(None)
-    assert (summed.drift_files, summed.old_spec_ids) == (7, (0,))
+    assert (summed.drift_files, summed.old_spec_ids) == (9, (0,))
     out = h.to_dict()
     assert out["partitions"][0]["old_spec_ids"] == (0,) and out["sort_order_id"] == 2
-    assert drift_line(out) == ("117 MiB in 7 files (old spec: 50 MiB in 4 files; not in sort order: 67 MiB in 7 "
+    assert drift_line(out) == ("127 MiB in 9 files (old spec: 50 MiB in 4 files; not in sort order: 67 MiB in 7 "
                                "files; oversized: 80 MiB in 3 files)")
     assert drift_line(health(files(3, 1 * MiB)).to_dict()) == "none"
 
@@ -73,8 +74,8 @@ CASES = [
      ["layout drift: 407 MiB in 37 files under spec 0, table spec 1"]),
     ("files written under an older sort order", files(3, 10 * MiB, order=1), 2, {}, {}, RUN,
      ReasonKind.LAYOUT_DRIFT, ["30 MiB in 3 files not in the table's sort order 2"]),
-    ("files that record no sort order are not due for it", files(3, 10 * MiB, order=None) + files(3, 10 * MiB),
-     2, {}, {}, NOOP, ReasonKind.BELOW_THRESHOLDS, ["below thresholds: 0 small files"]),
+    ("files that record no sort order are due for it", files(3, 10 * MiB, order=None) + files(3, 10 * MiB),
+     2, {}, {}, RUN, ReasonKind.LAYOUT_DRIFT, ["60 MiB in 6 files not in the table's sort order 2"]),
     ("one oversized file is under drift_min_files", files(1, 3 * GiB) + files(1, 4 * MiB), 0, {}, {}, NOOP,
      ReasonKind.BELOW_THRESHOLDS, ["3 GiB in 1 file above 1.8 x target (14.4 MiB)",
                                    "under drift_min_files 2 or drift_min_bytes 16 MiB"]),
@@ -114,10 +115,12 @@ def test_the_reason_names_each_spec_by_its_fields_when_health_knows_them():
     assert d.reason == "layout drift: 30 MiB in 3 files under spec 0 (day(ts)), table spec 1 (hour(ts))"
 
 
-def test_until_the_engine_writes_the_current_layout_drift_is_reported_not_run():
-    d = decide_compaction(health(files(3, 10 * MiB, spec=0)), DAY, POLICY, Gates(now=NOW, identity="svc"))
+def test_drift_runs_by_default_and_is_only_reported_with_layout_rewrites_off():
+    h = health(files(3, 10 * MiB, spec=0))
+    assert decide_compaction(h, DAY, POLICY, Gates(now=NOW, identity="svc")).verdict == RUN
+    d = decide_compaction(h, DAY, POLICY, Gates(now=NOW, identity="svc", layout_rewrite=False))
     assert (d.verdict, d.kind) == (NOOP, ReasonKind.UNSUPPORTED)
-    assert d.reason.startswith("layout drift: 30 MiB in 3 files under spec 0, table spec 1: due, but this version's")
+    assert d.reason.startswith("layout drift: 30 MiB in 3 files under spec 0, table spec 1: due, but layout")
     assert d.rationale["trigger"] == "layout_drift" and d.cost_estimate["rewrite_bytes"] == 30 * MiB
 
 
@@ -173,12 +176,13 @@ def planned(candidates, layout):
      LayoutTarget(1), [["old"]]),
     ("files under an older sort order", [cand("a", 64, order=1), cand("b", 64, order=2)], LayoutTarget(1, 2),
      [["a"]]),
-    ("files that record no sort order stay", [cand("a", 64, order=0), cand("b", 64, order=2)], LayoutTarget(1, 2),
-     []),
+    ("files that record no sort order", [cand("a", 64, order=0), cand("b", 64, order=2)], LayoutTarget(1, 2),
+     [["a"]]),
     ("an oversized file", [cand("huge", 300), cand("fine", 64)], LayoutTarget(1, 0, 200 * MiB), [["huge"]]),
-    ("drifted and small files of a partition together", [cand("s1", 1), cand("old", 64, spec=0, part="ts_day=1"),
-                                                         cand("s2", 1), cand("fine", 64)],
-     LayoutTarget(1), [["old"], ["s1", "s2"]]),
+    ("a date's drifted and small files together, of every spec", [cand("s1", 1),
+                                                                  cand("old", 64, spec=0, part="ts_day=1"),
+                                                                  cand("s2", 1), cand("fine", 64)],
+     LayoutTarget(1), [["old", "s1", "s2"]]),
     ("nothing drifted: as before", [cand("a", 64), cand("b", 1)], LayoutTarget(1, 0, 200 * MiB), []),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_rewrite_plan_takes_the_drifted_files(case, candidates, layout, groups):
@@ -195,5 +199,23 @@ def test_the_tick_screen_reads_a_table_whose_drift_the_manifest_list_cannot_rule
     assert screen_compaction([old, new], 5, dated=True) is not None                       # layout_drift off
     assert screen_compaction([ManifestSummary(False, 0, None, None, spec_id=0), new], 5, dated=True,
                              layout=LayoutTarget(1)) is not None                          # an empty old manifest
-    # sizes and sort orders are in the manifests only: a sorted table is screened as before
-    assert screen_compaction([new], 5, dated=True, layout=LayoutTarget(1, sort_order_id=1)) is not None
+    # sizes and sort orders are in the manifests only: a sorted table, or one whose data passes the oversized-file
+    # limit, is read once its data reaches drift_min_bytes
+    sorted_ = LayoutTarget(1, sort_order_id=1, min_bytes=64 * MiB)
+    assert screen_compaction([new], 5, dated=True, layout=sorted_, data_bytes=63 * MiB) is not None
+    assert screen_compaction([new], 5, dated=True, layout=sorted_, data_bytes=64 * MiB) is None
+    assert screen_compaction([new], 5, dated=True, layout=sorted_) is None  # the summary does not say
+    sized = LayoutTarget(1, max_file_size_bytes=200 * MiB, min_bytes=64 * MiB)
+    assert screen_compaction([new], 5, dated=True, layout=sized, data_bytes=200 * MiB) is not None
+    assert screen_compaction([new], 5, dated=True, layout=sized, data_bytes=201 * MiB) is None
+
+
+def test_layout_keys_order_by_the_spec_transforms_then_the_sort_order_without_repeats():
+    from icemaint.domain.rewrite_plan import LayoutKey, layout_keys
+
+    keys = [LayoutKey("hour", "ts"), LayoutKey("bucket[16]", "id"), LayoutKey("void", "x"), LayoutKey("truncate[4]", "s"),
+            LayoutKey("identity", "id", descending=True, nulls_first=False), LayoutKey("hour", "ts"),
+            LayoutKey("zorder?", "y")]
+    assert layout_keys("lake", keys) == [
+        ("`lake`.system.hours(`ts`)", False, None), ("`lake`.system.bucket(16, `id`)", False, None),
+        ("`lake`.system.truncate(4, `s`)", False, None), ("`id`", True, False)]

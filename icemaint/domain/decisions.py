@@ -143,10 +143,9 @@ class Gates:
     held: Mapping[str | None, "RunHold"] = field(default_factory=dict)
     # Who launched the decision's run: an agent's (AGENT_TRIGGER) is also held to the policy's agent_operations.
     trigger: str | None = None
-    # Whether the engine writes a rewrite in the table's current spec and sort order (Iceberg's output-spec-id):
-    # until it does, a date due only for its layout drift is reported and not run, since a rewrite in each file's
-    # own spec would leave it drifted and due again at every tick.
-    layout_rewrite: bool = False
+    # Whether a date due only for its layout drift is run: the engine writes it in the table's current spec and sort
+    # order (`icemaint.engine.relayout`). Off, it is reported (kind `unsupported`) and not run.
+    layout_rewrite: bool = True
 
 
 @dataclass(frozen=True)
@@ -307,8 +306,7 @@ def decide_compaction(health: TableHealth, date: str, policy: TablePolicy, gates
     rewrite_bytes = due.rewrite_bytes
     if due.target == "layout_drift" and not gates.layout_rewrite:
         return replace(base, kind=ReasonKind.UNSUPPORTED, reason=(
-            f"{due.why}: due, but this version's rewrite writes each file in its own spec and sort order, which "
-            "would leave the date drifted; reported until the rewrite writes the table's current layout"))
+            f"{due.why}: due, but layout rewrites are off for this caller (Gates.layout_rewrite): reported, not run"))
     # A date a writer is still committing into says so first (today's date is usually also hot): its last commit
     # is what tells the owner when it will be compacted.
     active = _writer_active(base, policy)

@@ -25,10 +25,11 @@ class LayoutTarget:
     spec_id: int
     sort_order_id: int = 0
     max_file_size_bytes: int | None = None
+    min_bytes: int = 0  # the drifted bytes a date needs to be due (policy drift_min_bytes)
 
     @classmethod
     def of(cls, health: TableHealth, policy: TablePolicy) -> LayoutTarget:
-        return cls(health.spec_id, health.sort_order_id, policy.max_file_size_bytes)
+        return cls(health.spec_id, health.sort_order_id, policy.max_file_size_bytes, policy.drift_min_bytes)
 
 
 def drifted(spec_id: int, sort_order_id: int | None, size_bytes: int, target: LayoutTarget) -> bool:

@@ -13,7 +13,7 @@ import math
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from icemaint.domain.drift import LayoutTarget, drifted
 from icemaint.domain.names import quote_column
@@ -34,9 +34,11 @@ class CandidateFile:
 
 @dataclass(frozen=True)
 class FileGroup:
-    """Files rewritten (and published) together."""
+    """Files rewritten (and published) together; with `layout` (a rewrite for layout drift) written in the table's
+    current spec and sort order, whatever spec each file was written in."""
 
     files: tuple[CandidateFile, ...]
+    layout: LayoutTarget | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -48,8 +50,8 @@ class FileGroup:
 
     @property
     def spec_id(self) -> int:
-        """The partition spec the group is written in (every file of a group shares it)."""
-        return self.files[0].spec_id
+        """The partition spec the group is written in: the layout's, else its files' own (which they all share)."""
+        return self.layout.spec_id if self.layout is not None else self.files[0].spec_id
 
 
 @dataclass(frozen=True)
@@ -105,14 +107,23 @@ def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delet
     def off_layout(f: CandidateFile) -> bool:
         return layout is not None and drifted(f.spec_id, f.sort_order_id, f.size_bytes, layout)
 
+    def worth(f: CandidateFile) -> bool:
+        return f.size_bytes < small_file_size_bytes or f.delete_files >= delete_file_threshold or off_layout(f)
+
+    if layout is not None and any(off_layout(f) for f in files):
+        # Into the table's layout: the date's drifted files with its small ones and those with deletes, of every
+        # spec, in one group (a day file of the old spec writes into the same hours as the new spec's small files,
+        # which a group per spec would leave beside the rewritten ones).
+        relaid = sorted((f for f in files if worth(f)), key=lambda f: (f.spec_id, f.partition, f.path))
+        return _split(relaid, partial_progress, max_group_bytes, layout, off_layout)
     by_partition: dict[tuple[int, str], list[CandidateFile]] = {}
     for f in files:
-        if f.size_bytes < small_file_size_bytes or f.delete_files >= delete_file_threshold or off_layout(f):
+        if worth(f):
             by_partition.setdefault((f.spec_id, f.partition), []).append(f)
     chosen: list[CandidateFile] = []
     for key in sorted(by_partition):
         members = by_partition[key]
-        if len(members) >= 2 or any(f.delete_files >= delete_file_threshold or off_layout(f) for f in members):
+        if len(members) >= 2 or any(f.delete_files >= delete_file_threshold for f in members):
             chosen.extend(sorted(members, key=lambda f: f.path))
     if not chosen:
         return []
@@ -121,22 +132,74 @@ def plan_groups(files: list[CandidateFile], *, small_file_size_bytes: int, delet
     by_spec: dict[int, list[CandidateFile]] = {}
     for f in chosen:
         by_spec.setdefault(f.spec_id, []).append(f)
+    return [group for spec_id in sorted(by_spec)
+            for group in _split(by_spec[spec_id], partial_progress, max_group_bytes, None, off_layout)]
+
+
+def _split(files: list[CandidateFile], partial_progress: bool, max_group_bytes: int, layout: LayoutTarget | None,
+           off_layout: Callable[[CandidateFile], bool]) -> list[FileGroup]:
+    """`files` as one group, or with partial progress as groups of at most `max_group_bytes`; a lone file is kept
+    only when it has deletes to apply or drifted from the layout."""
+    if not files:
+        return []
     if not partial_progress:
-        return [FileGroup(tuple(by_spec[s])) for s in sorted(by_spec)]
-    groups = []
-    for spec_id in sorted(by_spec):
-        current: list[CandidateFile] = []
-        size = 0
-        for f in by_spec[spec_id]:
-            if current and size + f.size_bytes > max_group_bytes:
-                groups.append(FileGroup(tuple(current)))
-                current, size = [], 0
-            current.append(f)
-            size += f.size_bytes
-        if current:
-            groups.append(FileGroup(tuple(current)))
+        return [FileGroup(tuple(files), layout)]
+    groups: list[FileGroup] = []
+    current: list[CandidateFile] = []
+    size = 0
+    for f in files:
+        if current and size + f.size_bytes > max_group_bytes:
+            groups.append(FileGroup(tuple(current), layout))
+            current, size = [], 0
+        current.append(f)
+        size += f.size_bytes
+    if current:
+        groups.append(FileGroup(tuple(current), layout))
     # A lone small file without deletes is not worth a commit of its own; a drifted one is.
     return [g for g in groups if len(g.files) >= 2 or any(f.delete_files or off_layout(f) for f in g.files)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The table's layout as a Spark ordering
+
+
+@dataclass(frozen=True)
+class LayoutKey:
+    """One field of a partition spec or a sort order: an Iceberg transform ("identity", "day", "bucket[16]", ...)
+    of a column, with the sort order's direction and nulls order (None: Spark's default for the direction)."""
+
+    transform: str
+    column: str
+    descending: bool = False
+    nulls_first: bool | None = None
+
+
+_TIME_FUNCTIONS = {"year": "years", "month": "months", "day": "days", "hour": "hours"}
+_PARAMETERISED = re.compile(r"(bucket|truncate)\[(\d+)\]")
+
+
+def layout_keys(catalog: str, keys: list[LayoutKey]) -> list[tuple[str, bool, bool | None]]:
+    """Spark SQL expressions that order rows by `keys` (Iceberg's transforms through the catalog's `system`
+    functions), each with its direction and nulls order, without repeats. A transform Spark cannot name (void, or
+    one unknown here) is left out: the order only clusters the rows, the writer places each row by its own value."""
+    out: list[tuple[str, bool, bool | None]] = []
+    seen = set()
+    system = f"`{catalog}`.system"
+    for key in keys:
+        column = quote_column(key.column)
+        param = _PARAMETERISED.fullmatch(key.transform)
+        if key.transform == "identity":
+            expr = column
+        elif key.transform in _TIME_FUNCTIONS:
+            expr = f"{system}.{_TIME_FUNCTIONS[key.transform]}({column})"
+        elif param:
+            expr = f"{system}.{param.group(1)}({int(param.group(2))}, {column})"
+        else:
+            continue
+        if expr not in seen:
+            seen.add(expr)
+            out.append((expr, key.descending, key.nulls_first))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

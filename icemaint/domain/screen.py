@@ -61,21 +61,25 @@ def most_files_on_one_date(manifests: Sequence[ManifestSummary]) -> int | None:
 
 
 def screen_compaction(manifests: Sequence[ManifestSummary], min_input_files: int, dated: bool,
-                      layout: LayoutTarget | None = None) -> str | None:
+                      layout: LayoutTarget | None = None, data_bytes: int | None = None) -> str | None:
     """Why no partition of the table can be due for compaction, or None when its manifests must be read.
 
     `dated`: the table is time-partitioned, so a per-date bound from the manifests' ranges applies.
     `layout`: the table's layout when the policy looks for layout drift (`icemaint.domain.drift`): data files under
     another spec are seen in the manifest list, so such a table is read. File sizes and sort orders are in the
-    manifests only: an oversized file, or one recorded under another sort order, on a table screened here is found
-    when its manifests are next read (reading every sorted table at every tick would cost most estates' sorted
-    tables a full read for files that, written by Iceberg's Spark before 1.11, record no sort order at all).
+    manifests only: a table that has a sort order, or whose data (`data_bytes`, the snapshot summary's
+    total-files-size; None: not known) passes the oversized-file limit, is read when its data reaches the bytes a
+    date needs for drift (`layout.min_bytes`); below that no date of it can be due for drift.
     """
     if any(m.deletes and m.live_files != 0 for m in manifests):
         return None  # delete files can make a date due whatever its file count
     if layout is not None and any(not m.deletes and m.live_files != 0 and m.spec_id is not None
                                   and m.spec_id != layout.spec_id for m in manifests):
         return None  # old-spec files may be due whatever their count
+    if layout is not None and (data_bytes is None or data_bytes >= max(layout.min_bytes, 1)) and (
+            layout.sort_order_id or layout.max_file_size_bytes is not None
+            and (data_bytes is None or data_bytes > layout.max_file_size_bytes)):
+        return None  # unsorted or oversized files may be due whatever their count
     counts = [m.live_files for m in manifests if not m.deletes]
     known = [c for c in counts if c is not None]
     if len(known) != len(counts):

@@ -60,6 +60,11 @@ def _no_delete_files(snapshot) -> bool:
     return total is not None and str(total) == "0"
 
 
+def _sort_order_id(value) -> int | None:
+    """A data file's recorded sort order id (None when the file records none)."""
+    return None if value is None else int(value)
+
+
 def plan_files(jvm, tbl, scan, snapshot_id: int | None, what: str) -> PlannedFiles:
     """The scan's planned data files (`tbl`: the Java table; `snapshot_id`: the scan's snapshot, which allows
     the bulk description when its summary says it holds no delete files; `what`: the table, for logs)."""
@@ -86,7 +91,7 @@ def plan_files(jvm, tbl, scan, snapshot_id: int | None, what: str) -> PlannedFil
         candidates.append(CandidateFile(
             path=path, size_bytes=int(data.fileSizeInBytes()), record_count=int(data.recordCount()),
             spec_id=spec_id, partition=str(specs[spec_id].partitionToPath(data.partition())),
-            delete_files=len(deletes), deletes=deletes))
+            delete_files=len(deletes), deletes=deletes, sort_order_id=_sort_order_id(data.sortOrderId())))
         tasks[path] = task
     return PlannedFiles(candidates, tasks)
 
@@ -122,7 +127,7 @@ def _plan_in_bulk(jvm, tbl, items, what: str) -> PlannedFiles | None:
         path = str(data["file-path"])
         planned.candidates.append(CandidateFile(
             path=path, size_bytes=int(data["file-size-in-bytes"]), record_count=int(data["record-count"]),
-            spec_id=spec_id, partition=partitions[key]))
+            spec_id=spec_id, partition=partitions[key], sort_order_id=_sort_order_id(data.get("sort-order-id"))))
         planned.tasks[path] = task
         planned.weights[path] = int(doc.get("length", data["file-size-in-bytes"]))
     return planned

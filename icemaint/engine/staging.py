@@ -38,6 +38,7 @@ from icemaint.engine.java import (  # noqa: F401 (re-exported)
     java_class, one_java_line, publish_backoff, publish_race, race_backoff)
 from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
 from icemaint.engine.digest import can_feed
+from icemaint.engine.relayout import into_layout, with_sort_order
 from icemaint.engine.publish import PendingPublish, PublishBaseMoved
 from icemaint.engine.planning import date_filter, plan_files
 from icemaint.engine.spark_session import iceberg_table
@@ -137,6 +138,9 @@ class StagedRewrite:
     feed: object = field(default=None, repr=False)
     replaced_rows: dict = field(default_factory=dict, repr=False)
     codec: WriteCodec | None = None  # the new files' compression codec and who chose it
+    # Written into the table's current layout (a rewrite for layout drift): publishing gains even when it writes
+    # as many files as it replaces, or more (a day's file into its hours, an oversized file split).
+    relayout: bool = False
 
 
 @dataclass(frozen=True)
@@ -336,7 +340,9 @@ class StagingArea:
         set_id = self._stage_tasks(tasks)
         rows = self._read_set(set_id, split_size=splits.split_bytes, lookback=splits.lookback)
         fed = None
-        if feed is not None and strategy == "binpack" and not any(f.delete_files for f in group.files):
+        # A layout rewrite range-partitions its rows, whose sampling reads them once more: it is not fed.
+        if feed is not None and strategy == "binpack" and group.layout is None \
+                and not any(f.delete_files for f in group.files):
             try:
                 if can_feed(rows):
                     rows, fed = feed(rows, sum(f.record_count for f in group.files))
@@ -347,7 +353,12 @@ class StagingArea:
         codec = self.write_codec()
         options = {"target-file-size-bytes": str(splits.writer_target),
                    "output-spec-id": str(group.spec_id), "distribution-mode": "none", **codec.options}
-        if strategy != "binpack":
+        recorded = None
+        if group.layout is not None:
+            options["fanout-enabled"] = "true"  # a task's rows may span several of the spec's partitions
+            rows, recorded = into_layout(self.table(refresh=False), self.catalog, rows, group, splits.files, strategy,
+                                         sort_keys, self._value_ranges)
+        elif strategy != "binpack":
             from icemaint.domain.rewrite_plan import order_by_sql, zorder_sql
 
             options["fanout-enabled"] = "true"  # else Iceberg adds a partition sort over our order
@@ -362,6 +373,8 @@ class StagingArea:
         branch = self.branch_name(index)
         with self.branch_removed_on_failure(branch, "the rewrite"):
             new_files = self._write_replacements(rows, set_id, options)
+            if recorded is not None:
+                new_files = with_sort_order(self.jvm, self.table(refresh=False), new_files, recorded)
             staged = self.commit_to_branch(branch, lambda t: _with_files(t.newFastAppend().toBranch(branch),
                                                                         "appendFile", new_files),
                                            create_at=base_snapshot_id)
@@ -376,7 +389,7 @@ class StagingArea:
                 replaced_bytes=group.total_bytes, applied_deletes=sum(f.delete_files for f in group.files),
                 _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id,
                 feed=fed, replaced_rows={f.path: f.record_count for f in group.files} if fed is not None else {},
-                codec=codec)
+                codec=codec, relayout=group.layout is not None)
 
     @contextmanager
     def branch_removed_on_failure(self, branch: str, what: str):

@@ -257,8 +257,9 @@ class CatalogReader:
         if timing.found or not policy.time_column:  # a policy time_column that is wrong is refused in full
             summaries = manifest_summaries(tbl, timing, manifests)
             layout = LayoutTarget(tbl.metadata.default_spec_id, tbl.metadata.default_sort_order_id,
-                                  policy.max_file_size_bytes) if policy.layout_drift else None
-            reason = screen_compaction(summaries, policy.min_input_files, dated=timing.found, layout=layout)
+                                  policy.max_file_size_bytes, policy.drift_min_bytes) if policy.layout_drift else None
+            reason = screen_compaction(summaries, policy.min_input_files, dated=timing.found, layout=layout,
+                                       data_bytes=_total_data_bytes(tbl))
             if reason:
                 return Screened(TableName.parse(table).key, tbl.metadata_location, reason,
                                 data_files=sum(m.live_files or 0 for m in summaries if not m.deletes),
@@ -323,3 +324,14 @@ def jdbc_to_sqlalchemy(uri: str, props: dict[str, str]) -> str:
         return "sqlite:///" + uri[len("jdbc:sqlite:"):]
     raise ConfigError(f"catalog.uri {mask_credentials(uri)!r}: only jdbc:postgresql:// and jdbc:sqlite: JDBC catalogs "
                       "are supported")
+
+
+def _total_data_bytes(tbl) -> int | None:
+    """The current snapshot's data bytes from its summary (`total-files-size`), None when it does not say."""
+    snapshot = tbl.current_snapshot()
+    summary = snapshot.summary if snapshot is not None else None
+    value = summary.additional_properties.get("total-files-size") if summary is not None else None
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

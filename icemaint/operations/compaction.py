@@ -24,6 +24,7 @@ from icemaint.safety.approvals import held_runs, is_approved, reverted_scopes
 from icemaint.domain.decisions import AUTOMATIC_TRIGGERS, DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, \
     Operation, ReasonKind, choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, \
     measured_throughput
+from icemaint.domain.drift import LayoutTarget
 from icemaint.domain.layout import describe_all, partition_key, partitions_of
 from icemaint.domain.health import TableHealth
 from icemaint.domain.units import counted, human_size
@@ -270,10 +271,12 @@ class Compactor(ContractOperation):
             if deletes_only:
                 groups = plan_position_deletes(staging, tasks)
             else:
+                # A date due for its layout drift is written in the table's current spec and sort order.
+                layout = LayoutTarget.of(health, policy) if decision.kind == ReasonKind.LAYOUT_DRIFT else None
                 groups = plan_groups(candidates, small_file_size_bytes=policy.small_file_size_bytes,
                                      delete_file_threshold=policy.delete_file_threshold,
                                      partial_progress=policy.partial_progress,
-                                     max_group_bytes=policy.max_file_group_size_bytes)
+                                     max_group_bytes=policy.max_file_group_size_bytes, layout=layout)
             if not groups:
                 if not outcome.committed_snapshot_ids:
                     outcome.decision = NOOP
@@ -365,7 +368,7 @@ class Compactor(ContractOperation):
             outcome.staged.append(entry)
             _add_seconds(outcome, "rewrite_seconds", t0)
             if staged.target == "data" and not staged.applied_deletes and not staged.dangling_deletes \
-                    and len(staged.new_files) >= len(staged.replaced_files):
+                    and not staged.relayout and len(staged.new_files) >= len(staged.replaced_files):
                 # Nothing gained: publishing would only make a new snapshot whose date is as due as before, so
                 # every tick would rewrite it again (e.g. a writer that rolls files below small_file_size_bytes).
                 # A rewrite that applies deletes gains even with as many files, and is published.
