@@ -35,7 +35,7 @@ def graphql(instance, query: str, variables: dict) -> dict:
     with WorkspaceProcessContext(instance, code_location_target()) as workspace:
         result = execute_dagster_graphql(workspace.create_request_context(), query, variables)
     assert not result.errors, result.errors
-    return result.data
+    return dict(result.data)
 
 
 def test_the_partition_history_shows_the_deferral_before_the_compaction(capsys, spark, tmp_path, lake_root,
