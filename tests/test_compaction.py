@@ -3,6 +3,7 @@ claims, publish conflicts, bad input."""
 
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -250,6 +251,17 @@ def test_publish_conflicts_are_replanned_then_deferred(spark, config, table_name
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids() - set(deleted) - first_deleted
 
 
+@pytest.fixture(scope="module")
+def untouched(spark, config):
+    """One table for the tests whose subject is that nothing is changed: each compares the table's metadata
+    location before and after its own refused or dry run, so a run that did change it fails there."""
+    from types import SimpleNamespace
+
+    name = f"t.untouched_{uuid.uuid4().hex[:8]}"
+    writer = simulate(spark, config, name, batches=4)
+    return SimpleNamespace(key=name, expected=writer.ledger.expected_ids())
+
+
 @pytest.mark.parametrize("table, date, error", [
     ("t.does_not_exist", DATE, TableNotFound),
     ("t.x; DROP TABLE t.y", DATE, InvalidTableName),
@@ -260,23 +272,21 @@ def test_publish_conflicts_are_replanned_then_deferred(spark, config, table_name
     (None, "2026-01-02' OR '1'='1", InvalidDate),
     (None, "2019-12-31", InvalidDate),
 ])
-def test_bad_input_is_refused_and_mutates_nothing(spark, config, table_name, table, date, error):
-    simulate(spark, config, table_name, batches=3)
+def test_bad_input_is_refused_and_mutates_nothing(spark, config, untouched, table, date, error):
     reader = CatalogReader(config)
-    location = reader.metadata_location(table_name)
+    location = reader.metadata_location(untouched.key)
     with pytest.raises(error):
-        compactor(config, spark).run(CompactionRequest(table or table_name, date))
-    assert reader.metadata_location(table_name) == location
+        compactor(config, spark).run(CompactionRequest(table or untouched.key, date))
+    assert reader.metadata_location(untouched.key) == location
 
 
-def test_dry_run_changes_nothing(spark, config, table_name):
-    simulate(spark, config, table_name, batches=4)
+def test_dry_run_changes_nothing(spark, config, untouched):
     reader = CatalogReader(config)
-    location = reader.metadata_location(table_name)
-    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE, dry_run=True))
+    location = reader.metadata_location(untouched.key)
+    outcome = compactor(config, spark).run(CompactionRequest(untouched.key, DATE, dry_run=True))
     assert outcome.decision == "run" and outcome.dry_run and "dry-run" in outcome.reason
     assert outcome.files_before == 4 and outcome.after_snapshot_id is None
-    assert reader.metadata_location(table_name) == location
+    assert reader.metadata_location(untouched.key) == location
 
 
 def test_cost_ceiling_waits_for_approval_then_runs_and_audits_the_approval(spark, lake_root, tmp_path, table_name):
@@ -315,17 +325,16 @@ def test_the_approval_its_own_reason_names_is_honoured_by_the_next_run(spark, la
     assert again.decision == "defer" and "awaiting approval" in again.reason
 
 
-def test_read_only_table_refuses_and_changes_nothing(spark, lake_root, tmp_path, table_name):
+def test_read_only_table_refuses_and_changes_nothing(spark, lake_root, tmp_path, untouched):
     from conftest import make_config
 
-    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"read_only": True}})
-    simulate(spark, config, table_name, batches=4)
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={untouched.key: {"read_only": True}})
     reader = CatalogReader(config)
-    location = reader.metadata_location(table_name)
-    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    location = reader.metadata_location(untouched.key)
+    outcome = compactor(config, spark).run(CompactionRequest(untouched.key, DATE))
     assert outcome.decision == "refuse" and "read-only" in outcome.reason
-    assert reader.metadata_location(table_name) == location
-    assert open_audit(config).records(table=table_name)[-1].decision == "refuse"
+    assert reader.metadata_location(untouched.key) == location
+    assert open_audit(config).records(table=untouched.key)[-1].decision == "refuse"
 
 
 @pytest.mark.slow
@@ -370,24 +379,23 @@ def test_zorder_over_a_column_with_nan_infinities_and_the_widest_range_keeps_eve
     assert len(CatalogReader(config).load(table_name).scan().to_arrow()) == len(values)
 
 
-def test_a_sort_order_naming_no_column_is_refused_before_any_run(spark, lake_root, tmp_path, table_name):
+def test_a_sort_order_naming_no_column_is_refused_before_any_run(spark, lake_root, tmp_path, untouched):
     """The policy's sort order is checked against the table's schema when deciding: refused, said why, nothing
     read or written (it used to fail a run at every tick)."""
     from conftest import make_config
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"),
-                         tables={table_name: {"strategy": "sort", "sort_order": "no_such_column DESC"}})
-    writer = simulate(spark, config, table_name, batches=4)
-    location = CatalogReader(config).metadata_location(table_name)
-    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+                         tables={untouched.key: {"strategy": "sort", "sort_order": "no_such_column DESC"}})
+    location = CatalogReader(config).metadata_location(untouched.key)
+    outcome = compactor(config, spark).run(CompactionRequest(untouched.key, DATE))
     assert outcome.decision == "refuse" and "'no_such_column' is not a column of the table" in outcome.reason, outcome
-    assert open_audit(config).records(table=table_name)[-1].decision == "refuse"
-    tbl = CatalogReader(config).load(table_name)
+    assert open_audit(config).records(table=untouched.key)[-1].decision == "refuse"
+    tbl = CatalogReader(config).load(untouched.key)
     assert tbl.metadata_location == location and set(tbl.metadata.refs) == {"main"}
-    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    assert set(ids(spark, config, untouched.key)) == untouched.expected
 
 
-def test_a_sort_the_rows_cannot_take_fails_before_the_staging_branch(spark, lake_root, tmp_path, table_name,
+def test_a_sort_the_rows_cannot_take_fails_before_the_staging_branch(spark, lake_root, tmp_path, untouched,
                                                                       monkeypatch):
     """Planning the rows to write (read, digest, order) comes before the branch: a failure there (injected: an
     ORDER BY Spark cannot resolve) leaves the table's metadata as it was, no branch behind."""
@@ -395,16 +403,15 @@ def test_a_sort_the_rows_cannot_take_fails_before_the_staging_branch(spark, lake
     from conftest import make_config
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"),
-                         tables={table_name: {"strategy": "sort", "sort_order": "event_id"}})
-    writer = simulate(spark, config, table_name, batches=4)
-    location = CatalogReader(config).metadata_location(table_name)
+                         tables={untouched.key: {"strategy": "sort", "sort_order": "event_id"}})
+    location = CatalogReader(config).metadata_location(untouched.key)
     monkeypatch.setattr(icemaint.domain.rewrite_plan, "order_by_sql", lambda keys: "`no_such_column` ASC")
     with pytest.raises(Exception, match="no_such_column"):
-        compactor(config, spark).run(CompactionRequest(table_name, DATE))
-    assert open_audit(config).records(table=table_name)[-1].decision == "failed"
-    tbl = CatalogReader(config).load(table_name)
+        compactor(config, spark).run(CompactionRequest(untouched.key, DATE))
+    assert open_audit(config).records(table=untouched.key)[-1].decision == "failed"
+    tbl = CatalogReader(config).load(untouched.key)
     assert tbl.metadata_location == location and set(tbl.metadata.refs) == {"main"}
-    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    assert set(ids(spark, config, untouched.key)) == untouched.expected
 
 
 def test_a_proof_that_cannot_run_publishes_nothing(spark, config, table_name, monkeypatch):
@@ -426,13 +433,12 @@ def test_a_proof_that_cannot_run_publishes_nothing(spark, config, table_name, mo
     assert CatalogReader(config).health(table_name).partition(DATE).data_files == 4
 
 
-def test_read_only_refuses_even_while_a_writer_holds_the_claim(spark, lake_root, tmp_path, table_name):
+def test_read_only_refuses_even_while_a_writer_holds_the_claim(spark, lake_root, tmp_path, untouched):
     from conftest import make_config
 
-    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"read_only": True}})
-    simulate(spark, config, table_name, batches=3)
-    with table_claim(config, table_name, holder="ingest"):
-        outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={untouched.key: {"read_only": True}})
+    with table_claim(config, untouched.key, holder="ingest"):
+        outcome = compactor(config, spark).run(CompactionRequest(untouched.key, DATE))
     assert outcome.decision == "refuse" and "read-only" in outcome.reason
 
 
