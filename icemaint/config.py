@@ -449,11 +449,11 @@ def _landing(value: Any, base_dir: Path) -> dict[str, LandingSource]:
             raise ConfigError(f"{where}.table: {exc}") from None
         schema = _landing_schema(section.get("schema"), fmt, f"{where}.schema")
         counts = {}
-        for key, default in (("min_files", 100), ("max_files", 10_000)):
-            v = section.get(key, default)
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
-                raise ConfigError(f"{where}.{key}: {_shown.repr(v)} must be a whole number from 1 to 1000000")
-            counts[key] = v
+        for key, count in (("min_files", 100), ("max_files", 10_000)):
+            number = section.get(key, count)
+            if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 1_000_000:
+                raise ConfigError(f"{where}.{key}: {_shown.repr(number)} must be a whole number from 1 to 1000000")
+            counts[key] = number
         sizes = {}
         for key, default in (("min_bytes", "64 MiB"), ("target_file_size", "128 MiB")):
             try:
@@ -463,8 +463,8 @@ def _landing(value: Any, base_dir: Path) -> dict[str, LandingSource]:
             if not 1 <= sizes[key] <= MAX_SIZE_BYTES:
                 raise ConfigError(f"{where}.{key}: must be from 1 B to {human_size(MAX_SIZE_BYTES)}")
         ages: dict[str, float | None] = {}
-        for key, default in (("max_age", "5m"), ("delete_processed_after", None)):
-            v = section.get(key, default)
+        for key, age in (("max_age", "5m"), ("delete_processed_after", None)):
+            v = section.get(key, age)
             if v is None or (key == "delete_processed_after" and v == "none"):
                 ages[key] = None
                 continue

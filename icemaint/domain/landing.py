@@ -12,7 +12,7 @@ import datetime as dt
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from icemaint.domain.units import format_duration, human_size
 
@@ -125,12 +125,12 @@ class Batch:
     def digest(self) -> str:
         return files_digest(self.files)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"source": self.source, "batch_id": self.batch_id, "digest": self.digest,
                 "files": [{"name": f.name, "size": f.size, "mtime": f.mtime} for f in self.files]}
 
     @classmethod
-    def from_dict(cls, doc: Mapping) -> "Batch":
+    def from_dict(cls, doc: Mapping[str, Any]) -> "Batch":
         files = tuple(LandedFile(float(f["mtime"]), str(f["name"]), int(f["size"])) for f in doc["files"])
         return cls(str(doc["source"]), files, str(doc["batch_id"]))
 
