@@ -126,3 +126,59 @@ def test_a_bad_file_is_set_aside_with_its_reason_and_the_rest_goes_on(spark, est
     assert (folder / "_rejected" / "bad.jsonl").exists()
     assert "cannot be read" in (folder / "_rejected" / "bad.jsonl.reason.txt").read_text()
     assert sorted(table_ids(config)) == sorted(before + [50_000 + i for i in range(4)])
+
+
+def test_the_cli_runs_the_landed_batches_asset_and_the_sensor_requests_a_due_source(
+        spark, estate, lake_root, tmp_path, capsys, isolated_dagster_home):
+    import dagster as dg
+
+    from conftest import run_cli, write_config
+    from maint_assets.landing import landing_partitions
+    from resources.settings import MaintenanceSettings
+    from sensors.landing import build_landing_sensor
+    from maint_assets.landing import ingest_job
+
+    _, root = estate
+    folder = root / "cli"
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"), landing={
+        "cli": {"location": str(folder), "table": TABLE, "min_files": 3, "max_age": "1h"}})
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"))
+    landed = drop(folder, 60_000, 2)
+
+    # the sensor: below min_files, then due once a third file lands; the cursor is the listing position
+    sensor = build_landing_sensor(ingest_job)
+    with dg.instance_for_test() as instance:
+        settings = MaintenanceSettings(config_path=str(path))
+        result = sensor(dg.build_sensor_context(instance=instance, resources={"settings": settings}))
+        assert not result.run_requests and "below every threshold" in result.skip_reason.skip_message
+        assert result.dynamic_partitions_requests[0].partition_keys == ["cli"]
+        cursor = result.cursor
+        landed += drop(folder, 60_010, 1)
+        result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": settings}))
+        assert [r.partition_key for r in result.run_requests] == ["cli"]
+        assert json.loads(result.cursor)["cli"] == {"after": "f00060010.parquet", "files": 0, "bytes": 0,
+                                                    "oldest_mtime": None}
+
+    before = table_ids(config)
+    code, out, err = run_cli(capsys, "--config", str(path), "ingest", "cli", "--json")
+    assert code == 0, err
+    outcome = json.loads(out)
+    assert outcome["decision"] == "run" and outcome["files"] == 3 and outcome["rows"] == 15
+    assert sorted(table_ids(config)) == sorted(before + landed)
+    from icemaint.app.instance import get_instance
+
+    instance = get_instance(make_config(lake_root, state_dir=str(tmp_path / "state")), reap=False)
+    event = instance.get_latest_materialization_event(dg.AssetKey("landed_batches"))
+    assert event.asset_materialization.partition == "cli"
+    assert event.asset_materialization.metadata["rows"].value == 15
+    assert landing_partitions.name == "landing_source"
+
+    # bad input: one line, exit 2, the table untouched
+    location = CatalogReader(config).metadata_location(TABLE)
+    code, out, err = run_cli(capsys, "--config", str(path), "ingest", "nosuch")
+    assert code == 2 and "landing source 'nosuch' is not in the config" in err and err.count("\n") == 1
+    bad = write_config(tmp_path / "bad.yaml", lake_root, state_dir=str(tmp_path / "state"), landing={
+        "cli": {"location": str(folder), "table": TABLE, "format": "csv"}})
+    code, out, err = run_cli(capsys, "--config", str(bad), "ingest", "cli")
+    assert code == 2 and "landing.cli.schema: required for format 'csv'" in err
+    assert CatalogReader(config).metadata_location(TABLE) == location

@@ -93,3 +93,16 @@ def test_a_bad_landing_source_is_one_line_naming_the_key(tmp_path, landing, erro
     with pytest.raises(ConfigError) as exc:
         make_config(tmp_path, landing=landing)
     assert error in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_sensor_cursor_counts_new_names_and_resets_when_a_run_is_due():
+    from icemaint.domain.landing import ListingCursor, advance
+
+    cursor, verdict = advance(ListingCursor(), [landed("a"), landed("b")], SOURCE, NOW)
+    assert not verdict.due and (cursor.after, cursor.files) == ("b", 2)
+    cursor = ListingCursor.from_dict(cursor.to_dict())
+    cursor, verdict = advance(cursor, [landed("c")], SOURCE, NOW)
+    assert verdict.due and "min_files" in verdict.reason
+    assert cursor == ListingCursor("c")  # counts reset, position kept
+    cursor, verdict = advance(cursor, [], SOURCE, NOW)
+    assert not verdict.due and cursor == ListingCursor("c")

@@ -89,9 +89,14 @@ class Due:
 def due(files: Iterable[LandedFile], source: LandingSource, now: dt.datetime) -> Due:
     """A batch is due when any threshold passes: file count, bytes, or the oldest file's age."""
     listed = list(files)
-    count, size = len(listed), sum(f.size for f in listed)
-    age = max(0.0, now.timestamp() - min(f.mtime for f in listed)) if listed else None
-    if not listed:
+    return due_counts(len(listed), sum(f.size for f in listed), min((f.mtime for f in listed), default=None),
+                      source, now)
+
+
+def due_counts(count: int, size: int, oldest_mtime: float | None, source: LandingSource, now: dt.datetime) -> Due:
+    """`due` over counts: `count` files of `size` bytes, the oldest modified at `oldest_mtime`."""
+    age = max(0.0, now.timestamp() - oldest_mtime) if oldest_mtime is not None and count else None
+    if not count:
         return Due(False, "no landed files", 0, 0, None)
     if count >= source.min_files:
         return Due(True, f"{count} files >= min_files {source.min_files}", count, size, age)
@@ -173,3 +178,37 @@ def processed_due(files: Iterable[LandedFile], source: LandingSource, now: dt.da
     if keep is None:
         return []
     return [f for f in files if now.timestamp() - f.mtime >= keep]
+
+
+@dataclass(frozen=True)
+class ListingCursor:
+    """A sensor's position in one source's listing: the last name it listed, and what it has counted since the
+    last run it requested (files named after `after` only: producers name files in arrival order, e.g. a
+    timestamp first, so a listing of 100,000 objects is not repeated per tick)."""
+
+    after: str | None = None
+    files: int = 0
+    bytes: int = 0
+    oldest_mtime: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"after": self.after, "files": self.files, "bytes": self.bytes, "oldest_mtime": self.oldest_mtime}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any] | None) -> "ListingCursor":
+        doc = doc or {}
+        oldest = doc.get("oldest_mtime")
+        return cls(doc.get("after"), int(doc.get("files") or 0), int(doc.get("bytes") or 0),
+                   float(oldest) if oldest is not None else None)
+
+
+def advance(cursor: ListingCursor, new: Iterable[LandedFile], source: LandingSource, now: dt.datetime
+            ) -> tuple[ListingCursor, Due]:
+    """The cursor after listing `new` files (named after `cursor.after`), and whether a run is due; a due run
+    resets the counts (the run lists everything itself), the position stays."""
+    listed = [f for f in new if not ignored(f.name)]
+    after = max([cursor.after or "", *(f.name for f in listed)]) or None
+    oldest = min([m for m in (cursor.oldest_mtime, *(f.mtime for f in listed)) if m is not None], default=None)
+    moved = ListingCursor(after, cursor.files + len(listed), cursor.bytes + sum(f.size for f in listed), oldest)
+    verdict = due_counts(moved.files, moved.bytes, moved.oldest_mtime, source, now)
+    return (ListingCursor(after) if verdict.due else moved), verdict
