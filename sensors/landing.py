@@ -9,7 +9,7 @@ import dagster as dg
 
 from icemaint.domain.landing import ListingCursor, advance
 from icemaint.engine.landing import list_landed
-from maint_assets.landing import landing_partitions
+from maint_assets.landing import LANDING_DIMENSION, landing_partitions
 from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG
 from resources.settings import MaintenanceSettings
 
@@ -23,7 +23,7 @@ def build_landing_sensor(ingest_job, interval_seconds: int = 30) -> dg.SensorDef
         sources = settings.config.landing
         if not sources:
             return dg.SkipReason("no landing sources in the config (key `landing`)")
-        known = set(context.instance.get_dynamic_partitions(landing_partitions.name))
+        known = set(context.instance.get_dynamic_partitions(LANDING_DIMENSION))
         cursors = json.loads(context.cursor) if context.cursor else {}
         now = dt.datetime.now(dt.timezone.utc)
         requests, notes = [], []
