@@ -182,3 +182,72 @@ def test_the_cli_runs_the_landed_batches_asset_and_the_sensor_requests_a_due_sou
     code, out, err = run_cli(capsys, "--config", str(bad), "ingest", "cli")
     assert code == 2 and "landing.cli.schema: required for format 'csv'" in err
     assert CatalogReader(config).metadata_location(TABLE) == location
+
+
+KILLED_RUN = """
+import os, signal, sys
+from icemaint.config import load_config
+from icemaint.engine.spark_session import get_spark
+from icemaint.observe.catalog import CatalogReader
+from icemaint.operations.ingest import IngestRequest, Ingestor
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims
+
+config = load_config(sys.argv[1])
+step = sys.argv[3]
+
+def hook(name):
+    if name == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+Ingestor(config, get_spark(config), CatalogReader(config), open_claims(config), open_audit(config),
+         hook=hook).run(IngestRequest(sys.argv[2], force=True))
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_before_and_after_the_commit_leaves_every_row_exactly_once(spark, estate, lake_root, tmp_path):
+    """Two processes killed with SIGKILL, one just before the append's commit, one just after it (before any file
+    moved); the next run appends the first batch, only moves the second, and every landed row is in its table once."""
+    import subprocess
+    import sys
+    import textwrap
+
+    import yaml
+
+    from conftest import config_doc
+
+    _, root = estate
+    spark.sql("CREATE TABLE lake.t.landing_killed (id bigint, device string, value double) USING iceberg")
+    sources = {"before": {"location": str(root / "k1"), "table": "t.landing_killed", "min_files": 1},
+               "after": {"location": str(root / "k2"), "table": TABLE, "min_files": 1}}
+    doc = config_doc(lake_root, state_dir=str(tmp_path / "state"), landing=sources)
+    path = tmp_path / "maintenance.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), landing=sources)
+    ids = {"before": drop(root / "k1", 70_000, 6), "after": drop(root / "k2", 80_000, 6)}
+    main_before = {name: sorted(CatalogReader(config).load(s["table"]).scan().to_arrow()["id"].to_pylist())
+                   for name, s in sources.items()}
+    repo = Path(__file__).parent.parent
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(KILLED_RUN), str(path), name, step], cwd=repo,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for name, step in (("before", "before_commit"), ("after", "after_commit"))]
+    assert [p.wait(timeout=300) for p in procs] == [-9, -9]
+
+    def rows(name):
+        return sorted(CatalogReader(config).load(sources[name]["table"]).scan().to_arrow()["id"].to_pylist())
+
+    assert rows("before") == main_before["before"]  # killed before its commit: nothing appended
+    assert rows("after") == sorted(main_before["after"] + ids["after"])  # killed after: appended, files not moved
+    assert len(list((root / "k2").glob("*.parquet"))) == 6
+
+    first = ingestor(config, spark).run(IngestRequest("before", force=True))
+    assert first.decision == "run" and first.recovered[0]["committed"] is False
+    second = ingestor(config, spark).run(IngestRequest("after", force=True))
+    assert second.recovered[0]["committed"] is True and second.recovered[0]["moved"] == 6
+    assert second.decision == "noop"  # nothing left landed
+    assert rows("before") == sorted(main_before["before"] + ids["before"])
+    assert rows("after") == sorted(main_before["after"] + ids["after"])
+    assert not list((root / "k1").glob("*.parquet")) and not list((root / "k2").glob("*.parquet"))
+    interrupted = [r for r in open_audit(config).records(operation="ingest") if r.decision == "interrupted"]
+    assert len(interrupted) == 2  # the started markers of the killed processes read back as interrupted
