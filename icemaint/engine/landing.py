@@ -119,8 +119,9 @@ def _arrow_compatible(arrow_type, spark_type: str) -> bool:
 def check_file(source: LandingSource, name: str, table_columns: list[tuple[str, str]]) -> tuple[int, str | None]:
     """(rows, None) when landed file `name` can be read and matches the table's columns, else (0, the reason).
 
-    Parquet: its footer (columns, types, row count); jsonl and csv: read whole with the source's schema (a value
-    that does not parse, a column the schema does not name, or a missing column is a reason)."""
+    Each file is read whole (landed files are small): a parquet file with its own schema, a jsonl or csv file with the
+    source's (a value that does not parse, a column the schema does not name, or a missing column is a reason). A
+    file Spark then could not read would fail every batch it is in; read here, it is set aside alone."""
     import pyarrow as pa
 
     filesys, root = filesystem(source.location)
@@ -129,9 +130,9 @@ def check_file(source: LandingSource, name: str, table_columns: list[tuple[str, 
         if source.format == "parquet":
             import pyarrow.parquet as pq
 
-            with filesys.open_input_file(path) as handle:
-                meta = pq.ParquetFile(handle)
-                schema, rows = meta.schema_arrow, meta.metadata.num_rows
+            with filesys.open_input_file(path) as handle:  # read whole: a bad page is found here, not in Spark
+                table = pq.ParquetFile(handle).read()
+                schema, rows = table.schema, table.num_rows
         else:
             schema = pa.schema([(c, _arrow_type(t)) for c, t in source.schema])
             with filesys.open_input_stream(path) as handle:
