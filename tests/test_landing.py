@@ -106,3 +106,16 @@ def test_the_sensor_cursor_counts_new_names_and_resets_when_a_run_is_due():
     assert cursor == ListingCursor("c")  # counts reset, position kept
     cursor, verdict = advance(cursor, [], SOURCE, NOW)
     assert not verdict.due and cursor == ListingCursor("c")
+
+
+def test_the_how_to_configuration_parses(tmp_path):
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).parent.parent / "docs" / "how-to" / "landing.md").read_text()
+    doc = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
+    config = make_config(tmp_path, landing=doc["landing"])
+    assert config.landing["app_logs"].location == "s3://landing/app-logs"
+    assert config.landing["sensor_events"].delete_processed_after_seconds == 7 * 86400
