@@ -51,8 +51,8 @@ COMMANDS: dict[str, CommandHelp] = {
         "landed files, appended in one commit carrying the batch id, and only then moved to _processed/. A retry\n"
         "after a crash finds the batch on main and never appends it twice. Runs as the landed_batches asset.",
         ("icemaint ingest sensor_events",
-         "icemaint ingest sensor_events --force          # whatever has landed, below the thresholds too",
-         "icemaint ingest sensor_events --dry-run --json # what would go into the batch")),
+         "icemaint ingest sensor_events --force           # whatever has landed, below the thresholds too",
+         "icemaint ingest sensor_events --dry-run --json  # what would go into the batch")),
     "maintain": CommandHelp(
         "one pass over one table under one claim: compaction of what is due, then manifests, then (if kept or "
         "asked) column statistics, then (if asked) expiry and orphan removal",
