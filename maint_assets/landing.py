@@ -45,7 +45,7 @@ def batch_metadata(outcome) -> dict:
     }
 
 
-@dg.asset(partitions_def=landing_partitions, group_name="ingest",
+@dg.asset(partitions_def=landing_partitions, group_name="maintenance",
           description="Batches of a landing source's small files appended to its table as a few large files, each "
                       "exactly once (batch id in the snapshot summary), proven with Great Expectations first.")
 def landed_batches(context: dg.AssetExecutionContext, config: IngestConfig, spark: SparkResource,
