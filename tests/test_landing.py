@@ -119,3 +119,12 @@ def test_the_how_to_configuration_parses(tmp_path):
     config = make_config(tmp_path, landing=doc["landing"])
     assert config.landing["app_logs"].location == "s3://landing/app-logs"
     assert config.landing["sensor_events"].delete_processed_after_seconds == 7 * 86400
+
+
+def test_a_batch_whose_snapshot_expired_is_found_by_the_table_property():
+    from icemaint.domain.landing import batch_committed, last_batch_property
+
+    batch = Batch("events", (landed("a"),))
+    assert batch_committed(batch, [(5, {BATCH_ID_KEY: batch.batch_id})], {}) == (True, 5)
+    assert batch_committed(batch, [(6, {})], {last_batch_property("events"): batch.batch_id}) == (True, None)
+    assert batch_committed(batch, [(6, {})], {last_batch_property("other"): batch.batch_id}) == (False, None)

@@ -33,6 +33,12 @@ FILES_DIGEST_KEY = "icemaint.ingest.files-digest"
 FILE_COUNT_KEY = "icemaint.ingest.file-count"
 
 
+def last_batch_property(source: str) -> str:
+    """The table property an ingest append sets, in the same commit, to its batch id: unlike the snapshot summary it
+    survives snapshot expiry, so a batch whose snapshot expired before a crashed run's retry is still found."""
+    return f"icemaint.ingest.{source}.last-batch"
+
+
 @dataclass(frozen=True)
 class LandingSource:
     """One landing source of the config's `landing:` section (validated there)."""
@@ -164,6 +170,16 @@ def find_batch(batch: str, summaries: Iterable[tuple[int, Mapping[str, str]]]) -
         if summary.get(BATCH_ID_KEY) == batch:
             return int(snapshot_id)
     return None
+
+
+def batch_committed(batch: Batch, summaries: Iterable[tuple[int, Mapping[str, str]]],
+                    properties: Mapping[str, str]) -> tuple[bool, int | None]:
+    """Whether `batch` was appended (and by which snapshot of `main`, when its snapshot is still there): its id in a
+    summary on `main`, or in the source's last-batch table property (its snapshot expired since)."""
+    found = find_batch(batch.batch_id, summaries)
+    if found is not None:
+        return True, found
+    return properties.get(last_batch_property(batch.source)) == batch.batch_id, None
 
 
 def append_summary(batch: Batch, proof_id: str) -> dict[str, str]:

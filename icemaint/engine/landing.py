@@ -15,7 +15,8 @@ import posixpath
 from dataclasses import dataclass
 
 from icemaint.domain.health import MAINTENANCE_TAG
-from icemaint.domain.landing import BATCH_ID_KEY, Batch, LandedFile, LandingSource, ignored
+from icemaint.domain.landing import BATCH_ID_KEY, SOURCE_KEY, Batch, LandedFile, LandingSource, ignored, \
+    last_batch_property
 from icemaint.engine.java import COMMIT_STATE_UNKNOWN, find_on_main, java_exception_class, listed_java
 from icemaint.engine.staging import STAGE_KEY, StagingArea, StagingError
 
@@ -252,13 +253,16 @@ class LandingStage:
         from py4j.protocol import Py4JJavaError
 
         batch = summary[BATCH_ID_KEY]
-        append = self.area.table().newFastAppend()
+        txn = self.area.table().newTransaction()
+        append = txn.newFastAppend()
         for data_file in staged.new_files:
             append = append.appendFile(data_file)
         for key, value in summary.items():
             append = append.set(key, str(value))
+        append.commit()
+        txn.updateProperties().set(last_batch_property(summary[SOURCE_KEY]), batch).commit()
         try:
-            append.commit()
+            txn.commitTransaction()
         except Py4JJavaError as exc:
             if java_exception_class(exc) != COMMIT_STATE_UNKNOWN:
                 raise

@@ -32,7 +32,7 @@ from typing import Callable
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, RUN, Operation, launched_by_a_person
 from icemaint.domain.health import STAGE_PREFIX
-from icemaint.domain.landing import Batch, LandingSource, append_summary, choose_batch, due, find_batch, \
+from icemaint.domain.landing import Batch, LandingSource, append_summary, batch_committed, choose_batch, due, \
     processed_due
 from icemaint.domain.names import TableName
 from icemaint.domain.units import counted, human_size
@@ -199,6 +199,15 @@ class Ingestor(ContractOperation):
             outcome.reason = (f"dry run: would append batch {batch.batch_id} ({counted(len(good), 'file')}, "
                               f"{human_size(batch.bytes)}, {rows} rows) to {name.key} ({verdict.reason})")
             return
+        table = self.reader.load(name.key)
+        committed, found = batch_committed(batch, [(sid, summary) for sid, _, _, summary in main_lineage(table)],
+                                           table.properties)
+        if committed:  # these very files were appended by a run whose journal is gone: only move them
+            outcome.moved = self._move_processed(source, batch)
+            outcome.decision = NOOP
+            outcome.reason = (f"batch {batch.batch_id} was already appended (snapshot {found}); moved its "
+                              f"{counted(outcome.moved, 'file')} to the processed area")
+            return
         self._append(source, name, area, stage, batch, columns, rows, outcome)
         outcome.reason = (f"appended batch {batch.batch_id}: {counted(len(good), 'landed file')} "
                           f"({human_size(batch.bytes)}, {rows} rows) as {counted(outcome.new_files, 'file')} in "
@@ -270,15 +279,16 @@ class Ingestor(ContractOperation):
         """Finishes or drops the batch journals a dead run left, and removes its staging branches."""
         journals = self._journals(source)
         if journals:
-            lineage = [(sid, summary) for sid, _, _, summary in main_lineage(self.reader.load(name.key))]
+            table = self.reader.load(name.key)
+            lineage = [(sid, summary) for sid, _, _, summary in main_lineage(table)]
             for path in journals:
                 batch = Batch.from_dict(json.loads(path.read_text()))
-                found = find_batch(batch.batch_id, lineage)
-                moved = self._move_processed(source, batch) if found is not None else 0
+                committed, found = batch_committed(batch, lineage, table.properties)
+                moved = self._move_processed(source, batch) if committed else 0
                 outcome.recovered.append({"batch_id": batch.batch_id, "snapshot_id": found, "moved": moved,
-                                          "committed": found is not None})
+                                          "committed": committed})
                 self.progress(f"{source.name}: batch {batch.batch_id} of a dead run "
-                              + (f"is on main (snapshot {found}): moved {moved} files" if found is not None
+                              + (f"was appended (snapshot {found}): moved {moved} files" if committed
                                  else "never committed: its files stay landed"))
                 path.unlink(missing_ok=True)
         for branch, _ in area.stale_branches():
