@@ -131,7 +131,7 @@ class Ingestor(ContractOperation):
 
     # -- the journal: a batch being appended, kept until its files are moved ------------------------------------
     def _journal_dir(self, source: LandingSource) -> Path:
-        return self.config.state_path / "landing" / source.name
+        return self.config.state_path / "ingest-journal" / source.name
 
     def _write_journal(self, source: LandingSource, batch: Batch) -> Path:
         folder = self._journal_dir(source)
