@@ -10,7 +10,8 @@ import dagster as dg
 from icemaint.domain.landing import ListingCursor, advance
 from icemaint.engine.landing import list_landed
 from maint_assets.landing import LANDING_DIMENSION, landing_partitions
-from maint_assets.partitions import TABLE_TAG, TRIGGER_TAG
+from maint_assets.partitions import PARTITION_TAG, TABLE_TAG, TRIGGER_TAG
+from maint_assets.retention import runs_in_flight
 from resources.settings import MaintenanceSettings
 
 
@@ -26,15 +27,19 @@ def build_landing_sensor(ingest_job, interval_seconds: int = 30) -> dg.SensorDef
         known = set(context.instance.get_dynamic_partitions(LANDING_DIMENSION))
         cursors = json.loads(context.cursor) if context.cursor else {}
         now = dt.datetime.now(dt.timezone.utc)
+        running = {run.tags.get(PARTITION_TAG) for run in runs_in_flight(context.instance, ingest_job.name)}
         requests, notes = [], []
         for name, source in sorted(sources.items()):
             cursor = ListingCursor.from_dict(cursors.get(name))
             new = list_landed(source.location, after=cursor.after)
-            moved, verdict = advance(cursor, new, source, now)
+            moved, verdict, request = advance(cursor, new, source, now, in_flight=name in running)
             cursors[name] = moved.to_dict()
-            if verdict.due:
+            if verdict.due and not request:
+                notes.append(f"{name}: due ({verdict.reason}), a run of it is queued or running")
+                continue
+            if request:
                 requests.append(dg.RunRequest(
-                    partition_key=name, run_key=f"landing:{name}:{moved.after}:{now.isoformat()}",
+                    partition_key=name, run_key=f"landing:{name}:{now.isoformat()}",
                     tags={TABLE_TAG: source.table, TRIGGER_TAG: "sensor"}))
             notes.append(f"{name}: {verdict.reason}")
         added = sorted(set(sources) - known)

@@ -98,13 +98,15 @@ def test_a_bad_landing_source_is_one_line_naming_the_key(tmp_path, landing, erro
 def test_the_sensor_cursor_counts_new_names_and_resets_when_a_run_is_due():
     from icemaint.domain.landing import ListingCursor, advance
 
-    cursor, verdict = advance(ListingCursor(), [landed("a"), landed("b")], SOURCE, NOW)
-    assert not verdict.due and (cursor.after, cursor.files) == ("b", 2)
+    cursor, verdict, request = advance(ListingCursor(), [landed("a"), landed("b")], SOURCE, NOW)
+    assert not verdict.due and not request and (cursor.after, cursor.files) == ("b", 2)
     cursor = ListingCursor.from_dict(cursor.to_dict())
-    cursor, verdict = advance(cursor, [landed("c")], SOURCE, NOW)
-    assert verdict.due and "min_files" in verdict.reason
-    assert cursor == ListingCursor("c")  # counts reset, position kept
-    cursor, verdict = advance(cursor, [], SOURCE, NOW)
+    held, verdict, request = advance(cursor, [landed("c")], SOURCE, NOW, in_flight=True)
+    assert verdict.due and not request and (held.after, held.files) == ("c", 3)  # a run of it is in flight: counting
+    cursor, verdict, request = advance(cursor, [landed("c")], SOURCE, NOW)
+    assert verdict.due and request and "min_files" in verdict.reason
+    assert cursor == ListingCursor()  # requested: the next tick lists everything once (what the run left included)
+    cursor, verdict, request = advance(ListingCursor("c"), [], SOURCE, NOW)
     assert not verdict.due and cursor == ListingCursor("c")
 
 

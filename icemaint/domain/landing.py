@@ -218,13 +218,16 @@ class ListingCursor:
                    float(oldest) if oldest is not None else None)
 
 
-def advance(cursor: ListingCursor, new: Iterable[LandedFile], source: LandingSource, now: dt.datetime
-            ) -> tuple[ListingCursor, Due]:
-    """The cursor after listing `new` files (named after `cursor.after`), and whether a run is due; a due run
-    resets the counts (the run lists everything itself), the position stays."""
+def advance(cursor: ListingCursor, new: Iterable[LandedFile], source: LandingSource, now: dt.datetime,
+            in_flight: bool = False) -> tuple[ListingCursor, Due, bool]:
+    """(the cursor after listing `new` files (named after `cursor.after`), whether a batch is due, whether to request
+    a run). A run is not requested while one of the source's runs is queued or running: the counts go on. A requested
+    run starts the listing over (the next tick lists everything once, so files a run left, over `max_files` or landed
+    during it, are counted again with their age); between runs a tick lists only names after its position."""
     listed = [f for f in new if not ignored(f.name)]
     after = max([cursor.after or "", *(f.name for f in listed)]) or None
     oldest = min([m for m in (cursor.oldest_mtime, *(f.mtime for f in listed)) if m is not None], default=None)
     moved = ListingCursor(after, cursor.files + len(listed), cursor.bytes + sum(f.size for f in listed), oldest)
     verdict = due_counts(moved.files, moved.bytes, moved.oldest_mtime, source, now)
-    return (ListingCursor(after) if verdict.due else moved), verdict
+    request = verdict.due and not in_flight
+    return (ListingCursor() if request else moved), verdict, request
