@@ -116,6 +116,29 @@ def test_a_retry_after_the_commit_before_the_bookkeeping_appends_nothing_twice(s
     assert sorted(table_ids(config)) == sorted(before + landed + [99999998] + list(range(30_000, 30_005)))
 
 
+def test_a_crash_during_the_moves_is_finished_by_the_next_run(spark, estate):
+    config, root = estate
+    landed = drop(root / "in", 40_000, 10)
+    before = table_ids(config)
+    moved: list[str] = []
+
+    def crash(step):
+        if step == "moved_one":
+            moved.append(step)
+            if len(moved) == 3:
+                raise KeyboardInterrupt  # as a terminated run is interrupted, after 3 of the 10 moves
+
+    with pytest.raises(KeyboardInterrupt):
+        ingestor(config, spark, hook=crash).run(IngestRequest("events"))
+    assert len(list((root / "in").glob("*.parquet"))) == 7
+    out = ingestor(config, spark).run(IngestRequest("events", force=True))
+    assert out.recovered == [{"batch_id": out.recovered[0]["batch_id"], "snapshot_id": out.recovered[0]["snapshot_id"],
+                              "moved": 7, "committed": True}] and out.decision == "noop"
+    assert sorted(table_ids(config)) == sorted(before + landed)
+    records = open_audit(config).records(table=TABLE, operation="ingest")
+    assert "interrupted" in [r.decision for r in records]
+
+
 def test_a_bad_file_is_set_aside_with_its_reason_and_the_rest_goes_on(spark, estate):
     config, root = estate
     folder = root / "json"

@@ -194,6 +194,18 @@ class LandingStage:
         self.area = area
         self.source = source
 
+    def check_readable(self) -> None:
+        """Spark reads an object-store source through Hadoop's S3A file system: without it (hadoop-aws on the
+        classpath, `spark.jars`), say so before anything is moved or staged."""
+        if "://" not in self.source.location:
+            return
+        from icemaint.engine.files import Files
+
+        if not Files(self.spark).on_hadoop(spark_path(self.source.location, "x")):
+            raise LandingError(f"landing.{self.source.name}: Spark has no file system for "
+                               f"{spark_path(self.source.location, '')}: put hadoop-aws (and its AWS SDK) on the "
+                               "Spark classpath (spark.jars) to ingest from an object store; nothing was moved")
+
     def table_columns(self) -> list[tuple[str, str]]:
         """(column, Spark SQL type) of the table, in order."""
         schema = self.spark.table(self.area.name.sql(self.area.catalog)).schema

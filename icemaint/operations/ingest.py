@@ -173,6 +173,7 @@ class Ingestor(ContractOperation):
         assert batch is not None
         outcome.waiting = len(listed) - len(batch.files)
         stage = files.LandingStage(self.spark, area, source)
+        stage.check_readable()
         columns = stage.table_columns()
         if source.format != "parquet":
             self._check_schema(source, columns)
