@@ -148,6 +148,10 @@ def test_a_bad_file_is_set_aside_with_its_reason_and_the_rest_goes_on(spark, est
     (folder / "bad.jsonl").write_text('{"id": "not a number", "device": "j", "value": 1}\n')
     (folder / "extra.jsonl").write_text('{"id": 1, "device": "j", "value": 1, "colour": "red"}\n')
     before = table_ids(config)
+    dry = ingestor(config, spark).run(IngestRequest("json", dry_run=True))
+    assert dry.decision == "noop" and "dry run: would append" in dry.reason and dry.rows == 4
+    assert {r["name"] for r in dry.rejected} == {"bad.jsonl", "extra.jsonl"} and not any("moved_to" in r for r in dry.rejected)
+    assert len(list(folder.glob("*.jsonl"))) == 3 and table_ids(config) == before
     out = ingestor(config, spark).run(IngestRequest("json"))
     assert out.decision == "run", out.reason
     reasons = {r["name"]: r["reason"] for r in out.rejected}

@@ -543,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--table", metavar="NAMESPACE.TABLE", help="only this table's records")
     s.add_argument("--operation", metavar="OP",
                    help="only this operation's records: compact, expire, orphans, manifests, statistics, "
-                        "purge-quarantine, cleanup, revert, approve, alert, lineage")
+                        "purge-quarantine, cleanup, revert, ingest, approve, alert, lineage")
     s.add_argument("--limit", type=whole_number, metavar="N", help="at most N records, the newest")
     s.add_argument("--oldest-first", action="store_true",
                    help="print in the order the records were written (default: newest first)")
