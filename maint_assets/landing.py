@@ -8,7 +8,7 @@ observation; a refusal observes and fails naming the policy.
 
 import dagster as dg
 
-from icemaint.domain.decisions import RUN
+from icemaint.domain.decisions import NOT_PUBLISHED, RUN
 from icemaint.domain.units import human_size
 from icemaint.operations.ingest import IngestRequest, Ingestor
 from maint_assets.metadata import as_json, materializes, report_outcome, run_failure
@@ -61,8 +61,9 @@ def landed_batches(context: dg.AssetExecutionContext, config: IngestConfig, spar
     yield from report_outcome(
         context, "landed_batches", metadata,
         materialize=materializes(trigger, str(outcome.decision), outcome.dry_run, done=done),
-        refusal=run_failure(trigger, str(outcome.decision), refused=f"refused: {outcome.reason}",
-                            not_done=f"not ingested: {outcome.reason}"))
+        refusal=f"NOT APPENDED: {outcome.reason}" if outcome.decision == NOT_PUBLISHED else run_failure(
+            trigger, str(outcome.decision), refused=f"refused: {outcome.reason}",
+            not_done=f"not ingested: {outcome.reason}"))
 
 
 ingest_job = dg.define_asset_job(INGEST_JOB, selection=["landed_batches"], executor_def=dg.in_process_executor)

@@ -139,6 +139,26 @@ def test_a_crash_during_the_moves_is_finished_by_the_next_run(spark, estate):
     assert "interrupted" in [r.decision for r in records]
 
 
+def test_a_file_rewritten_during_the_run_fails_the_proof_and_nothing_is_appended(spark, estate):
+    config, root = estate
+    drop(root / "in", 90_000, 10)
+    before = table_ids(config)
+    location = CatalogReader(config).metadata_location(TABLE)
+
+    def rewrite(step):  # a producer overwrites a landed file after the batch was staged: the rows differ
+        if step == "staged":
+            drop(root / "in", 90_000, 1, rows=4)
+
+    out = ingestor(config, spark, hook=rewrite).run(IngestRequest("events"))
+    assert out.decision == "not_published" and "not appended" in out.reason and out.validation["passed"] is False
+    assert table_ids(config) == before and len(list((root / "in").glob("*.parquet"))) == 10
+    snap = CatalogReader(config).load(TABLE).current_snapshot()
+    assert (snap.snapshot_id if snap else None) == out.before_snapshot_id
+    assert CatalogReader(config).metadata_location(TABLE) != location  # the staging branch came and went
+    out = ingestor(config, spark).run(IngestRequest("events"))  # the next run takes the files as they are now
+    assert out.decision == "run" and out.rows == 49
+
+
 def test_a_bad_file_is_set_aside_with_its_reason_and_the_rest_goes_on(spark, estate):
     config, root = estate
     folder = root / "json"

@@ -170,7 +170,9 @@ class Ingestor(ContractOperation):
             self._purge(source, now, outcome, request.dry_run)
             return
         batch = choose_batch(listed, source)
-        assert batch is not None
+        if batch is None:  # every listed name is one a batch skips (listing already leaves them out)
+            outcome.decision, outcome.reason = NOOP, "no landed files"
+            return
         outcome.waiting = len(listed) - len(batch.files)
         stage = files.LandingStage(self.spark, area, source)
         stage.check_readable()
@@ -210,6 +212,8 @@ class Ingestor(ContractOperation):
                               f"{counted(outcome.moved, 'file')} to the processed area")
             return
         self._append(source, name, area, stage, batch, columns, rows, outcome)
+        if outcome.decision != RUN:  # not appended: `_append` said why
+            return
         outcome.reason = (f"appended batch {batch.batch_id}: {counted(len(good), 'landed file')} "
                           f"({human_size(batch.bytes)}, {rows} rows) as {counted(outcome.new_files, 'file')} in "
                           f"snapshot {outcome.after_snapshot_id} ({verdict.reason})"
