@@ -130,3 +130,19 @@ def test_a_batch_whose_snapshot_expired_is_found_by_the_table_property():
     assert batch_committed(batch, [(5, {BATCH_ID_KEY: batch.batch_id})], {}) == (True, 5)
     assert batch_committed(batch, [(6, {})], {last_batch_property("events"): batch.batch_id}) == (True, None)
     assert batch_committed(batch, [(6, {})], {last_batch_property("other"): batch.batch_id}) == (False, None)
+
+
+@pytest.mark.parametrize("arrow, spark, ok", [
+    ("int32", "bigint", True), ("int64", "int", False), ("float", "double", True), ("string", "bigint", False),
+    ("timestamp_tz", "timestamp", True), ("timestamp_tz", "timestamp_ntz", False), ("decimal", "decimal(10,2)", True),
+    ("list", "array<int>", True), ("struct", "struct<a:int>", True), ("list", "map<string,int>", False),
+])
+def test_a_landed_column_is_checked_against_the_table_type(arrow, spark, ok):
+    import pyarrow as pa
+
+    from icemaint.engine.landing import _arrow_compatible
+
+    types = {"int32": pa.int32(), "int64": pa.int64(), "float": pa.float32(), "string": pa.string(),
+             "timestamp_tz": pa.timestamp("us", tz="UTC"), "decimal": pa.decimal128(10, 2),
+             "list": pa.list_(pa.int32()), "struct": pa.struct([("a", pa.int32())])}
+    assert _arrow_compatible(types[arrow], spark) is ok

@@ -8,10 +8,10 @@ and written by Spark; the staging branch and its removal reuse `icemaint.engine.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import posixpath
+import re
 from dataclasses import dataclass
 
 from icemaint.domain.health import MAINTENANCE_TAG
@@ -80,12 +80,14 @@ def spark_path(location: str, name: str) -> str:
 def move(source_location: str, name: str, target_location: str, reason: str | None = None) -> str:
     """Moves landed file `name` to `target_location` (keeping its relative name; a name taken there gets a suffix),
     with a `<name>.reason.txt` beside it when `reason` is given; returns where it went."""
+    from pyarrow import fs as pafs
+
     src_fs, src_root = filesystem(source_location)
     dst_fs, dst_root = filesystem(target_location)
     target = f"{dst_root}/{name}"
     dst_fs.create_dir(posixpath.dirname(target), recursive=True)
     n = 0
-    while dst_fs.get_file_info(target).type != 0:  # FileType.NotFound
+    while dst_fs.get_file_info(target).type != pafs.FileType.NotFound:
         n += 1
         target = f"{dst_root}/{name}.{n}"
     if reason is not None:
@@ -94,8 +96,6 @@ def move(source_location: str, name: str, target_location: str, reason: str | No
     if src_fs.type_name == dst_fs.type_name:
         src_fs.move(f"{src_root}/{name}", target)
     else:
-        from pyarrow import fs as pafs
-
         pafs.copy_files(f"{src_root}/{name}", target, source_filesystem=src_fs, destination_filesystem=dst_fs)
         src_fs.delete_file(f"{src_root}/{name}")
     return target
@@ -107,10 +107,14 @@ def delete(location: str, name: str) -> None:
 
 
 # -- checking one file against the table -------------------------------------------------------------------------
+_KINDS = {"array": "list", "struct": "struct", "map": "map", "decimal": "decimal"}
+
+
 def _arrow_compatible(arrow_type, spark_type: str) -> bool:
     allowed = _COMPATIBLE.get(spark_type)
-    if allowed is None:  # decimals, nested types: same kind of name, Spark's cast decides the rest
-        return spark_type.split("(")[0] in str(arrow_type)
+    if allowed is None:  # decimals, nested types: the same kind, Spark's cast decides the rest
+        kind = re.split(r"[<(]", spark_type, maxsplit=1)[0]
+        return str(arrow_type).startswith(_KINDS.get(kind, kind))
     name = str(arrow_type).split("[")[0]
     if spark_type == "timestamp_ntz" and getattr(arrow_type, "tz", None):
         return False
@@ -294,11 +298,3 @@ class LandingStage:
         snap = find_on_main(self.area.table(), BATCH_ID_KEY, batch)
         return None if snap is None else int(snap.snapshotId())
 
-
-def write_json(location: str, name: str, doc: dict) -> None:
-    filesys, root = filesystem(location)
-    filesys.create_dir(posixpath.dirname(f"{root}/{name}"), recursive=True)
-    tmp = f"{root}/{name}.tmp"
-    with filesys.open_output_stream(tmp) as out:
-        out.write(json.dumps(doc).encode())
-    filesys.move(tmp, f"{root}/{name}")
