@@ -35,7 +35,8 @@ def drop_readings(folder: Path, files: int = FILES, rows: int = ROWS_PER_FILE) -
     return files * rows
 
 
-def run_landing_step(config: MaintenanceConfig, config_path: str | None, spark, say: Callable[[str], None]) -> None:
+def run_landing_step(config: MaintenanceConfig, spark, tick: Callable[[], dict], say: Callable[[str], None]) -> None:
+    """Drops the files, then one tick: the landing sensor's decision finds the source due and runs the ingest."""
     source = config.landing.get(SOURCE)
     if source is None or "://" in source.location:
         return
@@ -46,10 +47,8 @@ def run_landing_step(config: MaintenanceConfig, config_path: str | None, spark, 
               "value double) USING iceberg")
     shutil.rmtree(source.location, ignore_errors=True)
     rows = drop_readings(Path(source.location))
-    say(f"== landing: devices dropped {FILES} small parquet files ({rows} rows) into {source.location}; "
-        f"icemaint ingest {SOURCE} appends them to {source.table}")
-    from icemaint.app.runner import MaintenanceRunner
-
-    report = MaintenanceRunner(config, config_path).ingest(SOURCE)
-    outcome = report.outcome or {"decision": "failed", "reason": report.failure_line}
-    say(f"   {outcome.get('decision')}: {outcome.get('reason')}")
+    say(f"== landing: devices dropped {FILES} small parquet files ({rows} rows) into {source.location}; the next "
+        f"tick's landing sensor finds {SOURCE} due and appends them to {source.table} (icemaint ingest {SOURCE})")
+    for line in tick()["lines"]:
+        if line.startswith("landing "):
+            say("   " + line)
