@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve clean
+.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-landing bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve clean
 
 setup: $(STAMP)
 
@@ -78,6 +78,7 @@ bench: setup java
 	$(MAKE) --no-print-directory bench-settings
 	$(MAKE) --no-print-directory bench-publish
 	$(MAKE) --no-print-directory bench-drift
+	$(MAKE) --no-print-directory bench-landing
 	$(MAKE) --no-print-directory bench-plots
 
 # The plots of docs/operations/benchmarks.md (docs/images/bench-*.png), drawn from benchmarks/RESULTS.md's tables.
@@ -134,6 +135,12 @@ bench-statistics: setup java
 .PHONY: bench-drift
 bench-drift: setup java
 	$(BIN)/python -m benchmarks.layout_drift
+
+# Landed files per second and the table's files: one ingest batch against an append per landed file (a section of
+# benchmarks/RESULTS.md). LANDING_ARGS="--files 50" for a smoke run.
+LANDING_ARGS ?=
+bench-landing: setup java
+	$(BIN)/python -m benchmarks.landing $(LANDING_ARGS)
 
 # One date built by ~3,000 single-file commits: planning before, after compaction, after the full
 # maintenance (a section of benchmarks/RESULTS.md).

@@ -18,6 +18,7 @@ from typing import Any, Hashable, Mapping
 
 import yaml
 
+from icemaint.domain.landing import COLUMN_TYPES, FORMATS, SOURCE_NAME, LandingSource
 from icemaint.domain.agents import AGENT_NAME, DEFAULT_REQUESTS_PER_HOUR, DEFAULT_REWRITE_BYTES_PER_DAY, AgentSpec
 from icemaint.domain.masking import mask_credentials
 from icemaint.domain.names import InvalidTableName, TableName
@@ -202,6 +203,8 @@ class MaintenanceConfig:
     # The AI agents `icemaint mcp` serves, by name (their identity); none: the MCP server has no one to serve.
     agents: Mapping[str, AgentSpec] = field(default_factory=dict)
     automation: AutomationConfig = field(default_factory=AutomationConfig)
+    # Landing sources by name (`icemaint ingest`): where small files land and the table they are appended to.
+    landing: Mapping[str, LandingSource] = field(default_factory=dict)
 
     def policy(self, table: str) -> TablePolicy:
         return self.policies.for_table(table)
@@ -421,6 +424,101 @@ def _agents(value: Any) -> dict[str, AgentSpec]:
     return out
 
 
+_LANDING_KEYS = _keys("landing.<source>")
+
+
+def _landing(value: Any, base_dir: Path) -> dict[str, LandingSource]:
+    """`landing:` source name -> where files land, their format (and schema), the table, thresholds and what
+    happens to them after their batch is committed."""
+    out: dict[str, LandingSource] = {}
+    for name, settings in _mapping(value, "landing").items():
+        if not isinstance(name, str) or not SOURCE_NAME.fullmatch(name):
+            raise ConfigError(f"landing.{_key(name)}: a source's name is a letter, then up to 63 letters, digits "
+                              "or '_'")
+        where = f"landing.{name}"
+        section = _mapping(settings, where)
+        _only(section, _LANDING_KEYS, where)
+        for required in ("location", "table"):
+            if required not in section:
+                raise ConfigError(f"{where}.{required}: required")
+        location = _landing_location(section["location"], base_dir, f"{where}.location")
+        fmt = _choice(section.get("format", "parquet"), FORMATS, f"{where}.format")
+        try:
+            table = TableName.parse(_string(section["table"], f"{where}.table")).key
+        except InvalidTableName as exc:
+            raise ConfigError(f"{where}.table: {exc}") from None
+        schema = _landing_schema(section.get("schema"), fmt, f"{where}.schema")
+        counts = {}
+        for key, count in (("min_files", 100), ("max_files", 10_000)):
+            number = section.get(key, count)
+            if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 1_000_000:
+                raise ConfigError(f"{where}.{key}: {_shown.repr(number)} must be a whole number from 1 to 1000000")
+            counts[key] = number
+        sizes = {}
+        for key, default in (("min_bytes", "64 MiB"), ("target_file_size", "128 MiB")):
+            try:
+                sizes[key] = parse_size(section.get(key, default))
+            except ValueError as exc:
+                raise ConfigError(f"{where}.{key}: {exc}") from None
+            if not 1 <= sizes[key] <= MAX_SIZE_BYTES:
+                raise ConfigError(f"{where}.{key}: must be from 1 B to {human_size(MAX_SIZE_BYTES)}")
+        ages: dict[str, float | None] = {}
+        for key, age in (("max_age", "5m"), ("delete_processed_after", None)):
+            v = section.get(key, age)
+            if v is None or (key == "delete_processed_after" and v == "none"):
+                ages[key] = None
+                continue
+            try:
+                ages[key] = parse_duration(v)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.{key}: {exc}") from None
+            if not 0 <= (ages[key] or 0) <= MAX_DURATION_SECONDS:
+                raise ConfigError(f"{where}.{key}: {_shown.repr(v)} must be from 0s to 100 years")
+        if ages["max_age"] is None:
+            raise ConfigError(f"{where}.max_age: a duration is required (e.g. 5m)")
+        processed = section.get("processed")
+        if processed is not None:
+            processed = _landing_location(processed, base_dir, f"{where}.processed")
+            if processed.rstrip("/") == location.rstrip("/"):
+                raise ConfigError(f"{where}.processed: is the landing location itself; ingested files would land "
+                                  "again")
+        out[name] = LandingSource(name, location, fmt, table, schema, counts["min_files"], sizes["min_bytes"],
+                                  float(ages["max_age"] or 0.0), sizes["target_file_size"], counts["max_files"],
+                                  processed, ages["delete_processed_after"])
+    return out
+
+
+def _landing_location(value: Any, base_dir: Path, where: str) -> str:
+    """A local directory (relative to the file) or an object-store URI."""
+    text = _string(value, where)
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        if scheme not in ("s3", "s3a", "file"):
+            raise ConfigError(f"{where}: {mask_credentials(_shown.repr(text))}: a local directory or "
+                              "s3://bucket/prefix")
+        if scheme == "file":
+            text = "/" + text[len("file://"):].lstrip("/")
+        else:
+            return "s3://" + text.split("://", 1)[1]
+    return _local_directory(_resolve(text, base_dir), where)
+
+
+def _landing_schema(value: Any, fmt: str, where: str) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        if fmt != "parquet":
+            raise ConfigError(f"{where}: required for format {fmt!r} (column: type, in the files' order)")
+        return ()
+    section = _mapping(value, where)
+    if not section:
+        raise ConfigError(f"{where}: names no column")
+    out = []
+    for column, kind in section.items():
+        if not isinstance(column, str) or not _IDENTIFIER.match(column):
+            raise ConfigError(f"{where}.{_key(column)}: a column name is a plain identifier")
+        out.append((column, _choice(kind, COLUMN_TYPES, f"{where}.{column}")))
+    return tuple(out)
+
+
 def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> MaintenanceConfig:
     """Parse a loaded YAML document. Raises ConfigError naming the bad key and value."""
     doc = _mapping(raw, "config")
@@ -555,7 +653,8 @@ def parse_config(raw: Any, base_dir: Path, source: str | None = None) -> Mainten
 
     return MaintenanceConfig(catalog, spark, state_dir, claims, audit, scope, start, max_runs,
                              PolicyBook(defaults, tables), source, _alerts(doc.get("alerts")), dagster,
-                             quarantine, _agents(doc.get("agents")), automation)
+                             quarantine, _agents(doc.get("agents")), automation,
+                             _landing(doc.get("landing"), base_dir))
 
 
 def _poll_interval(section: Mapping[str, Any], key: str, default: int) -> int:

@@ -8,6 +8,7 @@ added without its description.
 from __future__ import annotations
 
 from icemaint.domain.agents import DEFAULT_REQUESTS_PER_HOUR, DEFAULT_REWRITE_BYTES_PER_DAY
+from icemaint.domain.landing import COLUMN_TYPES as LANDING_TYPES, FORMATS as LANDING_FORMATS
 from icemaint.domain.units import human_size
 
 CATALOG_TYPES = ("hadoop", "jdbc", "rest", "glue")
@@ -78,6 +79,24 @@ CONFIG_KEYS: dict[str, tuple[str, str, str]] = {
                                        "tables' health and decides at most"),
     "automation.retention_interval": ("duration, 1s to 1d", "60s", "how often the retention sensor decides expiry, "
                                       "orphans, manifests and statistics at most"),
+    "landing": ("map", "{}", "landing sources, by name: directories or object-store prefixes where producers drop "
+                "small files that `icemaint ingest` appends to a table as a few large files, exactly once"),
+    "landing.<source>.location": ("path or URI", "required", "the landing directory (relative to the file) or "
+                                  "s3://bucket/prefix; names starting with '.' or '_' and ending in .tmp are skipped"),
+    "landing.<source>.format": (" | ".join(LANDING_FORMATS), "parquet", "the landed files' format"),
+    "landing.<source>.schema": ("map of column: type", "required for jsonl and csv",
+                                "the landed files' columns in order (" + ", ".join(LANDING_TYPES) + "); parquet "
+                                "files carry their own"),
+    "landing.<source>.table": ("namespace.table", "required", "the Iceberg table the batches are appended to"),
+    "landing.<source>.min_files": ("whole number", "100", "a batch is due when this many files have landed"),
+    "landing.<source>.min_bytes": ("size", "64 MiB", "... or when the landed files hold this many bytes"),
+    "landing.<source>.max_age": ("duration", "5m", "... or when the oldest landed file has waited this long"),
+    "landing.<source>.max_files": ("whole number", "10000", "files at most in one batch (the rest wait)"),
+    "landing.<source>.target_file_size": ("size", "128 MiB", "the size of the files a batch is written as"),
+    "landing.<source>.processed": ("path or URI", "<location>/_processed", "where ingested files are moved once "
+                                   "their batch is committed"),
+    "landing.<source>.delete_processed_after": ("duration or none", "none", "processed files are deleted this "
+                                                "long after they landed; none: kept"),
 }
 
 

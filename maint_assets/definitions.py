@@ -13,6 +13,7 @@ from icemaint.config import load_config
 from maint_assets.compaction import build_compaction_assets, table_compaction
 from maint_assets.health import table_health
 from maint_assets.jobs import build_jobs
+from maint_assets.landing import ingest_job, landed_batches
 from maint_assets.partitions import date_partitions, table_date_partitions, table_partitions
 from maint_assets.retention import RETENTION_ASSETS
 from resources.catalog import IcebergCatalogResource
@@ -22,6 +23,7 @@ from resources.spark import SparkResource
 from sensors.alerts import build_alert_sensors
 from sensors.compaction import build_compaction_sensor
 from sensors.discovery import build_discovery_sensor
+from sensors.landing import build_landing_sensor
 from sensors.reaper import build_reaper_sensor
 from sensors.retention import build_retention_sensor
 from sensors.schedules import build_window_schedule
@@ -35,17 +37,18 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
     settings = MaintenanceSettings(config_path=str(config_path or config.source or ""))
     auto = config.automation
     return dg.Definitions(
-        assets=[table_health, compaction, table_compaction, *RETENTION_ASSETS],
+        assets=[table_health, compaction, table_compaction, *RETENTION_ASSETS, landed_batches],
         # Also for the implicit asset job that UI materializations and backfills run: the default
         # multiprocess executor would start a Spark session per step.
         executor=dg.in_process_executor,
-        jobs=list(jobs.values()),
+        jobs=[*jobs.values(), ingest_job],
         sensors=[build_discovery_sensor(jobs["health"], auto.discovery_interval),
                  build_compaction_sensor(jobs["compaction"], jobs["table_compaction"],
                                          date_partitions(config.dates_start), auto.compaction_interval),
                  build_retention_sensor(jobs["expiry"], jobs["orphans"], jobs["manifests"], jobs["statistics"],
                                         auto.orphan_removal, auto.retention_interval),
-                 *build_alert_sensors(jobs.values()), build_reaper_sensor()],
+                 build_landing_sensor(ingest_job, auto.compaction_interval),
+                 *build_alert_sensors([*jobs.values(), ingest_job]), build_reaper_sensor()],
         schedules=[build_window_schedule(jobs["compaction"], date_partitions(config.dates_start)),
                    build_window_schedule(jobs["table_compaction"], date_partitions(config.dates_start),
                                          per_table=True)],

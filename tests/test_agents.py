@@ -44,7 +44,7 @@ def test_operation_refusal(policy, operation, expected):
 def test_permissions_name_every_operation():
     allowed = permissions(GIVEN, "bot")
     assert {op for op, why in allowed.items() if why is None} == {"compact", "expire"}
-    assert set(allowed) == {"compact", "expire", "orphans", "manifests", "statistics", "revert"}
+    assert set(allowed) == {"compact", "expire", "orphans", "manifests", "statistics", "revert", "ingest"}
 
 
 def test_an_agent_does_not_wait_like_a_person():

@@ -159,6 +159,29 @@ def cmd_compact(config: MaintenanceConfig, args) -> int:
     return status
 
 
+def cmd_ingest(config: MaintenanceConfig, args) -> int:
+    if not args.dry_run:
+        from icemaint.engine.spark_session import start_in_background
+
+        start_in_background(config)
+    from icemaint.app.runner import MaintenanceRunner
+
+    report = MaintenanceRunner(config, args.config, reap=not args.dry_run).ingest(
+        args.source, force=args.force, dry_run=args.dry_run)
+    outcome = dict(report.outcome) or {"source": args.source, "decision": "failed", "reason": report.failure_line}
+    outcome["run_id"] = report.run_id
+    failed = not report.success or outcome.get("decision") in ("refuse", "not_published", "failed")
+    if args.json:
+        _print_json(outcome)
+    else:
+        line = f"{outcome.get('source')}: {outcome.get('decision')}: {printable(str(outcome.get('reason')))}"
+        print(line, file=sys.stderr if failed else sys.stdout)
+        for rejected in outcome.get("rejected") or []:
+            print(f"    set aside: {printable(rejected['name'])}: {printable(rejected['reason'])}",
+                  file=sys.stderr if failed else sys.stdout)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
 def cmd_maintain(config: MaintenanceConfig, args) -> int:
     from icemaint.app.maintain import MaintenancePass
     from icemaint.app.runner import MaintenanceRunner
@@ -483,6 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="approve a run over the cost ceiling (max_rewrite_bytes) or a held date; audited")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
 
+    s = add_command(sub, "ingest", cmd_ingest)
+    s.add_argument("source", help="a landing source of the config (key `landing`)")
+    s.add_argument("--force", action="store_true",
+                   help="a batch of whatever has landed, even below every threshold")
+    s.add_argument("--dry-run", action="store_true", help="list and check the landed files, append and move nothing")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
+
     s = add_command(sub, "maintain", cmd_maintain)
     s.add_argument("table", help="namespace.table")
     s.add_argument("--date", action="append", metavar="YYYY-MM-DD",
@@ -513,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--table", metavar="NAMESPACE.TABLE", help="only this table's records")
     s.add_argument("--operation", metavar="OP",
                    help="only this operation's records: compact, expire, orphans, manifests, statistics, "
-                        "purge-quarantine, cleanup, revert, approve, alert, lineage")
+                        "purge-quarantine, cleanup, revert, ingest, approve, alert, lineage")
     s.add_argument("--limit", type=whole_number, metavar="N", help="at most N records, the newest")
     s.add_argument("--oldest-first", action="store_true",
                    help="print in the order the records were written (default: newest first)")

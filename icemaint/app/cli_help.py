@@ -43,6 +43,16 @@ COMMANDS: dict[str, CommandHelp] = {
          "icemaint compact demo.events --date 2026-11-27 --dry-run          # the plan, without a JVM",
          "icemaint compact db.dim_customers                                 # a table without a time column",
          "icemaint compact demo.events --date 2026-11-27 --approved         # over max_rewrite_bytes, audited")),
+    "ingest": CommandHelp(
+        "append one batch of a landing source's small files to its table as a few large files, exactly once",
+        "List the files landed in a landing source (config key `landing`), and when a threshold passed (or with\n"
+        "--force) append the oldest of them to the source's table under its claim: bad files are set aside in\n"
+        "_rejected/ with their reason, the rows are staged on a branch, proven with Great Expectations against the\n"
+        "landed files, appended in one commit carrying the batch id, and only then moved to _processed/. A retry\n"
+        "after a crash finds the batch on main and never appends it twice. Runs as the landed_batches asset.",
+        ("icemaint ingest sensor_events",
+         "icemaint ingest sensor_events --force           # whatever has landed, below the thresholds too",
+         "icemaint ingest sensor_events --dry-run --json  # what would go into the batch")),
     "maintain": CommandHelp(
         "one pass over one table under one claim: compaction of what is due, then manifests, then (if kept or "
         "asked) column statistics, then (if asked) expiry and orphan removal",

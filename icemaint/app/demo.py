@@ -145,6 +145,9 @@ def run_demo(config: MaintenanceConfig, config_path: str | None = None, batches:
     for line in ticker.tick()["lines"]:
         _say("   " + line)
     after = reader.health(DEMO_TABLE)
+    from icemaint.app.demo_landing import run_landing_step
+
+    run_landing_step(config, spark, ticker.tick, _say)
 
     _say("== 6. before / after")
     b, a = _partition_rows(before), _partition_rows(after)

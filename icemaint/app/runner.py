@@ -185,6 +185,21 @@ class MaintenanceRunner:
         return self._execute("compaction_job", f"{day}|{key}", {"ops": {"compaction": config}}, tags=tags,
                              run_id=run_id)
 
+    def ingest(self, source: str, *, force: bool = False, dry_run: bool = False, trigger: str = "cli") -> RunReport:
+        """Materialize `landed_batches` for one landing source (one batch), registered as its partition."""
+        from maint_assets.landing import INGEST_JOB, LANDING_DIMENSION
+        from icemaint.operations.ingest import UnknownSource
+
+        found = self.config.landing.get(source)
+        if found is None:
+            known = ", ".join(sorted(self.config.landing)) or "none configured (config key `landing`)"
+            raise UnknownSource(f"landing source {source!r} is not in the config; sources: {known}")
+        self.reader.metadata_location(found.table)  # TableNotFound before a run
+        if not self.instance.has_dynamic_partition(LANDING_DIMENSION, source):
+            self.instance.add_dynamic_partitions(LANDING_DIMENSION, [source])
+        return self._execute(INGEST_JOB, source, {"ops": {"landed_batches": {"config": {
+            "dry_run": dry_run, "force": force}}}}, tags={TABLE_TAG: found.table, TRIGGER_TAG: trigger})
+
     def compact_dates(self, table: str, dates: list[str], *, trigger: str = "cli") -> RunReport:
         """Materialize `compaction` for consecutive dates of one table in one run: the partition range a
         batched backfill run covers (one run record and Spark session; each date its own request, claim,

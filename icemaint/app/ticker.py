@@ -161,9 +161,35 @@ class Ticker:
         decisions += retention
         lines += retention_lines
         errors = {**plan.errors, **retention_errors}
+        landing, landing_lines, landing_failed = self._tick_landing(dry_run, now)
+        lines += landing_lines
         return {"decisions": decisions, "discovered": added, "removed": removed, "errors": errors,
-                "reaped": [d.run_id for d in reaped],
-                "lines": lines, "failed": failed or retention_failed or bool(errors)}
+                "reaped": [d.run_id for d in reaped], "landing": landing,
+                "lines": lines, "failed": failed or retention_failed or landing_failed or bool(errors)}
+
+    def _tick_landing(self, dry_run: bool, now: dt.datetime) -> tuple[list, list, bool]:
+        """The landing sensor's decision for each landing source, and an ingest run of each due one (not in a dry
+        run); (entries, lines, whether a run failed)."""
+        if not self.config.landing:
+            return [], [], False
+        from sensors.landing import evaluate_landing
+
+        plan = evaluate_landing(self.config, self._cursor("landing"), now)
+        entries, lines, failed = [], [f"landing {note}" for note in plan.notes], False
+        for name, source, verdict in plan.due:
+            entry = {"source": name, "table": source.table, "operation": "ingest", "due": verdict.reason}
+            if not dry_run:
+                report = self._launch(self.runner.ingest, name, trigger="tick")
+                entry.update({"run_id": report.run_id, "success": report.success,
+                              "result": report.outcome.get("decision", "failed"),
+                              "result_reason": report.outcome.get("reason") or report.failure_line})
+                failed |= not report.success
+            entries.append(entry)
+            lines.append(f"landing {name}: due ({verdict.reason})"
+                         + (f" -> {entry['result']}: {entry['result_reason']}" if "result" in entry else ""))
+        if not dry_run:
+            self._save_cursor("landing", plan.cursor)
+        return entries, lines, failed
 
     def _compact_in_batches(self, runs: list[tuple[str, str | None]]) -> dict:
         """Executes the tick's compaction runs, consecutive dates of a table as one run over their partition

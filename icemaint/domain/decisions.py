@@ -76,6 +76,7 @@ class Operation(Word):
     PURGE_QUARANTINE = "purge_quarantine"
     CLEANUP = "cleanup"  # removing a staging branch a dead run left
     REVERT = "revert"    # an operator's forward undo of a published rewrite
+    INGEST = "ingest"    # a batch of landed files appended to its table (compaction at the entrance)
 
 
 # Who launched a run. Automatic triggers come back on their own (the next tick decides again), so

@@ -61,6 +61,7 @@ OPERATIONS: dict[Operation, str] = {
     Operation.PURGE_QUARANTINE: "delete quarantined files older than a cutoff",
     Operation.CLEANUP: "remove a staging branch a dead run left",
     Operation.REVERT: "an operator's forward undo of a published rewrite",
+    Operation.INGEST: "append a batch of small landed files to its table as a few large files, exactly once",
 }
 
 # Operations the audit log records besides the maintenance operations.

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 from icemaint.domain.units import parse_duration, parse_size, shown
 from icemaint.errors import UserError
 
-OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "revert")
+OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "revert", "ingest")
 # What an AI agent may be given (`agent_operations`): requests that run under the operating contract with a proof
 # or a policy window. Orphan removal deletes files and revert undoes a person's decision: never an agent's.
 AGENT_OPERATIONS = ("compact", "expire", "manifests", "statistics")

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from icemaint.config import MaintenanceConfig
 
 # The usual values; others are allowed (lowercase words), so a new step needs no change here.
-OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "approve", "purge_quarantine", "cleanup")
+OPERATIONS = ("compact", "expire", "orphans", "manifests", "statistics", "approve", "purge_quarantine", "cleanup",
+              "ingest")
 DECISIONS = ("run", "defer", "refuse", "noop", "not_published", "failed", "approved", "started", "interrupted")
 STARTED, INTERRUPTED = "started", "interrupted"
 

@@ -1,0 +1,306 @@
+"""Compaction at the entrance on a real Spark session and a real Iceberg table: landed small files become a few
+large files, every row exactly once (read back by pyiceberg, an independent reader), through a retry after the
+commit, with bad files set aside and late files left for the next batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import make_config
+from icemaint.domain.landing import BATCH_ID_KEY
+from icemaint.observe.catalog import CatalogReader
+from icemaint.operations.ingest import IngestRequest, Ingestor
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims
+
+TABLE = "t.landing_events"
+SCHEMA = pa.schema([("id", pa.int64()), ("device", pa.string()), ("value", pa.float64())])
+
+
+def drop(folder: Path, first: int, files: int, rows: int = 5) -> list[int]:
+    """Drops `files` small parquet files of `rows` rows each, ids from `first`; the ids dropped."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = []
+    for n in range(files):
+        start = first + n * rows
+        batch = list(range(start, start + rows))
+        pq.write_table(pa.table({"id": batch, "device": [f"d{i % 3}" for i in batch],
+                                 "value": [i / 10 for i in batch]}, schema=SCHEMA),
+                       folder / f"f{start:08d}.parquet")
+        ids += batch
+    return ids
+
+
+@pytest.fixture(scope="module")
+def estate(spark, lake_root, tmp_path_factory):
+    root = tmp_path_factory.mktemp("landing")
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.t")
+    spark.sql(f"CREATE TABLE lake.{TABLE} (id bigint, device string, value double) USING iceberg")
+    config = make_config(lake_root, state_dir=str(root / "state"), landing={
+        "events": {"location": str(root / "in"), "table": TABLE, "min_files": 10, "max_files": 40,
+                   "max_age": "1h"},
+        "json": {"location": str(root / "json"), "table": TABLE, "format": "jsonl", "min_files": 1,
+                 "schema": {"id": "long", "device": "string", "value": "double"}}})
+    return config, root
+
+
+def ingestor(config, spark, **kwargs) -> Ingestor:
+    return Ingestor(config, spark, CatalogReader(config), open_claims(config), open_audit(config), **kwargs)
+
+
+def table_ids(config) -> list[int]:
+    table = CatalogReader(config).load(TABLE)
+    return sorted(table.scan().to_arrow()["id"].to_pylist())
+
+
+def test_a_batch_lands_as_few_files_every_row_once_late_files_wait(spark, estate):
+    config, root = estate
+    landed = drop(root / "in", 0, 30)
+    late: list[int] = []
+
+    def hook(step):  # a producer keeps dropping while the run works: those wait for the next batch
+        if step == "listed" and not late:
+            late.extend(drop(root / "in", 10_000, 3))
+        if step == "staged":  # a writer appending to the table directly meanwhile is kept
+            spark.sql(f"INSERT INTO lake.{TABLE} VALUES (99999999, 'w', 0.5)")
+
+    before = table_ids(config)
+    out = ingestor(config, spark, hook=hook).run(IngestRequest("events"))
+    assert out.decision == "run", out.reason
+    assert out.files == 30 and out.rows == 150 and out.new_files == 1
+    assert sorted(table_ids(config)) == sorted(before + landed + [99999999])
+    assert sorted(p.name for p in (root / "in").glob("*.parquet")) == [f"f{i:08d}.parquet" for i in (10_000, 10_005, 10_010)]
+    assert len(list((root / "in" / "_processed").glob("*.parquet"))) == 30
+    snap = CatalogReader(config).load(TABLE).current_snapshot()
+    assert snap.summary.additional_properties[BATCH_ID_KEY] == out.batch_id
+    assert out.validation["passed"] is True
+    record = open_audit(config).records(table=TABLE, operation="ingest")[-1]
+    assert record.decision == "run" and record.details["batch_id"] == out.batch_id
+
+    # below every threshold now (3 files, min_files 10, max_age 1h): nothing happens; forced, they go in
+    assert ingestor(config, spark).run(IngestRequest("events")).decision == "noop"
+    assert ingestor(config, spark).run(IngestRequest("events", force=True)).decision == "run"
+    assert sorted(table_ids(config)) == sorted(before + landed + late + [99999999])
+
+
+def test_a_retry_after_the_commit_before_the_bookkeeping_appends_nothing_twice(spark, estate):
+    config, root = estate
+    landed = drop(root / "in", 20_000, 12)
+    before = table_ids(config)
+
+    class Crash(Exception):
+        pass
+
+    def crash(step):
+        if step == "after_commit":
+            raise Crash("died between the commit and the bookkeeping")
+
+    with pytest.raises(Crash):
+        ingestor(config, spark, hook=crash).run(IngestRequest("events"))
+    assert sorted(table_ids(config)) == sorted(before + landed)
+    assert len(list((root / "in").glob("*.parquet"))) == 12  # still landed: not moved
+    # before the retry, a writer commits and expiry removes the batch's snapshot from main's history: the table
+    # property set in the same commit still says the batch went in
+    spark.sql(f"INSERT INTO lake.{TABLE} VALUES (99999998, 'w', 0.5)")
+    spark.sql(f"CALL lake.system.expire_snapshots(table => '{TABLE}', "
+              "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)")
+    drop(root / "in", 30_000, 1)  # a newcomer: the retry's listing differs, the journal still knows the batch
+    out = ingestor(config, spark).run(IngestRequest("events", force=True))
+    assert [r["committed"] for r in out.recovered] == [True] and out.recovered[0]["moved"] == 12
+    assert out.decision == "run" and out.files == 1
+    assert sorted(table_ids(config)) == sorted(before + landed + [99999998] + list(range(30_000, 30_005)))
+
+
+def test_a_crash_during_the_moves_is_finished_by_the_next_run(spark, estate):
+    config, root = estate
+    landed = drop(root / "in", 40_000, 10)
+    before = table_ids(config)
+    moved: list[str] = []
+
+    def crash(step):
+        if step == "moved_one":
+            moved.append(step)
+            if len(moved) == 3:
+                raise KeyboardInterrupt  # as a terminated run is interrupted, after 3 of the 10 moves
+
+    with pytest.raises(KeyboardInterrupt):
+        ingestor(config, spark, hook=crash).run(IngestRequest("events"))
+    assert len(list((root / "in").glob("*.parquet"))) == 7
+    out = ingestor(config, spark).run(IngestRequest("events", force=True))
+    assert out.recovered == [{"batch_id": out.recovered[0]["batch_id"], "snapshot_id": out.recovered[0]["snapshot_id"],
+                              "moved": 7, "committed": True}] and out.decision == "noop"
+    assert sorted(table_ids(config)) == sorted(before + landed)
+    records = open_audit(config).records(table=TABLE, operation="ingest")
+    assert "interrupted" in [r.decision for r in records]
+
+
+def test_a_file_rewritten_during_the_run_fails_the_proof_and_nothing_is_appended(spark, estate):
+    config, root = estate
+    drop(root / "in", 90_000, 10)
+    before = table_ids(config)
+    location = CatalogReader(config).metadata_location(TABLE)
+
+    def rewrite(step):  # a producer overwrites a landed file after the batch was staged: the rows differ
+        if step == "staged":
+            drop(root / "in", 90_000, 1, rows=4)
+
+    out = ingestor(config, spark, hook=rewrite).run(IngestRequest("events"))
+    assert out.decision == "not_published" and "not appended" in out.reason and out.validation["passed"] is False
+    assert table_ids(config) == before and len(list((root / "in").glob("*.parquet"))) == 10
+    snap = CatalogReader(config).load(TABLE).current_snapshot()
+    assert (snap.snapshot_id if snap else None) == out.before_snapshot_id
+    assert CatalogReader(config).metadata_location(TABLE) != location  # the staging branch came and went
+    out = ingestor(config, spark).run(IngestRequest("events"))  # the next run takes the files as they are now
+    assert out.decision == "run" and out.rows == 49
+
+
+def test_a_bad_file_is_set_aside_with_its_reason_and_the_rest_goes_on(spark, estate):
+    config, root = estate
+    folder = root / "json"
+    folder.mkdir(exist_ok=True)
+    (folder / "good.jsonl").write_text("\n".join(json.dumps({"id": 50_000 + i, "device": "j", "value": 1.5})
+                                                 for i in range(4)) + "\n")
+    (folder / "bad.jsonl").write_text('{"id": "not a number", "device": "j", "value": 1}\n')
+    (folder / "extra.jsonl").write_text('{"id": 1, "device": "j", "value": 1, "colour": "red"}\n')
+    before = table_ids(config)
+    dry = ingestor(config, spark).run(IngestRequest("json", dry_run=True))
+    assert dry.decision == "noop" and "dry run: would append" in dry.reason and dry.rows == 4
+    assert {r["name"] for r in dry.rejected} == {"bad.jsonl", "extra.jsonl"} and not any("moved_to" in r for r in dry.rejected)
+    assert len(list(folder.glob("*.jsonl"))) == 3 and table_ids(config) == before
+    out = ingestor(config, spark).run(IngestRequest("json"))
+    assert out.decision == "run", out.reason
+    reasons = {r["name"]: r["reason"] for r in out.rejected}
+    assert set(reasons) == {"bad.jsonl", "extra.jsonl"}
+    assert "cannot be read as jsonl" in reasons["bad.jsonl"]
+    assert (folder / "_rejected" / "bad.jsonl").exists()
+    assert "cannot be read" in (folder / "_rejected" / "bad.jsonl.reason.txt").read_text()
+    assert sorted(table_ids(config)) == sorted(before + [50_000 + i for i in range(4)])
+
+
+def test_the_cli_runs_the_landed_batches_asset_and_the_sensor_requests_a_due_source(
+        spark, estate, lake_root, tmp_path, capsys, isolated_dagster_home):
+    import dagster as dg
+
+    from conftest import run_cli, write_config
+    from maint_assets.landing import landing_partitions
+    from resources.settings import MaintenanceSettings
+    from sensors.landing import build_landing_sensor
+    from maint_assets.landing import ingest_job
+
+    _, root = estate
+    folder = root / "cli"
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"), landing={
+        "cli": {"location": str(folder), "table": TABLE, "min_files": 3, "max_age": "1h"}})
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"))
+    landed = drop(folder, 60_000, 2)
+
+    # the sensor: below min_files, then due once a third file lands; the cursor is the listing position
+    sensor = build_landing_sensor(ingest_job)
+    with dg.instance_for_test() as instance:
+        settings = MaintenanceSettings(config_path=str(path))
+        result = sensor(dg.build_sensor_context(instance=instance, resources={"settings": settings}))
+        assert not result.run_requests and "below every threshold" in result.skip_reason.skip_message
+        assert result.dynamic_partitions_requests[0].partition_keys == ["cli"]
+        cursor = result.cursor
+        landed += drop(folder, 60_010, 1)
+        result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": settings}))
+        assert [r.partition_key for r in result.run_requests] == ["cli"]
+        assert json.loads(result.cursor)["cli"] == {"after": None, "files": 0, "bytes": 0, "oldest_mtime": None}
+
+    before = table_ids(config)
+    code, out, err = run_cli(capsys, "--config", str(path), "ingest", "cli", "--json")
+    assert code == 0, err
+    outcome = json.loads(out)
+    assert outcome["decision"] == "run" and outcome["files"] == 3 and outcome["rows"] == 15
+    assert sorted(table_ids(config)) == sorted(before + landed)
+    from icemaint.app.instance import get_instance
+
+    instance = get_instance(make_config(lake_root, state_dir=str(tmp_path / "state")), reap=False)
+    event = instance.get_latest_materialization_event(dg.AssetKey("landed_batches"))
+    assert event.asset_materialization.partition == "cli"
+    assert event.asset_materialization.metadata["rows"].value == 15
+    assert landing_partitions.name == "landing_source"
+
+    # bad input: one line, exit 2, the table untouched
+    location = CatalogReader(config).metadata_location(TABLE)
+    code, out, err = run_cli(capsys, "--config", str(path), "ingest", "nosuch")
+    assert code == 2 and "landing source 'nosuch' is not in the config" in err and err.count("\n") == 1
+    bad = write_config(tmp_path / "bad.yaml", lake_root, state_dir=str(tmp_path / "state"), landing={
+        "cli": {"location": str(folder), "table": TABLE, "format": "csv"}})
+    code, out, err = run_cli(capsys, "--config", str(bad), "ingest", "cli")
+    assert code == 2 and "landing.cli.schema: required for format 'csv'" in err
+    assert CatalogReader(config).metadata_location(TABLE) == location
+
+
+KILLED_RUN = """
+import os, signal, sys
+from icemaint.config import load_config
+from icemaint.engine.spark_session import get_spark
+from icemaint.observe.catalog import CatalogReader
+from icemaint.operations.ingest import IngestRequest, Ingestor
+from icemaint.safety.audit import open_audit
+from icemaint.safety.claims import open_claims
+
+config = load_config(sys.argv[1])
+step = sys.argv[3]
+
+def hook(name):
+    if name == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+Ingestor(config, get_spark(config), CatalogReader(config), open_claims(config), open_audit(config),
+         hook=hook).run(IngestRequest(sys.argv[2], force=True))
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_before_and_after_the_commit_leaves_every_row_exactly_once(spark, estate, lake_root, tmp_path):
+    """Two processes killed with SIGKILL, one just before the append's commit, one just after it (before any file
+    moved); the next run appends the first batch, only moves the second, and every landed row is in its table once."""
+    import subprocess
+    import sys
+    import textwrap
+
+    import yaml
+
+    from conftest import config_doc
+
+    _, root = estate
+    spark.sql("CREATE TABLE lake.t.landing_killed (id bigint, device string, value double) USING iceberg")
+    sources = {"before": {"location": str(root / "k1"), "table": "t.landing_killed", "min_files": 1},
+               "after": {"location": str(root / "k2"), "table": TABLE, "min_files": 1}}
+    doc = config_doc(lake_root, state_dir=str(tmp_path / "state"), landing=sources)
+    path = tmp_path / "maintenance.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), landing=sources)
+    ids = {"before": drop(root / "k1", 70_000, 6), "after": drop(root / "k2", 80_000, 6)}
+    main_before = {name: sorted(CatalogReader(config).load(s["table"]).scan().to_arrow()["id"].to_pylist())
+                   for name, s in sources.items()}
+    repo = Path(__file__).parent.parent
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(KILLED_RUN), str(path), name, step], cwd=repo,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for name, step in (("before", "before_commit"), ("after", "after_commit"))]
+    assert [p.wait(timeout=300) for p in procs] == [-9, -9]
+
+    def rows(name):
+        return sorted(CatalogReader(config).load(sources[name]["table"]).scan().to_arrow()["id"].to_pylist())
+
+    assert rows("before") == main_before["before"]  # killed before its commit: nothing appended
+    assert rows("after") == sorted(main_before["after"] + ids["after"])  # killed after: appended, files not moved
+    assert len(list((root / "k2").glob("*.parquet"))) == 6
+
+    first = ingestor(config, spark).run(IngestRequest("before", force=True))
+    assert first.decision == "run" and first.recovered[0]["committed"] is False
+    second = ingestor(config, spark).run(IngestRequest("after", force=True))
+    assert second.recovered[0]["committed"] is True and second.recovered[0]["moved"] == 6
+    assert second.decision == "noop"  # nothing left landed
+    assert rows("before") == sorted(main_before["before"] + ids["before"])
+    assert rows("after") == sorted(main_before["after"] + ids["after"])
+    assert not list((root / "k1").glob("*.parquet")) and not list((root / "k2").glob("*.parquet"))
+    interrupted = [r for r in open_audit(config).records(operation="ingest") if r.decision == "interrupted"]
+    assert len(interrupted) == 2  # the started markers of the killed processes read back as interrupted
