@@ -23,7 +23,12 @@ def _corrupt(staged) -> None:
         assert corrupt_long(staged.new_files, int(os.environ["ICEMAINT_TEST_CORRUPT_VALUE"]), CORRUPTED) >= 1
 
 
-maint_assets.compaction.Compactor = lambda *args, **kwargs: _real(*args, after_stage=_corrupt, **kwargs)
+class _FaultyCompactor(_real):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, after_stage=_corrupt, **kwargs)
+
+
+maint_assets.compaction.Compactor = _FaultyCompactor  # type: ignore[misc]
 
 
 @dg.definitions

@@ -3,8 +3,9 @@
 The views are the CLI's own (`CatalogReader` health and the tick's screen, `explain`, `plan`, the audit log, the
 Dagster instance). A request goes through the agent's limits (`domain.agents`), then the same pure decision the
 sensors make (`decide_with_approvals`, `decide_retention`, with the agent's identity and trigger), and only a `run`
-launches the same Dagster job `icemaint compact` / `tick` run, in this process, tagged trigger `agent` and the agent:
-the run takes the claim, decides again, stages, proves and publishes under the contract. Every request (launched,
+launches the same Dagster job the sensors request, tagged trigger `agent`, the agent and its reason: submitted to the
+instance's run queue when a daemon serves it (`queued_runs`), else executed in this process as `icemaint compact`
+does. The run takes the claim, decides again, stages, proves and publishes under the contract. Every request (launched,
 deferred, refused, or with nothing to do) leaves one audit record with trigger `agent`, the agent as identity and
 the reason it gave; a launched one also gets the run's own record. Nothing here mutates a table itself.
 
@@ -100,8 +101,8 @@ class AgentDesk:
         self._runs: dict[str, LaunchedRun] = {}
         self._origin = None  # the daemon's code location (`queued_runs.code_location_origin`), read on first launch
         self._request_id = ""  # the request being decided (set under `_lock`): its records share it
-        # One run at a time, in this process, on one Spark session (as `icemaint compact`): the server's runs queue
-        # here, the instance's run queue still keeps the daemon's runs of the same table apart (slot tags).
+        # Without a daemon: one run at a time, in this process, on one Spark session (as `icemaint compact`): the
+        # server's runs queue here; the instance's run queue still keeps the daemon's runs of the table apart.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icemaint-agent-run")
 
     # -- inputs --------------------------------------------------------------------------------
@@ -479,7 +480,8 @@ def _failures(instance, run_id: str) -> list[str]:
         for entry in instance.all_logs(run_id, of_type=kind):
             data = entry.dagster_event.event_specific_data if entry.dagster_event else None
             error = getattr(data, "error", None)
-            lines.append(error_line(error) if error is not None else one_line(entry.dagster_event.message or kind.value))
+            message = entry.dagster_event.message if entry.dagster_event else None
+            lines.append(error_line(error) if error is not None else one_line(message or kind.value))
         if lines:
             break
     return lines[:10]
