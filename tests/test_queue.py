@@ -66,3 +66,31 @@ def test_a_retention_run_and_a_date_backfill_of_one_table_never_run_together(tmp
     assert not counter.is_blocked(other_table)
     counter = TagConcurrencyLimitsCounter(limits, [backfill[0]])
     assert counter.is_blocked(retention) and counter.is_blocked(backfill[1])
+
+
+def test_an_agents_run_is_queued_only_while_the_run_queue_daemon_beats(tmp_path, lake_root, monkeypatch):
+    """`icemaint mcp` submits to the queue only while a daemon serves it, for the project's code location: read from
+    the instance's real heartbeat storage and the project's workspace.yaml."""
+    import time
+
+    import dagster as dg
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from icemaint.app.queued_runs import code_location_origin, current_mode
+    from icemaint.domain.agents import IN_PROCESS, QUEUED
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    home = ensure_dagster_home(make_config(lake_root, state_dir=str(tmp_path / "state")))
+    instance = dg.DagsterInstance.from_config(str(home))
+    origin = code_location_origin()
+    assert origin.location_name == "maint_assets.definitions"
+    assert origin.loadable_target_origin.module_name == "maint_assets.definitions"
+    assert current_mode(instance, origin).mode == IN_PROCESS  # no daemon ever ran on this instance
+
+    def beat(age_s: float) -> str:
+        instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - age_s, "QUEUED_RUN_COORDINATOR", "d1", None))
+        return current_mode(instance, origin).mode
+
+    assert beat(10) == QUEUED
+    assert beat(600) == IN_PROCESS  # the daemon stopped ten minutes ago: a queued run would wait for nobody
+    assert current_mode(instance, None).mode == IN_PROCESS  # no workspace.yaml: the daemon's location is unknown
