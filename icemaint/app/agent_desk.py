@@ -241,6 +241,10 @@ class AgentDesk:
         # The run's audit record is written before its Dagster run ends: finished is the run's own status.
         out["finished"] = out.get("status") in ("SUCCESS", "FAILURE", "CANCELED") \
             or (launched is not None and launched.state == "failed")
+        if out.get("status") == "QUEUED" and (launched is None or launched.mode == QUEUED):
+            mode = self.launch_mode()  # a run in the instance's queue: is a daemon still there to start it?
+            if mode.mode != QUEUED:
+                out["waiting"] = f"the run waits in the run queue, but {mode.why}"
         return sanitized(out)
 
     def _instance_run(self, run_id: str) -> dict | None:
