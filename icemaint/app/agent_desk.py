@@ -376,24 +376,25 @@ class AgentDesk:
         run_id = str(uuid.uuid4())
         job = ("compaction_job" if date else "table_compaction_job") if operation == "compact" \
             else RETENTION_JOBS[operation]
-        mode = self.launch_mode()
-        job_call = call({AGENT_TAG: agent.name, AGENT_REASON_TAG: why})
-        launched = LaunchedRun(run_id, key, operation, date, job, mode=mode.mode)
+        launched = LaunchedRun(run_id, key, operation, date, job)
         self._runs[run_id] = launched
         answer = self._record(agent, key, operation, REQUESTED, f"launched run {run_id}: {decided}", why, date,
                               kind="due", decision=decision, run_id=run_id, cost=cost)
-        if mode.mode == QUEUED:
-            try:
-                run = self.runner().submit(job_call, self._origin, run_id)
+        mode = LaunchMode(IN_PROCESS, "not launched")
+        try:
+            mode = self.launch_mode()
+            launched.mode = mode.mode
+            job_call = call({AGENT_TAG: agent.name, AGENT_REASON_TAG: why})
+            if mode.mode == QUEUED:
+                status = self.runner().submit(job_call, self._origin, run_id).status.value
                 launched.state = "submitted"
-                status = run.status.value
-            except Exception as exc:  # recorded as requested: say the run never reached the queue
-                log.exception("agent run %s of %s could not be submitted", run_id, key)
-                launched.state, launched.error = "failed", f"{type(exc).__name__}: {one_line(exc)}"
-                status = "NOT_SUBMITTED"
-        else:
-            self._worker.submit(self._execute, launched, job_call)
-            status = "QUEUED"  # on this server's run worker, behind its earlier runs
+            else:
+                self._worker.submit(self._execute, launched, job_call)
+                status = "QUEUED"  # on this server's run worker, behind its earlier runs
+        except Exception as exc:  # recorded as requested: say the run never started (table gone, instance failed)
+            log.exception("agent run %s of %s could not be launched", run_id, key)
+            launched.state, launched.error = "failed", f"{type(exc).__name__}: {one_line(exc)}"
+            status = "NOT_LAUNCHED"
         return {**answer, "run_id": run_id, "status": status, "mode": mode.mode, "mode_reason": mode.why,
                 "poll_with": "run_status", **({"error": launched.error} if launched.error else {})}
 
