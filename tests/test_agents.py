@@ -8,8 +8,8 @@ import datetime as dt
 import pytest
 
 from icemaint.config import ConfigError, parse_config
-from icemaint.domain.agents import AgentSpec, PastRequest, operation_refusal, permissions, request_limit_refusal, \
-    rewrite_budget_refusal, usage
+from icemaint.domain.agents import IN_PROCESS, QUEUED, AgentSpec, PastRequest, launch_mode, operation_refusal, \
+    permissions, request_limit_refusal, rewrite_budget_refusal, usage
 from icemaint.domain.decisions import AGENT_TRIGGER, AUTOMATIC_TRIGGERS, REFUSE, launched_by_a_person, refusal_for
 from icemaint.domain.policy import PolicyError, TablePolicy, apply_overrides
 
@@ -130,3 +130,16 @@ def test_a_bad_agents_section_is_one_line_naming_the_key(agents, message, tmp_pa
         _config(agents, tmp_path)
     text = str(info.value)
     assert text.startswith(message) and "\n" not in text and "s3cr3t-value" not in text
+
+
+@pytest.mark.parametrize("queued, age, location, mode, why", [
+    (True, 5.0, "maint_assets.definitions", QUEUED, "last heartbeat 5 s ago"),
+    (True, 119.0, "maint_assets.definitions", QUEUED, "code location maint_assets.definitions"),
+    (True, 121.0, "maint_assets.definitions", IN_PROCESS, "last heartbeat was 121 s ago, over 120 s"),
+    (True, None, "maint_assets.definitions", IN_PROCESS, "none has ever run"),
+    (False, 5.0, "maint_assets.definitions", IN_PROCESS, "does not queue runs"),
+    (True, 5.0, None, IN_PROCESS, "code location is unknown"),
+])
+def test_an_agents_run_is_queued_only_while_a_daemon_serves_the_queue(queued, age, location, mode, why):
+    decided = launch_mode(queued, age, location)
+    assert decided.mode == mode and why in decided.why, decided

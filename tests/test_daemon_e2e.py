@@ -64,19 +64,24 @@ def processes_with_env(marker: str) -> list[int]:
 
 
 @contextlib.contextmanager
-def dagster_dev(workdir: Path, config_path: Path, home: Path) -> Iterator[tuple[subprocess.Popen, int, Path]]:
+def dagster_dev(workdir: Path, config_path: Path, home: Path, module: str | None = None,
+                env: dict | None = None) -> Iterator[tuple[subprocess.Popen, int, Path]]:
     """`dagster dev` (webserver + daemon) on a free loopback port for the instance `home`, serving the
-    project's code location with ICEMAINT_CONFIG=`config_path`. Yields (process, port, log path) once the
+    project's code location with ICEMAINT_CONFIG=`config_path` (`module`: a module of tests/ standing in for
+    it under its name, `env`: more environment). Yields (process, port, log path) once the
     location has loaded; stops the whole process group on the way out, then makes sure nothing that
     carries this config in its environment is left (a run worker or JVM that left the group is killed,
     and the test fails saying so)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [{"python_module": {
-        "module_name": "maint_assets.definitions", "working_directory": str(REPO)}}]}))
+    location = {"module_name": "maint_assets.definitions", "working_directory": str(REPO)}
+    if module:
+        location = {"module_name": module, "working_directory": str(REPO / "tests"),
+                    "location_name": "maint_assets.definitions"}
+    (workdir / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [{"python_module": location}]}))
     port = free_port()
     log_path = workdir / "dagster-dev.log"
     marker = f"ICEMAINT_CONFIG={config_path}"
-    env = {**os.environ, "ICEMAINT_CONFIG": str(config_path), "DAGSTER_HOME": str(home)}
+    env = {**os.environ, **(env or {}), "ICEMAINT_CONFIG": str(config_path), "DAGSTER_HOME": str(home)}
     with open(log_path, "w") as log:
         proc = subprocess.Popen([dagster_executable(), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1",
                                  "-p", str(port)], cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -341,6 +341,8 @@ def test_the_documented_walk_through_lists_explains_requests_and_gets_a_proven_p
     detail = {g["name"]: g["detail"] for g in decided["gates"]}
     assert detail["thresholds"].endswith("small files >= 3")  # the numbers compared (min_input_files 3)
     assert re.search(r"pass +thresholds +\d+ small files >= 3", explained.content[0].text)
+    # no daemon serves this instance: the server ran it itself, and said so
+    assert launched["mode"] == "in_process" and "no Dagster daemon" in launched["mode_reason"], launched
     assert status["status"] == "SUCCESS" and status["agent"] == "ops-bot", status
     [done] = status["outcomes"]
     assert done["decision"] == "run" and done["validation_passed"] and done["published"], done

@@ -66,3 +66,54 @@ def test_a_retention_run_and_a_date_backfill_of_one_table_never_run_together(tmp
     assert not counter.is_blocked(other_table)
     counter = TagConcurrencyLimitsCounter(limits, [backfill[0]])
     assert counter.is_blocked(retention) and counter.is_blocked(backfill[1])
+
+
+def test_an_agents_run_is_queued_only_while_the_run_queue_daemon_beats(tmp_path, lake_root, monkeypatch):
+    """`icemaint mcp` submits to the queue only while a daemon serves it, for the project's code location: read from
+    the instance's real heartbeat storage and the project's workspace.yaml. A submitted run is QUEUED with the
+    queue's per-table tags, and `run_status` tells the agent when no daemon is left to start it."""
+    import time
+    import uuid
+
+    import dagster as dg
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from icemaint.app.agent_desk import AgentDesk
+    from icemaint.app.queued_runs import code_location_origin, current_mode
+    from icemaint.app.runner import JobCall
+    from maint_assets.partitions import slot_tags
+    from icemaint.domain.agents import IN_PROCESS, QUEUED
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"))
+    home = ensure_dagster_home(config)
+    instance = dg.DagsterInstance.from_config(str(home))
+    origin = code_location_origin()
+    assert origin.location_name == "maint_assets.definitions"
+    assert origin.loadable_target_origin.module_name == "maint_assets.definitions"
+    assert current_mode(instance, origin).mode == IN_PROCESS  # no daemon ever ran on this instance
+
+    def beat(age_s: float) -> str:
+        instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - age_s, "QUEUED_RUN_COORDINATOR", "d1", None))
+        return current_mode(instance, origin).mode
+
+    # a run an agent queued earlier (another server's): run_status says whether a daemon is there to start it
+    desk = AgentDesk(config)
+    runner = desk.runner()
+    runner.instance.add_dynamic_partitions("table", ["db.events"])
+    queued = runner.submit(JobCall("health_job", "db.events", {}, {"icemaint/table": "db.events", "icemaint/trigger":
+                                                                   "agent", "icemaint/agent": "ops-bot"}),
+                           origin, str(uuid.uuid4()))
+    assert queued.status == dg.DagsterRunStatus.QUEUED and queued.remote_job_origin.location_name == origin.location_name
+    assert queued.tags["dagster/partition"] == "db.events" and queued.tags["icemaint/agent"] == "ops-bot"
+    assert slot_tags(["db.events"]).items() <= queued.tags.items()  # the queue's per-table limits apply
+    try:
+        assert beat(10) == QUEUED
+        status = desk.run_status(queued.run_id)
+        assert status["status"] == "QUEUED" and not status["finished"] and "waiting" not in status, status
+        assert beat(600) == IN_PROCESS  # the daemon stopped ten minutes ago: a queued run would wait for nobody
+        status = desk.run_status(queued.run_id)
+        assert "waiting" in status and "last heartbeat was 600 s ago" in status["waiting"], status
+    finally:
+        desk.close()
+    assert current_mode(instance, None).mode == IN_PROCESS  # no workspace.yaml: the daemon's location is unknown

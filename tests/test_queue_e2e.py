@@ -1,7 +1,15 @@
-"""One maintenance run per table in the real queue (issue 13): under `dagster dev`'s daemon, a retention
-backfill of a table (its runs carry only Dagster's `dagster/partition` tag) and a compaction backfill of
-three of its dates are launched the way the UI launches them, with room for several runs at once; their
-runs never overlap in time, whatever launched them (the daemon's own sensors may add runs of the table).
+"""The real run queue under `dagster dev`'s daemon, shared by the module's tests (one daemon start).
+
+One maintenance run per table (issue 13): a retention backfill of a table (its runs carry only Dagster's
+`dagster/partition` tag) and a compaction backfill of three of its dates are launched the way the UI launches
+them, with room for several runs at once; their runs never overlap in time, whatever launched them (the daemon's
+own sensors may add runs of the table).
+
+An agent's requests (issue 45): an MCP client session (the SDK's own client, `icemaint mcp` over stdio) asks for
+compaction of two tables only the agent may maintain (`allowed_identities`: the daemon's sensors are refused on
+them); each request comes back at once with a run id and status QUEUED, the daemon runs it, and `run_status`
+reports what the run's records say: one proven and published, the other's proof failed (the test's code location,
+tests/queue_faults.py, changes one value in that table's staged file) with main, rows and refs as they were.
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +31,8 @@ pytestmark = pytest.mark.slow
 
 DATES = ("2026-01-01", "2026-01-02", "2026-01-03")
 BOUND_S = 600
+AGENT = "ops-bot"
+AGENT_POLICY = {"allowed_identities": [AGENT], "agent_operations": ["compact"]}
 
 LAUNCH_BACKFILL = """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
   __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
@@ -41,52 +52,82 @@ def launch_backfill(port: int, asset: str, partitions: list[str]) -> str:
     return result["backfillId"]
 
 
-def test_a_retention_backfill_and_a_date_backfill_of_one_table_never_overlap(spark, tmp_path, lake_root,
-                                                                             isolated_dagster_home):
-    from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+@pytest.fixture(scope="module")
+def daemon(spark, lake_root, tmp_path_factory):
+    """Three tables with three small files on each date (`events` for the backfills; `asked` and `faulty` only
+    the agent may maintain), and `dagster dev` on their config, serving tests/queue_faults.py as the project's
+    code location (a staged rewrite of `faulty` gets one value changed before its proof)."""
+    from dagster import DagsterInstance
 
+    from icemaint.app.queued_runs import heartbeat_age
     from icemaint.app.simulator import StreamingWriter, WorkloadSpec
+    from staged_faults import uncompressed
+
+    root = tmp_path_factory.mktemp("queue_e2e")
+    namespace = f"queue_{uuid.uuid4().hex[:8]}"
+    writers = {}
+    for name in ("events", "asked", "faulty"):
+        writer = StreamingWriter(spark, "lake", WorkloadSpec(table=f"{namespace}.{name}", days=len(DATES),
+                                                             rows_per_day=6, delete_every=0))
+        writer.create_table()
+        if name == "faulty":  # its staged files too: the corrupted value's bytes appear as they are
+            uncompressed(spark, writer.table_sql)
+        writer.run(3)
+        writers[name] = writer
+    faulty = writers["faulty"]
+    victim = spark.sql(f"SELECT event_id FROM {faulty.table_sql} WHERE ts >= TIMESTAMP '{DATES[0]} 00:00:00' AND "
+                       f"ts < TIMESTAMP '{DATES[1]} 00:00:00' ORDER BY event_id LIMIT 1").first()[0]
+    path = write_config(root / "maintenance.yaml", lake_root, state_dir=str(root / "state"),
+                        scope={"include": [f"{namespace}.*"]}, max_runs_total=4,
+                        defaults={"snapshot_older_than": "0s"}, agents={AGENT: {}},
+                        tables={f"{namespace}.asked": AGENT_POLICY, f"{namespace}.faulty": AGENT_POLICY})
+    fault = {"ICEMAINT_TEST_CORRUPT_TABLE": f"{namespace}.faulty", "ICEMAINT_TEST_CORRUPT_VALUE": str(victim)}
+    with pytest.MonkeyPatch.context() as env, contextlib.ExitStack() as stack:
+        env.setenv("DAGSTER_HOME", str(root / "unused"))  # restored after the module: ensure_dagster_home sets it
+        home = ensure_dagster_home(load_config(path))
+        proc, port, log_path = stack.enter_context(dagster_dev(root / "dev", path, home, module="queue_faults",
+                                                               env=fault))
+        instance = stack.enter_context(DagsterInstance.from_config(str(home)))
+        graphql(port, "{ version }")
+        deadline = time.monotonic() + 120  # the run-queue daemon's first heartbeat: it serves the queue from then on
+        while heartbeat_age(instance) is None and time.monotonic() < deadline:
+            time.sleep(1.0)
+        yield SimpleNamespace(path=path, home=home, proc=proc, port=port, log_path=log_path, instance=instance,
+                              writers=writers, tables={n: w.name.key for n, w in writers.items()})
+
+
+def test_a_retention_backfill_and_a_date_backfill_of_one_table_never_overlap(spark, daemon):
+    from dagster import DagsterRunStatus, RunsFilter
+
     from maint_assets.partitions import TABLE_TAG
 
-    namespace = f"queue_{uuid.uuid4().hex[:8]}"
-    table = f"{namespace}.events"
-    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=len(DATES), rows_per_day=6,
-                                                         delete_every=0))
-    writer.create_table()
-    writer.run(3)  # three small files on each date
-    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
-                        scope={"include": [f"{namespace}.*"]}, max_runs_total=4,
-                        defaults={"snapshot_older_than": "0s"})
-    config = load_config(path)
-    home = ensure_dagster_home(config)
+    table, writer = daemon.tables["events"], daemon.writers["events"]
+    proc, port, log_path, instance = daemon.proc, daemon.port, daemon.log_path, daemon.instance
     finished = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 
-    with contextlib.ExitStack() as stack:
-        proc, port, log_path = stack.enter_context(dagster_dev(tmp_path / "dev", path, home))
-        instance = stack.enter_context(DagsterInstance.from_config(str(home)))
-        if not instance.has_dynamic_partition("table", table):
-            instance.add_dynamic_partitions("table", [table])
-        graphql(port, "{ version }")
-        retention = launch_backfill(port, "expired_snapshots", [table])
-        dates = launch_backfill(port, "compaction", [f"{d}|{table}" for d in DATES])
-        deadline = time.monotonic() + BOUND_S
-        records = []
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"dagster dev exited:\n{log_path.read_text()[-3000:]}")
-            backfills = [instance.get_backfill(b) for b in (retention, dates)]
-            records = instance.get_run_records(RunsFilter(tags={TABLE_TAG: table}))
-            ours = [r for r in records if r.dagster_run.tags.get("dagster/backfill") in (retention, dates)]
-            if all(b.status.value.startswith("COMPLETED") for b in backfills) and ours and \
-                    all(r.dagster_run.status in finished for r in records):
-                break
-            time.sleep(2.0)
-        else:
-            pytest.fail(f"the backfills did not finish within {BOUND_S}s: "
-                        f"{[(r.dagster_run.job_name, r.dagster_run.status.value) for r in records]}")
+    if not instance.has_dynamic_partition("table", table):
+        instance.add_dynamic_partitions("table", [table])
+    graphql(port, "{ version }")
+    retention = launch_backfill(port, "expired_snapshots", [table])
+    dates = launch_backfill(port, "compaction", [f"{d}|{table}" for d in DATES])
+    deadline = time.monotonic() + BOUND_S
+    records = []
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"dagster dev exited:\n{log_path.read_text()[-3000:]}")
+        backfills = [instance.get_backfill(b) for b in (retention, dates)]
+        records = instance.get_run_records(RunsFilter(tags={TABLE_TAG: table}))
+        ours = [r for r in records if r.dagster_run.tags.get("dagster/backfill") in (retention, dates)]
+        if all(b.status.value.startswith("COMPLETED") for b in backfills) and ours and \
+                all(r.dagster_run.status in finished for r in records):
+            break
+        time.sleep(2.0)
+    else:
+        pytest.fail(f"the backfills did not finish within {BOUND_S}s: "
+                    f"{[(r.dagster_run.job_name, r.dagster_run.status.value) for r in records]}")
 
-        states = {b: (instance.get_backfill(b).status.value, instance.get_backfill(b).failure_count)
-                  for b in (retention, dates)}
+    states = {b: (instance.get_backfill(b).status.value, instance.get_backfill(b).failure_count)
+              for b in (retention, dates)}
     by_backfill = {}
     for r in records:
         by_backfill.setdefault(r.dagster_run.tags.get("dagster/backfill"), []).append(r)
@@ -100,3 +141,98 @@ def test_a_retention_backfill_and_a_date_backfill_of_one_table_never_overlap(spa
         assert start >= end, f"runs {first} and {second} of {table} overlapped ({start} < {end})"
     ids = sorted(r[0] for r in spark.sql(f"SELECT event_id FROM {writer.table_sql}").collect())
     assert ids == sorted(writer.ledger.expected_ids())
+
+
+def discovered(instance, tables: set[str]) -> bool:
+    """Whether the daemon's health runs covered `tables` and no run is in flight on them."""
+    from dagster import RunsFilter
+
+    from maint_assets.partitions import tables_of
+    from maint_assets.retention import in_flight_jobs_by_table
+
+    covered = {t for r in instance.get_run_records(RunsFilter(job_name="health_job"))
+               if r.dagster_run.is_finished for t in tables_of(r.dagster_run.tags)}
+    return tables <= covered and not tables & set(in_flight_jobs_by_table(instance))
+
+
+def test_an_agents_requests_wait_in_the_run_queue_and_run_status_reports_what_the_daemon_ran(spark, daemon):
+    """Over MCP: two requests, each answered at once with a run id and status QUEUED; the daemon runs them.
+    `asked`: SUCCESS, proof passed, published, 1 file left on the date, pyiceberg reads the writer's rows.
+    `faulty`: FAILURE reported to the agent with the failed proof; main, rows and staging refs unchanged.
+    Every audit record of both runs names the agent, trigger `agent` and its reason."""
+    import anyio
+
+    from icemaint.observe.catalog import CatalogReader
+    from icemaint.safety.audit import open_audit
+    from staged_faults import main_lineage, staging_refs
+    from test_mcp import Seen, results, stdio
+
+    config = load_config(daemon.path)
+    reader = CatalogReader(config)
+    asked, faulty = daemon.tables["asked"], daemon.tables["faulty"]
+    day = DATES[0]
+    reasons = {t: f"{t}: many small files on {day}" for t in (asked, faulty)}
+
+    def rows(table: str) -> list[int]:  # pyiceberg's own scan, not the Spark session that compacted
+        return sorted(reader.load(table).scan().to_arrow().column("event_id").to_pylist())
+
+    # The daemon's discovery sensor registers the tables and runs their health once: a request meanwhile is rightly
+    # deferred (a run in flight on the table), so ask once those runs are done.
+    deadline = time.monotonic() + BOUND_S
+    while not discovered(daemon.instance, {asked, faulty}):
+        assert time.monotonic() < deadline, f"the discovery sensor's health runs did not finish within {BOUND_S}s"
+        time.sleep(1.0)
+    faulty_main = main_lineage(spark, daemon.writers["faulty"].table_sql)[0]["snapshot_id"]
+    faulty_rows = rows(faulty)
+
+    async def ask(call):
+        answers = {t: results(await call("request_compaction", table=t, dates=[day], reason=reasons[t]))
+                   for t in (asked, faulty)}
+        for [answer] in answers.values():
+            assert answer["decision"] == "requested" and answer["status"] == "QUEUED", answer
+        deadline, statuses, seen_states = time.monotonic() + BOUND_S, {}, set()
+        while time.monotonic() < deadline and len(statuses) < 2:
+            assert daemon.proc.poll() is None, daemon.log_path.read_text()[-3000:]
+            for table, [answer] in answers.items():
+                status = (await call("run_status", run_id=answer["run_id"])).structured_content
+                seen_states.add(status.get("status"))
+                if status["finished"]:
+                    statuses[table] = status
+            await anyio.sleep(2)
+        return answers, statuses, seen_states
+
+    seen, started = Seen(), time.time()
+    answers, statuses, seen_states = stdio(str(daemon.path), AGENT, ask, seen)
+    timeline = {t: daemon.instance.get_run_record_by_id(s["run_id"]) for t, s in statuses.items()}
+    print("\n[agent queue] since the session's start: " + "; ".join(
+        f"{t}: created {r.create_timestamp.timestamp() - started:.0f}s, started {r.start_time - started:.0f}s, "
+        f"ended {r.end_time - started:.0f}s" for t, r in timeline.items() if r and r.start_time and r.end_time))
+    for [answer] in answers.values():
+        assert answer["mode"] == "queued" and "run queue" in answer["mode_reason"], answer
+    assert len(statuses) == 2, f"runs not finished within {BOUND_S}s: {statuses}; seen {seen_states}"
+    assert "STARTED" in seen_states or "QUEUED" in seen_states, seen_states
+
+    ok, bad = statuses[asked], statuses[faulty]
+    # The daemon's run worker ran it (no process tags of this server), as the agent, trigger agent.
+    run = daemon.instance.get_run_by_id(ok["run_id"])
+    assert run.tags.get("icemaint/agent") == AGENT and run.tags.get("icemaint/trigger") == "agent", run.tags
+    assert run.tags.get("dagster/partition") == f"{day}|{asked}" and ".dagster/icemaint/process_run" not in run.tags
+    assert ok["status"] == "SUCCESS" and ok["mode"] == "queued" and ok["agent"] == AGENT, ok
+    [done] = ok["outcomes"]
+    assert done["decision"] == "run" and done["validation_passed"] and done["published"], done
+    assert {p.key: p.data_files for p in reader.health(asked).partitions}[day] == 1
+    assert rows(asked) == sorted(daemon.writers["asked"].ledger.expected_ids())
+
+    assert bad["status"] == "FAILURE" and bad["finished"], bad
+    [failed] = bad["outcomes"]
+    assert failed["decision"] == "not_published" and failed["validation_passed"] is False, failed
+    assert not failed["published"] and bad["errors"], bad
+    assert main_lineage(spark, daemon.writers["faulty"].table_sql)[0]["snapshot_id"] == faulty_main
+    assert rows(faulty) == faulty_rows and staging_refs(config, faulty) == {}
+
+    for table, status in statuses.items():
+        records = [r for r in open_audit(config).records(table=table) if r.run_id == status["run_id"]]
+        assert {r.decision for r in records} >= {"requested", "run" if table == asked else "not_published"}
+        assert all(r.identity == AGENT and r.trigger == "agent" for r in records), records
+        assert all((r.details.get("agent_reason")) == reasons[table] for r in records), records
+    seen.assert_no_secret()

@@ -3,8 +3,9 @@
 The views are the CLI's own (`CatalogReader` health and the tick's screen, `explain`, `plan`, the audit log, the
 Dagster instance). A request goes through the agent's limits (`domain.agents`), then the same pure decision the
 sensors make (`decide_with_approvals`, `decide_retention`, with the agent's identity and trigger), and only a `run`
-launches the same Dagster job `icemaint compact` / `tick` run, in this process, tagged trigger `agent` and the agent:
-the run takes the claim, decides again, stages, proves and publishes under the contract. Every request (launched,
+launches the same Dagster job the sensors request, tagged trigger `agent`, the agent and its reason: submitted to the
+instance's run queue when a daemon serves it (`queued_runs`), else executed in this process as `icemaint compact`
+does. The run takes the claim, decides again, stages, proves and publishes under the contract. Every request (launched,
 deferred, refused, or with nothing to do) leaves one audit record with trigger `agent`, the agent as identity and
 the reason it gave; a launched one also gets the run's own record. Nothing here mutates a table itself.
 
@@ -23,8 +24,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from icemaint.config import MaintenanceConfig, is_secret_property
-from icemaint.domain.agents import AGENT_REASON_KEY, AGENT_REQUEST_KEY, RATE_LIMITED, AgentSpec, PastRequest, \
-    operation_refusal, permissions, request_limit_refusal, rewrite_budget_refusal, usage
+from icemaint.domain.agents import AGENT_REASON_KEY, AGENT_REQUEST_KEY, IN_PROCESS, QUEUED, RATE_LIMITED, AgentSpec, \
+    LaunchMode, PastRequest, operation_refusal, permissions, request_limit_refusal, rewrite_budget_refusal, usage
 from icemaint.domain.decisions import AGENT_TRIGGER, NOOP, RUN, Decision, Gates, decide_with_approvals, \
     measured_throughput
 from icemaint.domain.masking import MASK, mask_credentials
@@ -80,6 +81,7 @@ class LaunchedRun:
     date: str | None
     job: str
     state: str = "queued"
+    mode: str = IN_PROCESS  # QUEUED: submitted to the instance's run queue (its status is the run's own)
     report: Any = None
     error: str | None = None
     submitted_at: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat())
@@ -97,9 +99,10 @@ class AgentDesk:
         self._runner_lock = threading.Lock()
         self._runner = None
         self._runs: dict[str, LaunchedRun] = {}
+        self._origin = None  # the daemon's code location (`queued_runs.code_location_origin`), read on first launch
         self._request_id = ""  # the request being decided (set under `_lock`): its records share it
-        # One run at a time, in this process, on one Spark session (as `icemaint compact`): the server's runs queue
-        # here, the instance's run queue still keeps the daemon's runs of the same table apart (slot tags).
+        # Without a daemon: one run at a time, in this process, on one Spark session (as `icemaint compact`): the
+        # server's runs queue here; the instance's run queue still keeps the daemon's runs of the table apart.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icemaint-agent-run")
 
     # -- inputs --------------------------------------------------------------------------------
@@ -222,7 +225,8 @@ class AgentDesk:
         out: dict[str, Any] = {"run_id": run_id}
         if launched is not None:
             out.update({"table": launched.table, "operation": launched.operation, "date": launched.date,
-                        "job": launched.job, "server_state": launched.state, "submitted_at": launched.submitted_at})
+                        "job": launched.job, "mode": launched.mode, "server_state": launched.state,
+                        "submitted_at": launched.submitted_at})
             if launched.error:
                 out["error"] = launched.error
         record = self._instance_run(run_id)
@@ -237,6 +241,10 @@ class AgentDesk:
         # The run's audit record is written before its Dagster run ends: finished is the run's own status.
         out["finished"] = out.get("status") in ("SUCCESS", "FAILURE", "CANCELED") \
             or (launched is not None and launched.state == "failed")
+        if out.get("status") == "QUEUED" and (launched is None or launched.mode == QUEUED):
+            mode = self.launch_mode()  # a run in the instance's queue: is a daemon still there to start it?
+            if mode.mode != QUEUED:
+                out["waiting"] = f"the run waits in the run queue, but {mode.why}"
         return sanitized(out)
 
     def _instance_run(self, run_id: str) -> dict | None:
@@ -251,10 +259,13 @@ class AgentDesk:
         def stamp(t: float | None) -> str | None:
             return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat() if t else None
 
-        return {"status": run.status.value, "job": run.job_name, "table": tags.get("icemaint/table"),
-                "partition": tags.get("dagster/partition"), "trigger": tags.get("icemaint/trigger"),
-                "agent": tags.get("icemaint/agent"), "started_at": stamp(record.start_time),
-                "ended_at": stamp(record.end_time)}
+        out = {"status": run.status.value, "job": run.job_name, "table": tags.get("icemaint/table"),
+               "partition": tags.get("dagster/partition"), "trigger": tags.get("icemaint/trigger"),
+               "agent": tags.get("icemaint/agent"), "started_at": stamp(record.start_time),
+               "ended_at": stamp(record.end_time)}
+        if run.status.value == "FAILURE":
+            out["errors"] = _failures(instance, run_id)
+        return out
 
     # -- requests ------------------------------------------------------------------------------
     def request_compaction(self, agent: AgentSpec, table: Any, reason: Any, dates: Any = None) -> dict:
@@ -289,6 +300,10 @@ class AgentDesk:
                     quiet[0], date=None, reason=f"nothing due: {len(quiet)} dates or partitions looked at; first: "
                                                 f"{quiet[0].scope}: {quiet[0].reason}")]
             used = usage(self._past_requests(agent), self.clock())
+            from maint_assets.partitions import PLANNED_SCHEMA_TAG, PLANNED_SNAPSHOT_TAG
+
+            # The sensors' tags: the run notes a plan gone stale while it waited in the queue.
+            planned = {PLANNED_SNAPSHOT_TAG: str(health.snapshot_id), PLANNED_SCHEMA_TAG: str(health.schema_id)}
             results = []
             for d in decisions:
                 if d.verdict == RUN:
@@ -299,7 +314,7 @@ class AgentDesk:
                                                     kind=RATE_LIMITED, decision=d))
                         continue
                     used = replace(used, rewrite_bytes_last_day=used.rewrite_bytes_last_day + cost)
-                    results.append(self._launch_compaction(agent, key, d, why))
+                    results.append(self._launch_compaction(agent, key, d, why, planned))
                 else:
                     results.append(self._record(agent, key, "compact", str(d.verdict), d.reason, why, d.date,
                                                 kind=str(d.kind), decision=d))
@@ -328,9 +343,8 @@ class AgentDesk:
                                        orphan_removal=self.config.automation.orphan_removal)
             d = next(x for x in decided if str(x.operation) == operation)
             if d.verdict == RUN:
-                result = self._launch(agent, key, operation, None, d.reason, why, {}, lambda run_id, tags:
-                                      self.runner().retention(operation, key, trigger=AGENT_TRIGGER, tags=tags,
-                                                              run_id=run_id))
+                result = self._launch(agent, key, operation, None, d.reason, why, {}, lambda tags:
+                                      self.runner().retention_call(operation, key, trigger=AGENT_TRIGGER, tags=tags))
             else:
                 result = self._record(agent, key, operation, str(d.verdict), d.reason, why, kind=str(d.kind))
         return sanitized({"table": key, "agent": agent.name, "operation": operation, "results": [result]})
@@ -347,14 +361,17 @@ class AgentDesk:
         return sanitized({"table": key, "agent": agent.name, "operation": operation,
                           "results": [self._record(agent, key, operation, "refuse", refused, why, kind=kind)]})
 
-    def _launch_compaction(self, agent: AgentSpec, key: str, d: Decision, why: str) -> dict:
-        return self._launch(agent, key, "compact", d.date, d.reason, why, d.cost_estimate, lambda run_id, tags:
-                            self.runner().compact(key, d.date, trigger=AGENT_TRIGGER, tags=tags, run_id=run_id),
+    def _launch_compaction(self, agent: AgentSpec, key: str, d: Decision, why: str, planned: dict) -> dict:
+        return self._launch(agent, key, "compact", d.date, d.reason, why, d.cost_estimate, lambda tags:
+                            self.runner().compaction_call(key, d.date, trigger=AGENT_TRIGGER, tags={**planned, **tags}),
                             decision=d)
 
     def _launch(self, agent: AgentSpec, key: str, operation: str, date: str | None, decided: str, why: str,
-                cost: dict, execute: Callable[[str, dict], Any], decision: Decision | None = None) -> dict:
+                cost: dict, call: Callable[[dict], Any], decision: Decision | None = None) -> dict:
+        """Launches the run `call(tags)` describes (the agent and its reason in its tags): submitted to the run
+        queue when a daemon serves it (answered QUEUED at once), else executed on this server's run worker."""
         from icemaint.domain.retention_tick import RETENTION_JOBS
+        from maint_assets.partitions import AGENT_REASON_TAG, AGENT_TAG
 
         run_id = str(uuid.uuid4())
         job = ("compaction_job" if date else "table_compaction_job") if operation == "compact" \
@@ -363,14 +380,37 @@ class AgentDesk:
         self._runs[run_id] = launched
         answer = self._record(agent, key, operation, REQUESTED, f"launched run {run_id}: {decided}", why, date,
                               kind="due", decision=decision, run_id=run_id, cost=cost)
-        self._worker.submit(self._execute, launched, execute, {"icemaint/agent": agent.name,
-                                                                "icemaint/agent_reason": why})
-        return {**answer, "run_id": run_id, "poll_with": "run_status"}
+        mode = LaunchMode(IN_PROCESS, "not launched")
+        try:
+            mode = self.launch_mode()
+            launched.mode = mode.mode
+            job_call = call({AGENT_TAG: agent.name, AGENT_REASON_TAG: why})
+            if mode.mode == QUEUED:
+                status = self.runner().submit(job_call, self._origin, run_id).status.value
+                launched.state = "submitted"
+            else:
+                self._worker.submit(self._execute, launched, job_call)
+                status = "QUEUED"  # on this server's run worker, behind its earlier runs
+        except Exception as exc:  # recorded as requested: say the run never started (table gone, instance failed)
+            log.exception("agent run %s of %s could not be launched", run_id, key)
+            launched.state, launched.error = "failed", f"{type(exc).__name__}: {one_line(exc)}"
+            status = "NOT_LAUNCHED"
+        return {**answer, "run_id": run_id, "status": status, "mode": mode.mode, "mode_reason": mode.why,
+                "poll_with": "run_status", **({"error": launched.error} if launched.error else {})}
 
-    def _execute(self, launched: LaunchedRun, execute: Callable[[str, dict], Any], tags: dict) -> None:
+    def launch_mode(self) -> LaunchMode:
+        """How a run launched now runs: queued when a daemon serves the instance's run queue, else here."""
+        from icemaint.app.queued_runs import code_location_origin, current_mode
+
+        instance = self.runner().instance
+        if self._origin is None:
+            self._origin = code_location_origin()
+        return current_mode(instance, self._origin)
+
+    def _execute(self, launched: LaunchedRun, call: Any) -> None:
         launched.state = "running"
         try:
-            launched.report = execute(launched.run_id, tags)
+            launched.report = self.runner().execute(call, launched.run_id)
             launched.state = "done"
         except Exception as exc:  # the run never started (its table went away, the instance failed): say so
             log.exception("agent run %s of %s could not run", launched.run_id, launched.table)
@@ -432,6 +472,24 @@ class AgentDesk:
                             sum(int(r.cost_estimate.get("rewrite_bytes", 0)) for r in rs if r.decision == REQUESTED),
                             all(r.details.get("kind") == RATE_LIMITED for r in rs))
                 for rs in by_request.values()]
+
+
+def _failures(instance, run_id: str) -> list[str]:
+    """What failed in a run, one line per failed step (or the run's own failure): from its Dagster event log."""
+    from dagster import DagsterEventType
+
+    from icemaint.app.runner import error_line
+
+    lines = []
+    for kind in (DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE):
+        for entry in instance.all_logs(run_id, of_type=kind):
+            data = entry.dagster_event.event_specific_data if entry.dagster_event else None
+            error = getattr(data, "error", None)
+            message = entry.dagster_event.message if entry.dagster_event else None
+            lines.append(error_line(error) if error is not None else one_line(message or kind.value))
+        if lines:
+            break
+    return lines[:10]
 
 
 def _audit_entry(r) -> dict:

@@ -180,11 +180,15 @@ def build_server(desk: AgentDesk, identify: Callable[[], AgentSpec], *, token_ve
                              f"{r['identity']} ({r['trigger']}): {r['reason'][:200]}" for r in out["records"]]
                        or [f"{out['table']}: no audit records"])
 
-    @server.tool(annotations=read, description="A run's status and outcome (decision, reason, snapshots, proof).")
+    @server.tool(annotations=read, description="A run's status (QUEUED, STARTED, SUCCESS, FAILURE, ...) and outcome "
+                                               "(decision, reason, snapshots, proof, publish); `finished` says when "
+                                               "to stop polling.")
     async def run_status(run_id: str) -> CallToolResult:
         out = await call(desk.run_status, run_id)
         lines = [f"run {out['run_id']}: {out.get('status') or out.get('server_state')}"
-                 + (f", error: {out['error']}" if out.get("error") else "")]
+                 + (f" ({'in the run queue' if out['mode'] == 'queued' else 'in this server'})" if out.get("mode")
+                    else "") + (f", error: {out['error']}" if out.get("error") else "")]
+        lines += [f"  failed: {e[:300]}" for e in out.get("errors", [])]
         lines += [f"  {o['operation']} {o['date'] or '(table)'}: {o['decision']}: {o['reason'][:300]}"
                   for o in out["outcomes"]]
         return _answer(out, lines)
@@ -200,7 +204,8 @@ def build_server(desk: AgentDesk, identify: Callable[[], AgentSpec], *, token_ve
 
     def results(out: dict) -> list[str]:
         return [f"{out['operation']} {out['table']} {r['scope']}: {r['decision']}: {r['reason'][:300]}"
-                + (f" (run {r['run_id']}: poll run_status)" if r.get("run_id") else "")
+                + (f" (run {r['run_id']}, {r['status']}, {r['mode_reason']}: poll run_status)" if r.get("run_id")
+                   else "")
                 + (f" [{r['approval']}]" if r.get("approval") else "") for r in out["results"]]
 
     @server.tool(annotations=ask, description="Request compaction of a table's dates (YYYY-MM-DD list), or of every "

@@ -27,6 +27,16 @@ from icemaint.errors import one_line
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class JobCall:
+    """One run of a job, before it runs: executed here (`MaintenanceRunner._execute`) or queued (`submit`)."""
+
+    job_name: str
+    partition_key: str | None
+    run_config: dict
+    tags: dict
+
+
 @dataclass
 class RunReport:
     """What one run did: its success and the domain outcome the asset attached to its events.
@@ -175,15 +185,32 @@ class MaintenanceRunner:
                 trigger: str = "cli", tags: dict | None = None, run_id: str | None = None) -> RunReport:
         """Materialize `compaction` for (date, table), or with no date `table_compaction` for the table (`tags`:
         more run tags, e.g. the agent of an agent's run; `run_id`: as `_execute`'s)."""
+        return self.execute(self.compaction_call(table, date, dry_run=dry_run, approved=approved, trigger=trigger,
+                                                 tags=tags), run_id)
+
+    def execute(self, call: JobCall, run_id: str | None = None) -> RunReport:
+        """Executes `call` in this process (`run_id`: as `_execute`'s)."""
+        return self._execute(call.job_name, call.partition_key, call.run_config, tags=call.tags, run_id=run_id)
+
+    def compaction_call(self, table: str, date: str | None, *, dry_run: bool = False, approved: bool = False,
+                        trigger: str = "cli", tags: dict | None = None) -> JobCall:
+        """The run `compact` executes: `compaction_job` on (date, table), or `table_compaction_job` on the table."""
         key = self.check_table(table)
         config = {"config": {"dry_run": dry_run, "approved": approved}}
         tags = {**(tags or {}), TABLE_TAG: key, TRIGGER_TAG: trigger}
         if date is None:
-            return self._execute("table_compaction_job", key, {"ops": {"table_compaction": config}}, tags=tags,
-                                 run_id=run_id)
+            return JobCall("table_compaction_job", key, {"ops": {"table_compaction": config}}, tags)
         day = self.check_date(date)
-        return self._execute("compaction_job", f"{day}|{key}", {"ops": {"compaction": config}}, tags=tags,
-                             run_id=run_id)
+        return JobCall("compaction_job", f"{day}|{key}", {"ops": {"compaction": config}}, tags)
+
+    def submit(self, call: JobCall, origin, run_id: str):
+        """Submits `call` to the instance's run queue for the daemon's code location `origin` (`queued_runs`),
+        with the queue's slot tags; returns the QUEUED run."""
+        from icemaint.app.queued_runs import submit
+
+        tags = {**call.tags, **slot_tags(tables_of(call.tags))}
+        return submit(self.instance, self.defs.resolve_job_def(call.job_name), origin, run_id=run_id,
+                      partition_key=call.partition_key, run_config=call.run_config, tags=tags)
 
     def ingest(self, source: str, *, force: bool = False, dry_run: bool = False, trigger: str = "cli") -> RunReport:
         """Materialize `landed_batches` for one landing source (one batch), registered as its partition."""
@@ -251,10 +278,22 @@ class MaintenanceRunner:
     # -- retention ---------------------------------------------------------------------------
     def _retention(self, job_name: str, asset: str, table: str, settings: dict, trigger: str,
                    tags: dict | None = None, run_id: str | None = None) -> RunReport:
+        return self.execute(self._retention_call(job_name, asset, table, settings, trigger, tags), run_id)
+
+    def _retention_call(self, job_name: str, asset: str, table: str, settings: dict, trigger: str,
+                        tags: dict | None = None) -> JobCall:
         key = self.check_table(table)
         config = {k: v for k, v in settings.items() if v is not None}
-        return self._execute(job_name, key, {"ops": {asset: {"config": config}}},
-                             tags={**(tags or {}), TABLE_TAG: key, TRIGGER_TAG: trigger}, run_id=run_id)
+        return JobCall(job_name, key, {"ops": {asset: {"config": config}}},
+                       {**(tags or {}), TABLE_TAG: key, TRIGGER_TAG: trigger})
+
+    def retention_call(self, operation: str, table: str, *, trigger: str, tags: dict | None = None) -> JobCall:
+        """The run `retention` executes."""
+        from icemaint.domain.retention_tick import RETENTION_JOBS
+        from maint_assets.retention import RETENTION_ASSET_OF
+
+        return self._retention_call(RETENTION_JOBS[operation], RETENTION_ASSET_OF[operation], table, {}, trigger,
+                                    tags)
 
     def retention(self, operation: str, table: str, *, trigger: str, tags: dict | None = None,
                   run_id: str | None = None) -> RunReport:

@@ -92,3 +92,36 @@ def operation_refusal(policy: TablePolicy, operation: str, agent: str) -> str | 
 def permissions(policy: TablePolicy, agent: str) -> dict[str, str | None]:
     """Every operation -> None when the agent may request it on the table, else why not."""
     return {op: operation_refusal(policy, op, agent) for op in OPERATIONS}
+
+
+# How an agent's run is launched: submitted to the instance's run queue when a daemon serves it (the run waits
+# there, shows in the UI, and a run worker of the daemon's code location executes it), else executed in the
+# server's own process. A daemon beats every 30 s (Dagster's heartbeat interval); missing four beats, it is taken
+# for gone: a run submitted then would wait in the queue until someone starts one.
+QUEUED, IN_PROCESS = "queued", "in_process"
+DAEMON_HEARTBEAT_TOLERANCE_S = 120.0
+
+
+@dataclass(frozen=True)
+class LaunchMode:
+    mode: str     # QUEUED or IN_PROCESS
+    why: str      # one line for the agent and the operator: why this mode
+
+
+def launch_mode(queued_coordinator: bool, heartbeat_age_s: float | None, code_location: str | None,
+                tolerance_s: float = DAEMON_HEARTBEAT_TOLERANCE_S) -> LaunchMode:
+    """QUEUED when the instance's coordinator queues runs, its run-queue daemon beat within `tolerance_s`
+    (`heartbeat_age_s`: seconds since its last beat, None when it never beat) and the daemon's code location is
+    known by name; else IN_PROCESS, saying which of these is missing."""
+    if not queued_coordinator:
+        return LaunchMode(IN_PROCESS, "the instance's run coordinator does not queue runs")
+    if heartbeat_age_s is None:
+        return LaunchMode(IN_PROCESS, "no Dagster daemon serves the instance's run queue (none has ever run: "
+                                      "`icemaint ui` starts one)")
+    if heartbeat_age_s > tolerance_s:
+        return LaunchMode(IN_PROCESS, f"no Dagster daemon serves the instance's run queue (its last heartbeat was "
+                                      f"{heartbeat_age_s:.0f} s ago, over {tolerance_s:.0f} s)")
+    if not code_location:
+        return LaunchMode(IN_PROCESS, "the daemon's code location is unknown (no workspace.yaml beside maint_assets/)")
+    return LaunchMode(QUEUED, f"submitted to the run queue, served by a Dagster daemon (last heartbeat "
+                              f"{max(heartbeat_age_s, 0):.0f} s ago), to run in code location {code_location}")
