@@ -131,6 +131,9 @@ def test_a_crash_during_the_moves_is_finished_by_the_next_run(spark, estate):
     with pytest.raises(KeyboardInterrupt):
         ingestor(config, spark, hook=crash).run(IngestRequest("events"))
     assert len(list((root / "in").glob("*.parquet"))) == 7
+    from icemaint.safety import interrupts
+
+    interrupts.reset()  # the next run is the next command's (in this one the interrupt stops every later run)
     out = ingestor(config, spark).run(IngestRequest("events", force=True))
     assert out.recovered == [{"batch_id": out.recovered[0]["batch_id"], "snapshot_id": out.recovered[0]["snapshot_id"],
                               "moved": 7, "committed": True}] and out.decision == "noop"
