@@ -325,9 +325,10 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
     # pages render, and opening the UI deletes nothing.
     with dagster_dev(tmp_path / "dev", served, home) as (proc, port, log_path):
         base = f"http://127.0.0.1:{port}"
-        declared = {("/".join(d["path"]), "/".join(n["assetKey"]["path"]))
-                    for n in graphql(port, GROUP_QUERY)["assetNodes"] for d in n["dependencyKeys"]}
-        declared_assets = {a for edge in declared for a in edge}
+        nodes = graphql(port, GROUP_QUERY)["assetNodes"]
+        declared = {("/".join(d["path"]), "/".join(n["assetKey"]["path"])) for n in nodes for d in n["dependencyKeys"]}
+        # every asset of the group, with or without an edge (landed_batches depends on none of the others)
+        declared_assets = {"/".join(n["assetKey"]["path"]) for n in nodes} | {a for edge in declared for a in edge}
 
         # (a) The group's lineage: every asset of the group drawn as a node, every dependency as an edge.
         group_url = f"{base}/locations/{REPOSITORY}@{LOCATION}/asset-groups/{GROUP}"
