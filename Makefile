@@ -59,11 +59,11 @@ test-mid: setup java
 	$(BIN)/pytest $(XDIST) -m "not slow and not cluster" $(PYTEST_ARGS)
 
 # The pure and Dagster-only tests, with no Java on PATH (the `java` marker is set by tests/conftest.py
-# on every test that starts Spark) and no PostgreSQL: seconds, not minutes.
+# on every test that starts Spark) and no PostgreSQL, on the same workers as `make test`: under a minute.
 NOJAVA := .icemaint/nojava-bin
 test-fast: setup
 	@mkdir -p $(NOJAVA) && for t in sh bash env git; do ln -sf "$$(command -v $$t)" $(NOJAVA)/$$t; done
-	env -u JAVA_HOME PATH="$(CURDIR)/$(BIN):$(CURDIR)/$(NOJAVA)" $(BIN)/pytest -m "not java and not postgres" $(PYTEST_ARGS)
+	env -u JAVA_HOME PATH="$(CURDIR)/$(BIN):$(CURDIR)/$(NOJAVA)" $(BIN)/pytest $(XDIST) -m "not java and not postgres" $(PYTEST_ARGS)
 
 bench: setup java
 	$(BIN)/python -m benchmarks.run
