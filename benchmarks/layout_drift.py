@@ -77,15 +77,9 @@ def opened(config, table: str, row_filter: str) -> tuple[int, int]:
 
 def tick_runs(config, table: str) -> list:
     """The compaction runs the default tick requests for `table` (its sensor's plan, no cursor)."""
-    from icemaint.app.explain import ReadOnlyEstate
-    from icemaint.domain.tick import plan_compaction_tick
+    from icemaint.app.explain import compaction_plan
 
-    estate = ReadOnlyEstate(config)
-    plan = plan_compaction_tick(
-        config, [table], metadata_location=estate.reader.metadata_location, health=estate.reader.tick_health,
-        claim_holder=estate.holder, approved=estate.approved, past_runs=estate.past_runs, cursor={},
-        now=dt.datetime.now(dt.timezone.utc), in_flight=estate.in_flight, reverted=estate.reverted, held=estate.held)
-    return [d for d, _ in plan.runs]
+    return [d for d, _ in compaction_plan(config, [table]).runs]
 
 
 def measure(scale: float) -> dict:

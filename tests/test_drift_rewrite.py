@@ -72,15 +72,9 @@ def tables(spark, drift_config):
 
 def tick_runs(config, table: str) -> list:
     """The compaction runs the default tick would request for `table` (its sensor's plan, no cursor)."""
-    from icemaint.app.explain import ReadOnlyEstate
-    from icemaint.domain.tick import plan_compaction_tick
+    from icemaint.app.explain import compaction_plan
 
-    estate = ReadOnlyEstate(config)
-    plan = plan_compaction_tick(
-        config, [table], metadata_location=estate.reader.metadata_location, health=estate.reader.tick_health,
-        claim_holder=estate.holder, approved=estate.approved, past_runs=estate.past_runs, cursor={},
-        now=dt.datetime.now(dt.timezone.utc), in_flight=estate.in_flight, reverted=estate.reverted, held=estate.held)
-    return [d for d, _ in plan.runs]
+    return [d for d, _ in compaction_plan(config, [table]).runs]
 
 
 def files_scanned(config, table: str, row_filter: str) -> int:

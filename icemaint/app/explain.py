@@ -233,22 +233,33 @@ def explain(config: MaintenanceConfig, table: str, date: str | None = None, esta
     return out
 
 
-def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dict:
-    """What the next tick would do across the estate, ranked, without a cursor (every table evaluated)."""
-    from icemaint.domain.retention_tick import plan_retention_tick
-    from icemaint.domain.tick import plan_compaction_tick, policy_fingerprint
-    from icemaint.observe.manifests import read_retention_signals
+def compaction_plan(config: MaintenanceConfig, tables: list[str], estate: ReadOnlyEstate | None = None,
+                    now: dt.datetime | None = None):
+    """The compaction half of what the next tick would decide for `tables`, without a cursor (each evaluated):
+    a `domain.tick` plan, whose `runs` are the runs the tick would request."""
+    from icemaint.domain.tick import plan_compaction_tick
 
     estate = estate or ReadOnlyEstate(config)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.timezone.utc)
     tomorrow = (now.date() + dt.timedelta(days=1)).isoformat()
-    tables = estate.tables()
-    compaction = plan_compaction_tick(
+    return plan_compaction_tick(
         config, tables, metadata_location=estate.reader.metadata_location, health=estate.reader.tick_health,
         read=estate.reader.read_many,
         claim_holder=estate.holder, approved=estate.approved, past_runs=estate.past_runs, cursor={}, now=now,
         max_runs=MAX_RUNS_PER_TICK, valid_dates=lambda d: config.dates_start.isoformat() <= d <= tomorrow,
         run_of=lambda d: d.table, in_flight=estate.in_flight, reverted=estate.reverted, held=estate.held)
+
+
+def plan(config: MaintenanceConfig, estate: ReadOnlyEstate | None = None) -> dict:
+    """What the next tick would do across the estate, ranked, without a cursor (every table evaluated)."""
+    from icemaint.domain.retention_tick import plan_retention_tick
+    from icemaint.domain.tick import policy_fingerprint
+    from icemaint.observe.manifests import read_retention_signals
+
+    estate = estate or ReadOnlyEstate(config)
+    now = dt.datetime.now(dt.timezone.utc)
+    tables = estate.tables()
+    compaction = compaction_plan(config, tables, estate, now)
     retention = plan_retention_tick(
         tables, policy_of=config.policy, policy_fingerprint=policy_fingerprint, identity=config.identity(),
         metadata_location=estate.reader.metadata_location,
