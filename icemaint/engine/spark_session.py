@@ -12,6 +12,7 @@ reads with `ps`. They are set on the running session before the catalog is first
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -286,7 +287,8 @@ def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
             conf.set(key, value)
         output = DriverOutput(Path(config.state_dir, "logs").resolve())
         try:
-            gateway = launch_gateway(conf, popen_kwargs={"stdout": output.write_fd, "stderr": output.write_fd})
+            with _forks_under_the_import_lock():
+                gateway = launch_gateway(conf, popen_kwargs={"stdout": output.write_fd, "stderr": output.write_fd})
         except PySparkRuntimeError as exc:
             if exc.getErrorClass() != "JAVA_GATEWAY_EXITED":
                 output.started()
@@ -295,6 +297,35 @@ def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
         output.started()
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+
+
+@contextlib.contextmanager
+def _forks_under_the_import_lock():
+    """pyspark starts the JVM with a `preexec_fn`, so the fork runs Python's at-fork hooks: `logging` takes its
+    module lock, then the interpreter takes the global import lock. A thread importing a module meanwhile holds
+    the import lock (a meta-path finder such as setuptools' distutils hack imports inside it) and, when that
+    module asks `logging.getLogger`, waits for the logging lock: each waits for the other, forever (seen: an MCP
+    server whose run started the JVM while Great Expectations loaded in the background). pyspark's `Popen` is
+    called here with the import lock taken first, the order the importing thread takes them in; the lock is held
+    only while the child is forked and exec'd, not while the JVM starts."""
+    import _imp
+    import subprocess
+
+    import pyspark.java_gateway as java_gateway
+
+    def popen(*args, **kwargs):
+        _imp.acquire_lock()
+        try:
+            return subprocess.Popen(*args, **kwargs)
+        finally:
+            _imp.release_lock()
+
+    saved = java_gateway.Popen
+    java_gateway.Popen = popen
+    try:
+        yield
+    finally:
+        java_gateway.Popen = saved
 
 
 def did_not_start(lines: list[str], log: Path, settings: dict[str, str]) -> SparkDidNotStart:
