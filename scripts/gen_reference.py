@@ -1,6 +1,6 @@
 """Write the docs site's reference pages from the code, so that they cannot drift from it.
 
-- docs/reference/configuration.md: every key of the YAML file (icemaint.config.CONFIG_KEYS, which the parser
+- docs/reference/configuration.md: every key of the YAML file (icemaint.config.keys.CONFIG_KEYS, which the parser
   reads its allowed keys from)
 - docs/reference/policy.md: every policy key (icemaint.domain.policy: POLICY_KEYS, POLICY_KEY_DOCS, TablePolicy's
   defaults)
@@ -36,7 +36,7 @@ def _table(head: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> str:
 
 
 def configuration_page() -> str:
-    from icemaint.config_keys import CONFIG_KEYS
+    from icemaint.config.keys import CONFIG_KEYS
 
     rows = [(f"`{key}`", kind, f"`{default}`", meaning) for key, (kind, default, meaning) in CONFIG_KEYS.items()]
     return (HEADER + "# Configuration keys\n\n"

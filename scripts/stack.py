@@ -154,7 +154,7 @@ def s3_filesystem(config):
     `ICEMAINT_CATALOG_*`): the tests' and benchmarks' independent view of the bucket."""
     from pyarrow.fs import S3FileSystem
 
-    from icemaint.config import catalog_secret_properties
+    from icemaint.config.catalog import catalog_secret_properties
 
     props = {**config.catalog.properties, **catalog_secret_properties(config.catalog)}
     scheme, _, endpoint = props["s3.endpoint"].partition("://")
@@ -173,7 +173,7 @@ def _tail(path: Path, lines: int = 3) -> str:
 
 # -- secrets ---------------------------------------------------------------------------------
 def _secret_env_name(key: str) -> str:
-    """icemaint's ICEMAINT_CATALOG_<KEY> form of catalog property `key` (icemaint.config.secret_env_name)."""
+    """icemaint's ICEMAINT_CATALOG_<KEY> form of catalog property `key` (icemaint.config.catalog.secret_env_name)."""
     return "ICEMAINT_CATALOG_" + key.upper().replace("-", "__").replace(".", "_")
 
 

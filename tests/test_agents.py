@@ -7,7 +7,8 @@ import datetime as dt
 
 import pytest
 
-from icemaint.config import ConfigError, parse_config
+from icemaint.config import parse_config
+from icemaint.config.parse import ConfigError
 from icemaint.domain.agents import IN_PROCESS, QUEUED, AgentSpec, PastRequest, launch_mode, operation_refusal, \
     permissions, request_limit_refusal, rewrite_budget_refusal, usage
 from icemaint.domain.decisions import AGENT_TRIGGER, AUTOMATIC_TRIGGERS, REFUSE, launched_by_a_person, refusal_for

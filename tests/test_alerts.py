@@ -16,7 +16,9 @@ import dagster as dg
 import pytest
 
 from conftest import streaming_table, write_config
-from icemaint.config import AlertsConfig, ConfigError, OwnerAlerts, load_config
+from icemaint.config import load_config
+from icemaint.config.alerts import AlertsConfig, OwnerAlerts
+from icemaint.config.parse import ConfigError
 from icemaint.domain.names import TableName
 from icemaint.safety.alerts import AlertRoute, DeliveryStatus, FinishedRun, alerts_for_run, audit_record, \
     configured, deliver, needs_audit, route_for, send_alert

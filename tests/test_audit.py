@@ -22,7 +22,7 @@ from icemaint.safety.audit import (
     PostgresAuditLog,
     open_audit,
 )
-from icemaint.config import ConfigError
+from icemaint.config.parse import ConfigError
 from pg_server import fresh_database
 
 REPO = Path(__file__).resolve().parents[1]

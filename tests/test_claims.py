@@ -25,7 +25,7 @@ from icemaint.safety.claims import (
     open_claims,
     table_claim,
 )
-from icemaint.config import ConfigError
+from icemaint.config.parse import ConfigError
 from icemaint.domain.names import InvalidTableName
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icemaint.config import (CONFIG_ENV, ConfigError, catalog_secret_properties, load_config, parse_config,
-                             secret_env_name)
+from icemaint.config import CONFIG_ENV, load_config, parse_config
+from icemaint.config.catalog import catalog_secret_properties, secret_env_name
+from icemaint.config.parse import ConfigError
 from icemaint.domain.policy import TablePolicy
 
 MiB = 2**20

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 def _classes():
     from icemaint.app.simulator import LedgerBehindTable, SchemaMismatch
-    from icemaint.config import ConfigError
+    from icemaint.config.parse import ConfigError
     from icemaint.domain.names import InvalidTableName
     from icemaint.domain.policy import PolicyError
     from icemaint.domain.retention import (ConcurrentExpiry, GcDisabled, QuarantineMoveFailed, RetentionError,

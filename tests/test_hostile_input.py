@@ -16,7 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import run_cli, streaming_table, write_config
-from icemaint.config import MAX_CONFIG_BYTES, ConfigError, load_config
+from icemaint.config import load_config
+from icemaint.config.parse import ConfigError
+from icemaint.config.yaml_reader import MAX_CONFIG_BYTES
 from icemaint.observe.catalog import CatalogReader
 
 MAX_MESSAGE = 1000  # "clear": a message an operator reads, not a dump of the input

@@ -31,7 +31,7 @@ def test_dagster_storage_on_postgres_keeps_the_dsn_in_the_environment(tmp_path, 
                                                                       postgres_dsn):
     from dagster import DagsterInstance, DagsterRun
 
-    from icemaint.config import ConfigError
+    from icemaint.config.parse import ConfigError
     from pg_server import fresh_database
 
     monkeypatch.delenv("DAGSTER_HOME", raising=False)

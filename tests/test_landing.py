@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from conftest import make_config
-from icemaint.config import ConfigError
+from icemaint.config.parse import ConfigError
 from icemaint.domain.landing import BATCH_ID_KEY, Batch, LandedFile, LandingSource, choose_batch, due, find_batch, \
     ignored, processed_due
 

@@ -23,7 +23,7 @@ def layer_of(module: str) -> str | None:
         return "orchestration"
     if parts[0] != "icemaint" or len(parts) < 2:
         return None
-    if parts[1] in ("config", "config_keys"):
+    if parts[1] == "config":
         return "config"
     if parts[1] == "errors":  # the error tree: pure, beside the domain, so that every layer can raise its errors
         return "domain"

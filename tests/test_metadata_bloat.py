@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import make_config, streaming_table
-from icemaint.config import ConfigError
+from icemaint.config.parse import ConfigError
 from icemaint.domain.names import TableName
 from icemaint.engine.retention import table_properties
 from icemaint.observe.catalog import CatalogReader

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from icemaint.config import ConfigError, parse_config
-from icemaint.config_keys import CONFIG_KEYS
+from icemaint.config import parse_config
+from icemaint.config.parse import ConfigError
+from icemaint.config.keys import CONFIG_KEYS
 from icemaint.domain import glossary
 from icemaint.domain.decisions import Operation, ReasonKind, Verdict
 from icemaint.domain.policy import POLICY_KEY_DOCS, POLICY_KEYS

@@ -15,7 +15,8 @@ import uuid
 import pytest
 
 from conftest import streaming_table, write_config
-from icemaint.config import CatalogConfig, load_config
+from icemaint.config import load_config
+from icemaint.config.catalog import CatalogConfig
 from icemaint.observe.catalog import CatalogReader
 
 pytestmark = pytest.mark.usefixtures("isolated_dagster_home")

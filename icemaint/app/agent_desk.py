@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from icemaint.config import MaintenanceConfig, is_secret_property
+from icemaint.config import MaintenanceConfig
+from icemaint.config.catalog import is_secret_property
 from icemaint.domain.agents import AGENT_REASON_KEY, AGENT_REQUEST_KEY, IN_PROCESS, QUEUED, RATE_LIMITED, AgentSpec, \
     LaunchMode, PastRequest, operation_refusal, permissions, request_limit_refusal, rewrite_budget_refusal, usage
 from icemaint.domain.decisions import AGENT_TRIGGER, NOOP, RUN, Decision, Gates, decide_with_approvals, \

@@ -17,7 +17,8 @@ from icemaint.app import metrics_server
 from icemaint.app import serve
 from icemaint.app.cli_types import port, positive_int, whole_number
 from icemaint.app.cli_help import DRY_RUN_HELP, JSON_HELP, MAIN_DESCRIPTION, MAIN_EPILOG, add_command
-from icemaint.config import ConfigError, MaintenanceConfig, load_config
+from icemaint.config import MaintenanceConfig, load_config
+from icemaint.config.parse import ConfigError
 from icemaint.domain.drift import drift_line
 from icemaint.domain.hints import decision_hint
 from icemaint.domain.layout import describe

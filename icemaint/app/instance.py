@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from icemaint.config import ConfigError, MaintenanceConfig
+from icemaint.config import MaintenanceConfig
+from icemaint.config.parse import ConfigError
 
 
 def storage_settings(config: MaintenanceConfig) -> dict:

@@ -29,7 +29,8 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import AnyHttpUrl
 
 from icemaint.app.agent_desk import AgentDesk
-from icemaint.config import ConfigError, MaintenanceConfig
+from icemaint.config import MaintenanceConfig
+from icemaint.config.parse import ConfigError
 from icemaint.domain.agents import AgentSpec
 from icemaint.domain.units import human_size, printable
 from icemaint.errors import UsageError, is_operational, is_user_error, one_line

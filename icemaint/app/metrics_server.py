@@ -277,7 +277,7 @@ def make_metrics_server(config: "MaintenanceConfig", host: str, port: int, app: 
 
 
 def cmd_metrics(config: "MaintenanceConfig", args) -> int:
-    from icemaint.config import ConfigError
+    from icemaint.config.parse import ConfigError
 
     app = wsgi_app(config)
     try:

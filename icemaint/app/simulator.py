@@ -465,7 +465,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the simulator from the command line; the ledger is saved after every commit."""
-    from icemaint.config import ConfigError, load_config
+    from icemaint.config import load_config
+    from icemaint.config.parse import ConfigError
 
     args = _parser().parse_args(argv)
     try:

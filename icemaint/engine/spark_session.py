@@ -20,7 +20,8 @@ import sys
 import threading
 from pathlib import Path
 
-from icemaint.config import MaintenanceConfig, catalog_secret_properties
+from icemaint.config import MaintenanceConfig
+from icemaint.config.catalog import catalog_secret_properties
 from icemaint.domain.masking import mask_credentials
 from icemaint.engine.java import answer_without_delay, import_hot_classes, java_class
 from icemaint.engine.local_fs import CLASSPATH_KEY, local_fs_conf

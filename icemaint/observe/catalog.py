@@ -13,7 +13,9 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
-from icemaint.config import ConfigError, MaintenanceConfig, catalog_secret_properties
+from icemaint.config import MaintenanceConfig
+from icemaint.config.catalog import catalog_secret_properties
+from icemaint.config.parse import ConfigError
 from icemaint.domain.masking import mask_credentials
 from icemaint.domain.health import TableHealth, compute_health, writer_commit_times
 from icemaint.domain.rewrite_plan import sort_order_problem
@@ -96,7 +98,7 @@ class CatalogReader:
                                   f"{type(exc).__name__}: {text}")
 
     def _denied(self, exc: BaseException) -> CatalogDenied:
-        from icemaint.config import SECRET_ENV_PREFIX
+        from icemaint.config.catalog import SECRET_ENV_PREFIX
 
         cat = self.config.catalog
         text = one_line(exc)

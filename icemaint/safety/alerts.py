@@ -26,7 +26,7 @@ from icemaint.domain.decisions import DEFER, FAILED, NOT_PUBLISHED, REFUSE, Word
 from icemaint.safety.audit import AuditRecord
 
 if TYPE_CHECKING:
-    from icemaint.config import AlertsConfig
+    from icemaint.config.alerts import AlertsConfig
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 MAX_REASON_CHARS = 2000

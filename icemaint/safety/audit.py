@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from icemaint.config import ConfigError
+from icemaint.config.parse import ConfigError
 from icemaint.safety.postgres import PostgresConnector, dsn_from_env
 from icemaint.safety.process import Probe, ProcessRef, ProcessState, probe_process
 from icemaint.errors import OperationalError

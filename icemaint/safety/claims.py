@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from icemaint.config import ConfigError
+from icemaint.config.parse import ConfigError
 from icemaint.domain.names import TableName
 from icemaint.safety.postgres import PostgresConnector, dsn_from_env
 from icemaint.errors import OperationalError

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from icemaint.config import ConfigError
+from icemaint.config.parse import ConfigError
 
 
 def dsn_from_env(var: str, setting: str) -> str:

@@ -1,8 +1,8 @@
 """Every key the config file takes, with its type as written, its default and its meaning.
 
-The parser (`icemaint.config`) accepts exactly these keys (each section's allowed keys come from `section_keys`), and
-the docs site's configuration reference is generated from this table (scripts/gen_reference.py), so a key cannot be
-added without its description.
+The parser (`icemaint.config` and its section modules) accepts exactly these keys (each section's allowed keys come
+from `section_keys`), and the docs site's configuration reference is generated from this table
+(scripts/gen_reference.py), so a key cannot be added without its description.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ICEBERG_RUNTIMES = ("auto", "provided", "bundled")
 
 
 # Every key the file takes: (type as written, default, meaning). The parser accepts exactly these (each section's
-# allowed keys are read from here, `_keys`), and the docs site's configuration reference is generated from this
+# allowed keys are read from here, `section_keys`), and the docs site's configuration reference is generated from this
 # table (scripts/gen_reference.py), so a key cannot be added without its description. `<owner>`, `<name>`: any name.
 CONFIG_KEYS: dict[str, tuple[str, str, str]] = {
     "catalog.name": ("identifier", "lake", "the catalog's name in Spark: tables are `<name>.<namespace>.<table>`"),
