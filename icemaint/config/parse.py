@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from icemaint.domain.units import MAX_DURATION_SECONDS, MAX_SIZE_BYTES, human_size, parse_duration, parse_size, shown
 from icemaint.errors import UserError
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # whole: "$" would let "AB\n" by
+_T = TypeVar("_T")
 # Every character str.splitlines() breaks on: a message is one line, whatever the file held.
 _LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
@@ -84,10 +85,7 @@ def whole_number(value: Any, where: str, low: int, high: int, meaning: str = "")
 
 def size(value: Any, where: str, low: int = 0, high: int = MAX_SIZE_BYTES) -> int:
     """Bytes, from a number or a text such as `128 MiB`, from `low` to `high`."""
-    try:
-        number = parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+    number = _parsed(parse_size, value, where)
     if not low <= number <= high:
         raise ConfigError(f"{where}: must be from {human_size(low)} to {human_size(high)}")
     return number
@@ -97,13 +95,18 @@ def duration(value: Any, where: str, low: float = 0.0, high: float = MAX_DURATIO
              span: str = "0s to 100 years") -> float:
     """Seconds, from a number or a text such as `7d`, from `low` to `high` (`span` says that range as people
     write it)."""
-    try:
-        seconds = parse_duration(value)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+    seconds = _parsed(parse_duration, value, where)
     if not low <= seconds <= high:
         raise ConfigError(f"{where}: {shown(value)} must be from {span}")
     return seconds
+
+
+def _parsed(parse: Callable[[Any], _T], value: Any, where: str) -> _T:
+    """`parse(value)`, its ValueError (which names the value and how to write one) named by the key."""
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def env_name(value: Any, where: str, secret: str) -> str:
