@@ -543,7 +543,7 @@ def test_a_range_runs_each_period_with_data_once_from_inside_the_range(capsys):
     """Month partitions: a range that starts mid-month runs January as its first day in the range (the month's
     key may be before dates_start, which the run date is not), a named date of the same month does not run it
     twice, and the months without data are counted."""
-    from icemaint.app.cli import _range_with_data
+    from icemaint.app.cli_tables import _range_with_data
 
     part = lambda key, n: SimpleNamespace(key=key, data_files=n)  # noqa: E731
     health = SimpleNamespace(dated=True, table="db.m", maintained_as="per month", time_transform="month",

@@ -12,7 +12,8 @@ import shlex
 import pytest
 
 from conftest import run_cli, write_config
-from icemaint.app.cli import audit_header, build_parser
+from icemaint.app.cli import build_parser
+from icemaint.app.cli_estate import audit_header
 from icemaint.app.cli_help import COMMANDS
 from icemaint.domain.decisions import Decision, ReasonKind, Verdict
 from icemaint.domain.hints import decision_hint, hint

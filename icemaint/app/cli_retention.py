@@ -9,17 +9,15 @@ run exits 1; a run, a dry run, a deferral or nothing to do exits 0.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from icemaint.app.cli_help import JSON_HELP, add_command
+from icemaint.app.cli_output import EXIT_FAILED, EXIT_OK, print_json
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.retention import check_retain_last
 from icemaint.operations.housekeeping import check_age
 from icemaint.domain.units import human_size, parse_duration
 from icemaint.errors import UsageError
-
-EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def _duration(value: str | None, option: str) -> str | None:
@@ -51,7 +49,7 @@ def _report(args, operation: str, report) -> int:
         outcome["reason"] = report.failure_line
     status = EXIT_OK if report.success and outcome.get("decision") not in ("refuse", "failed") else EXIT_FAILED
     if args.json:
-        print(json.dumps(outcome, indent=2, default=str))
+        print_json(outcome)
     else:
         stream = sys.stdout if status == EXIT_OK else sys.stderr
         print(f"{outcome.get('table')} {operation}: {outcome.get('decision')}: {outcome.get('reason')}", file=stream)
@@ -121,7 +119,7 @@ def cmd_purge_quarantine(config: MaintenanceConfig, args) -> int:
     outcomes = purge(config, get_spark(config), open_audit(config), older_than_seconds=older_than,
                      dry_run=args.dry_run)
     if args.json:
-        print(json.dumps([o.to_dict() for o in outcomes], indent=2))
+        print_json([o.to_dict() for o in outcomes])
     elif not outcomes:
         print("quarantine: nothing older than the cutoff")
     for o in [] if args.json else outcomes:

@@ -39,3 +39,13 @@ def whole_number(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative: the limit is a number of records, 0 or more")
     return value
+
+
+MAX_NOTE_CHARS = 1000
+
+
+def note(text: str) -> str:
+    """An approval's note: stored in the audit log, so bounded."""
+    if len(text) > MAX_NOTE_CHARS:
+        raise argparse.ArgumentTypeError(f"a note is at most {MAX_NOTE_CHARS} characters (this one has {len(text)})")
+    return text

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from icemaint.app.cli_output import save_trace
 from icemaint.app.cli_types import port, positive_int
 from icemaint.domain.serve_health import BUG, OPERATIONAL, ServeState, TickRecord, alive, ready, stale_after
 from icemaint.domain.units import counted, human_duration, human_size, parse_duration, printable
@@ -192,7 +193,7 @@ class Serve:
             raised = OPERATIONAL if is_operational(exc) or isinstance(exc, OSError) else BUG
             error = f"{type(exc).__name__}: {one_line(exc)}"
             if raised == BUG:
-                error += f" (trace in {_save_trace(self.config)})"
+                error += f" (trace in {save_trace(self.config)})"
         record = TickRecord(n, time.time(), time.monotonic() - started, failed=bool(report and report["failed"]),
                             raised=raised, error=error)
         self.finish(record, report)
@@ -238,12 +239,6 @@ class Serve:
     def close(self) -> None:
         if self.health is not None:
             self.health.close()
-
-
-def _save_trace(config) -> str:
-    from icemaint.app.cli import _save_trace as save
-
-    return save(config)
 
 
 class _Signals:
