@@ -11,14 +11,12 @@ from typing import Callable, Optional
 
 import dagster as dg
 
-from icemaint.operations.housekeeping import (
-    ExpiryRequest,
-    Housekeeper,
-    ManifestRequest,
-    OrphanRequest,
-    RetentionOutcome,
-    StatisticsRequest,
-)
+from icemaint.operations.expiry import ExpiryRequest
+from icemaint.operations.housekeeping import Housekeeper
+from icemaint.operations.manifests import ManifestRequest
+from icemaint.operations.orphans import OrphanRequest
+from icemaint.operations.retention_outcome import RetentionOutcome
+from icemaint.operations.statistics import StatisticsRequest
 from icemaint.domain.retention_tick import EXPIRE, MANIFESTS, ORPHANS, STATISTICS
 from icemaint.domain.units import parse_duration
 from maint_assets.compaction import table_dimension_mapping

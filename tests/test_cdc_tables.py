@@ -15,7 +15,9 @@ from icemaint.domain.names import TableName
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.compaction import CompactionRequest, Compactor
-from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, OrphanRequest
+from icemaint.operations.expiry import ExpiryRequest
+from icemaint.operations.housekeeping import Housekeeper
+from icemaint.operations.orphans import OrphanRequest
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims
 

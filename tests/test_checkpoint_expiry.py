@@ -13,7 +13,8 @@ from icemaint.domain.names import TableName
 from icemaint.domain.policy import DEFAULT_CHECKPOINT_MARKERS, PolicyError, TablePolicy, apply_overrides
 from icemaint.domain.retention import SnapshotInfo, SnapshotRef, checkpoint_snapshots, plan_expiry
 from icemaint.observe.catalog import CatalogReader
-from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper
+from icemaint.operations.expiry import ExpiryRequest
+from icemaint.operations.housekeeping import Housekeeper
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims
 

@@ -155,7 +155,7 @@ def test_a_java_agent_anywhere_the_driver_jvm_reads_options_keeps_the_archive_of
 
 
 def test_doctor_says_why_the_archive_is_off_with_an_agent(tmp_path, monkeypatch):
-    from icemaint.app.doctor import check_class_archive
+    from icemaint.app.doctor.spark import check_class_archive
 
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-javaagent:/opt/dd-java-agent.jar")
     check = check_class_archive(make_config(tmp_path))

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli, write_config
-from icemaint.app.doctor import Status, run_doctor, shown_uri
+from icemaint.app.doctor import run_doctor
+from icemaint.app.doctor.report import Status, shown_uri
 from icemaint.config import load_config
 from icemaint.engine.spark_session import TESTED_ICEBERG
 
@@ -336,7 +337,7 @@ def test_a_tables_entry_naming_a_table_the_catalog_lacks_fails_naming_it(capsys,
         "FAIL  configured tables: tables.db.evnts names a table the catalog does not have (did you mean db.events?): "
         f"its policy never applies; fix or remove the entry in {path.resolve()}"], out
 
-    from icemaint.app.doctor import check_catalog, check_configured_tables  # the passing case, without the rest
+    from icemaint.app.doctor.catalog import check_catalog, check_configured_tables  # the passing case, without the rest
 
     config, listed = load_config(estate(tmp_path, tables={"db.events": {"owner": "ops"}})), []
     assert check_catalog(config, listed=listed).status is Status.OK and listed == [["db.events"]]

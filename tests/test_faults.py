@@ -66,7 +66,8 @@ def test_a_quarantine_move_that_fails_halfway_loses_nothing_and_says_what_moved(
     import datetime as dt
     import os
 
-    from icemaint.operations.housekeeping import Housekeeper, OrphanRequest
+    from icemaint.operations.housekeeping import Housekeeper
+    from icemaint.operations.orphans import OrphanRequest
     from icemaint.safety.audit import open_audit
     from icemaint.safety.claims import open_claims
 

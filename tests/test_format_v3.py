@@ -19,7 +19,8 @@ import pytest
 from icemaint.domain.names import TableName
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.compaction import CompactionRequest
-from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper
+from icemaint.operations.expiry import ExpiryRequest
+from icemaint.operations.housekeeping import Housekeeper
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims
 

@@ -118,7 +118,8 @@ def test_a_failed_compile_leaves_nothing_and_changes_nothing(fresh_cache, monkey
 def test_doctor_says_which_file_system_local_files_get(fresh_cache, monkeypatch, config):
     from dataclasses import replace
 
-    from icemaint.app.doctor import Status, check_local_files
+    from icemaint.app.doctor.report import Status
+    from icemaint.app.doctor.spark import check_local_files
 
     built = check_local_files(config)
     assert built.status is Status.OK and str(local_fs.local_fs().jar) in built.detail

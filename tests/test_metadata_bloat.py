@@ -14,7 +14,9 @@ from icemaint.config.parse import ConfigError
 from icemaint.domain.names import TableName
 from icemaint.engine.retention import table_properties
 from icemaint.observe.catalog import CatalogReader
-from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, OrphanRequest
+from icemaint.operations.expiry import ExpiryRequest
+from icemaint.operations.housekeeping import Housekeeper
+from icemaint.operations.orphans import OrphanRequest
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims
 

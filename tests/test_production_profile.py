@@ -65,7 +65,8 @@ def test_jdbc_catalog_postgres_claims_and_audit_drive_a_proven_compaction(spark,
 def test_orphan_removal_refuses_a_table_located_outside_the_warehouse(spark, prod_config, tmp_path):
     """A table registered over another system's files (its location outside the catalog's warehouse) has no
     orphans we may take: refused before anything is listed, the table and a planted stray file untouched."""
-    from icemaint.operations.housekeeping import Housekeeper, OrphanRequest
+    from icemaint.operations.housekeeping import Housekeeper
+    from icemaint.operations.orphans import OrphanRequest
 
     config = prod_config
     elsewhere = tmp_path / "another-system" / "events"

@@ -24,7 +24,9 @@ from icemaint.engine.retention import COMMIT_TOKEN_KEY, read_snapshots
 from icemaint.engine.spark_session import iceberg_table
 from icemaint.engine.staging import RUN_ID_KEY, java_exception_class
 from icemaint.observe.catalog import CatalogReader
-from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, ManifestRequest
+from icemaint.operations.expiry import ExpiryRequest
+from icemaint.operations.housekeeping import Housekeeper
+from icemaint.operations.manifests import ManifestRequest
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims
 

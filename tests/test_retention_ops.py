@@ -14,7 +14,10 @@ import pytest
 from conftest import make_config, streaming_table
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims, table_claim
-from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, ManifestRequest, OrphanRequest
+from icemaint.operations.expiry import ExpiryRequest
+from icemaint.operations.housekeeping import Housekeeper
+from icemaint.operations.manifests import ManifestRequest
+from icemaint.operations.orphans import OrphanRequest
 from icemaint.observe.catalog import CatalogReader, TableNotFound
 from icemaint.domain.names import InvalidTableName, TableName
 from icemaint.domain.retention import RetentionError

@@ -169,7 +169,8 @@ def test_a_snapshot_id_beyond_64_bits_is_bad_input(capsys, spark, compacted):
 
 
 def test_a_rewrite_whose_base_snapshot_was_expired_is_refused_in_one_line(capsys, spark, compacted):
-    from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper
+    from icemaint.operations.expiry import ExpiryRequest
+    from icemaint.operations.housekeeping import Housekeeper
 
     config, table = compacted["config"], compacted["table"]
     expired = Housekeeper(config, spark, CatalogReader(config), open_claims(config), open_audit(config)).expire(

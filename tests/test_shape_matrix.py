@@ -23,7 +23,9 @@ from icemaint.domain.names import TableName
 from icemaint.engine.validation import full_row_hash
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.compaction import CompactionRequest, Compactor
-from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, ManifestRequest
+from icemaint.operations.expiry import ExpiryRequest
+from icemaint.operations.housekeeping import Housekeeper
+from icemaint.operations.manifests import ManifestRequest
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims
 

@@ -476,7 +476,9 @@ def test_retention_keeps_a_live_staging_refs_files_and_expiry_removes_a_dead_run
     """While a run holds the claim its staging branch is live: expiry waits (claim busy) and orphan removal keeps
     its files. A branch left by a dead run (no claim) pins the files it replaced: expiry removes it first, audited
     as cleanup, and the next compaction has none left to clean."""
-    from icemaint.operations.housekeeping import ExpiryRequest, Housekeeper, OrphanRequest
+    from icemaint.operations.expiry import ExpiryRequest
+    from icemaint.operations.housekeeping import Housekeeper
+    from icemaint.operations.orphans import OrphanRequest
     from icemaint.domain.rewrite_plan import plan_groups
     from icemaint.engine.staging import StagingArea
     from staged_faults import local_path

@@ -290,7 +290,8 @@ def test_a_refused_column_or_policy_changes_nothing(spark, stats_config, table_n
 
 def test_orphan_removal_keeps_the_statistics_file_and_expiry_drops_an_expired_snapshots(spark, stats_config,
                                                                                        table_name):
-    from icemaint.operations.housekeeping import ExpiryRequest, OrphanRequest
+    from icemaint.operations.expiry import ExpiryRequest
+    from icemaint.operations.orphans import OrphanRequest
 
     config = stats_config(statistics_stale_fraction=0.01)
     writer = simulate(spark, config, table_name, batches=2)

@@ -15,7 +15,7 @@ from icemaint.app.cli_help import JSON_HELP, add_command
 from icemaint.app.cli_output import EXIT_FAILED, EXIT_OK, print_json
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.retention import check_retain_last
-from icemaint.operations.housekeeping import check_age
+from icemaint.operations.retention_outcome import check_age
 from icemaint.domain.units import human_size, parse_duration
 from icemaint.errors import UsageError
 

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import (DEFER, REFUSE, Decision, Gates, ReasonKind, decide_table_compactions, measured_throughput,
-                                       partition_due, position_deletes_maintained, refusal_for, writer_check)
+                                       partition_due, position_deletes_maintained, refusal_for)
 from icemaint.domain.hints import hint
 from icemaint.domain.health import TableHealth
 from icemaint.domain.names import TableName
 from icemaint.domain.units import counted, human_duration, human_size
+from icemaint.domain.writer_activity import writer_check
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,6 @@ from icemaint.domain.policy import PolicyBook, TablePolicy
 from icemaint.domain.scope import parse_date
 from icemaint.domain.units import shown
 
-# icemaint/app/doctor.py imports these from here; the catalog module owns them.
-from icemaint.config.catalog import SECRET_ENV_PREFIX as SECRET_ENV_PREFIX
-from icemaint.config.catalog import catalog_secret_properties as catalog_secret_properties
-from icemaint.config.catalog import secret_env_name as secret_env_name
 
 DEFAULT_CONFIG_NAME = "maintenance.yaml"
 CONFIG_ENV = "ICEMAINT_CONFIG"

@@ -16,6 +16,8 @@ from icemaint.domain.layout import WHOLE_TABLE, describe, describe_all
 from icemaint.domain.names import is_column_path
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.units import counted, human_duration, human_size
+from icemaint.domain.writer_activity import (active_partitions, layout_writer_check, writer_active_reason,
+                                             writer_check)
 
 class Word(str, Enum):
     """An enum whose members are their words: records, JSON and Dagster metadata keep the plain text."""
@@ -184,39 +186,6 @@ def refusal_for(policy: TablePolicy, operation: str, identity: str, trigger: str
     """Why `identity` may not run `operation` on a table under `policy`, or None when it may; a run an agent
     asked for (`trigger` AGENT_TRIGGER) also needs the operation in the policy's `agent_operations`."""
     return _refusal(policy, operation, identity, trigger)
-
-
-def writer_check(health: TableHealth, policy: TablePolicy, key: str | None = None) -> dict[str, Any]:
-    """Whether writers are idle where a decision would rewrite: on partition `key` (a date, or a layout
-    partition) under `writer_scope: partition`, else (`writer_scope: table`, or no partition named, or the
-    observer could not tell partitions apart) on the whole table."""
-    per_partition = policy.writer_scope == "partition" and key is not None and health.writer_partitions_known
-    if per_partition:
-        part = health.partition(key)
-        at = part.last_writer_commit_at if part else None
-        idle_for = part.seconds_since_writer_commit if part else None
-    else:
-        at, idle_for = health.last_writer_commit_at, health.seconds_since_writer_commit
-    return {
-        "scope": "partition" if per_partition else "table",
-        **({"partition": key} if per_partition else {}),
-        "last_writer_commit_at": at,
-        "seconds_since_writer_commit": idle_for,
-        "writer_idle_seconds": policy.writer_idle_seconds,
-        # A commit newer than `now` (it landed while health was read, or the writer's clock runs
-        # ahead) has been idle for 0 s, not for a negative time.
-        "idle": idle_for is None or max(idle_for, 0.0) >= policy.writer_idle_seconds,
-    }
-
-
-def writer_active_reason(wc: Mapping[str, Any], policy: TablePolicy) -> str:
-    """The deferral's words for a `writer_check` that is not idle."""
-    ago = human_duration(max(wc["seconds_since_writer_commit"], 0.0))
-    window = f"within the {human_duration(policy.writer_idle_seconds)} idle window"
-    if wc.get("scope") == "partition":
-        return (f"writer active on {describe(wc['partition']) if wc['partition'] != WHOLE_TABLE else 'the table'}: "
-                f"last commit {ago} ago, {window}")
-    return f"writer active: last writer commit {ago} ago, {window}"
 
 
 def estimate_cost(rewrite_bytes: int, files: int, bytes_per_second: float | None) -> dict[str, Any]:
@@ -455,9 +424,9 @@ def choose_partitions(parts: Sequence[PartitionHealth], policy: TablePolicy, app
 def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Gates) -> Decision:
     """Whether a table without a time column should be compacted now: its due partitions, best first,
     within the cost ceiling (`Decision.date` is None; `rationale["partitions"]` names them)."""
-    active = _active_partitions(health, policy)
+    active = active_partitions(health, policy)
     base = Decision(table=health.table, operation="compact", verdict=NOOP, reason="",
-                    writer_check=_layout_writer_check(health, policy, active))
+                    writer_check=layout_writer_check(health, policy, active))
     refused = _refusal(policy, "compact", gates.identity, gates.trigger) or health.sort_order_problem
     if refused:
         return replace(base, verdict=REFUSE, reason=refused, kind=ReasonKind.POLICY)
@@ -514,23 +483,6 @@ def decide_layout_compaction(health: TableHealth, policy: TablePolicy, gates: Ga
     return replace(base, verdict=RUN, reason=(
         f"{len(chosen)} of {scope} due ({describe_all(choice.keys, 3)}; best: {chosen[0].why}){waiting}"
         f"{waiting_writers}"))
-
-
-def _active_partitions(health: TableHealth, policy: TablePolicy) -> frozenset[str]:
-    """The partitions of a table without a time column that a writer committed into within `writer_idle` (none
-    under `writer_scope: table`, whose check is on the whole table)."""
-    if policy.writer_scope != "partition" or not health.writer_partitions_known:
-        return frozenset()
-    return frozenset(p.key for p in health.partitions if not writer_check(health, policy, p.key)["idle"])
-
-
-def _layout_writer_check(health: TableHealth, policy: TablePolicy, active: frozenset[str]) -> dict[str, Any]:
-    """A layout decision's writer check: the table's under `writer_scope: table`; else the partitions being
-    written (left out of the choice) beside the table's last writer commit, and idle for what is chosen."""
-    table = writer_check(health, policy)
-    if policy.writer_scope != "partition" or not health.writer_partitions_known:
-        return table
-    return {**table, "scope": "partition", "partitions_written": sorted(active), "idle": True}
 
 
 def decide_table_compactions(health: TableHealth, policy: TablePolicy, gates: Gates,

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import REFUSE, RUN, Operation, refusal_for
-from icemaint.operations.housekeeping import MAX_LISTED_PATHS, ORPHANS, check_age
+from icemaint.operations.retention_outcome import MAX_LISTED_PATHS, ORPHANS, check_age
 from icemaint.engine.orphans import delete_batches, quarantine_batches
 from icemaint.domain.units import format_duration
 
