@@ -213,7 +213,8 @@ def test_the_cli_runs_the_landed_batches_asset_and_the_sensor_requests_a_due_sou
         landed += drop(folder, 60_010, 1)
         result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": settings}))
         assert [r.partition_key for r in result.run_requests] == ["cli"]
-        assert json.loads(result.cursor)["cli"] == {"after": None, "files": 0, "bytes": 0, "oldest_mtime": None}
+        assert json.loads(result.cursor)["cli"] == {"after": None, "files": 0, "bytes": 0, "oldest_mtime": None,
+                                                    "listed_all_at": None}
 
     before = table_ids(config)
     code, out, err = run_cli(capsys, "--config", str(path), "ingest", "cli", "--json")
