@@ -308,3 +308,32 @@ def test_kill_9_before_and_after_the_commit_leaves_every_row_exactly_once(spark,
     assert not list((root / "k1").glob("*.parquet")) and not list((root / "k2").glob("*.parquet"))
     interrupted = [r for r in open_audit(config).records(operation="ingest") if r.decision == "interrupted"]
     assert len(interrupted) == 2  # the started markers of the killed processes read back as interrupted
+
+
+def test_a_tick_ingests_a_source_past_its_threshold_and_says_why_it_leaves_one_below(
+        spark, estate, lake_root, tmp_path, capsys, isolated_dagster_home):
+    from conftest import run_cli, write_config
+
+    _, root = estate
+    sources = {"due": {"location": str(root / "tick_due"), "table": TABLE, "min_files": 3, "max_age": "1h"},
+               "waits": {"location": str(root / "tick_waits"), "table": TABLE, "min_files": 3, "max_age": "1h"}}
+    # the table admits ingest alone: the tick's compaction and retention lanes refuse it without Spark work
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"), landing=sources,
+                        scope={"include": [TABLE]}, tables={TABLE: {"allowed_operations": ["ingest"]}})
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), landing=sources)
+    landed = drop(root / "tick_due", 90_000, 3)
+    waiting = drop(root / "tick_waits", 91_000, 2)
+    before = table_ids(config)
+
+    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    [entry] = report["landing"]
+    assert (entry["source"], entry["success"], entry["result"]) == ("due", True, "run"), entry
+    assert "3 files >= min_files 3" in entry["due"]
+    assert any(line.startswith("landing waits: 2 files") and "below every threshold" in line
+               for line in report["lines"]), report["lines"]
+    assert sorted(table_ids(config)) == sorted(before + landed)
+    assert len(list((root / "tick_waits").glob("*.parquet"))) == 2 and waiting
+    [record] = [r for r in open_audit(config).records(operation="ingest") if r.run_id == entry["run_id"]]
+    assert (record.decision, record.trigger) == ("run", "tick")
