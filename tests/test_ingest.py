@@ -337,3 +337,36 @@ def test_a_tick_ingests_a_source_past_its_threshold_and_says_why_it_leaves_one_b
     assert len(list((root / "tick_waits").glob("*.parquet"))) == 2 and waiting
     [record] = [r for r in open_audit(config).records(operation="ingest") if r.run_id == entry["run_id"]]
     assert (record.decision, record.trigger) == ("run", "tick")
+
+
+def test_the_driver_read_hands_spark_the_landed_values_exactly(spark, estate):
+    """The object-store path (`read_by` "driver": pyarrow on the driver, Arrow batches to Spark) on a local copy:
+    a nullable bigint past 2**53, arrays, structs and a UTC timestamp arrive as they were written, cast by name to
+    the table's types; a file that no longer reads fails the batch in one line."""
+    import datetime as dt
+
+    from icemaint.domain.landing import LandingSource
+    from icemaint.domain.names import TableName
+    from icemaint.engine.landing import LandingError, LandingStage
+    from icemaint.engine.staging import StagingArea
+
+    _, root = estate
+    spark.sql("CREATE TABLE lake.t.landing_exact (id bigint, tags array<int>, pos struct<x:double>, ts timestamp) "
+              "USING iceberg")
+    folder = root / "exact"
+    folder.mkdir()
+    when = dt.datetime(2026, 11, 28, 12, 30, tzinfo=dt.timezone.utc)
+    pq.write_table(pa.table({  # columns in another order, narrower types than the table's
+        "ts": pa.array([when, None], pa.timestamp("ms", "UTC")), "id": pa.array([2**60 + 1, None], pa.int64()),
+        "pos": pa.array([{"x": 1.5}, None], pa.struct([("x", pa.float32())])),
+        "tags": pa.array([[1, 2], None], pa.list_(pa.int32()))}), folder / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([], pa.int64())}), folder / "empty.parquet")
+    source = LandingSource("exact", str(folder), "parquet", "t.landing_exact")
+    stage = LandingStage(spark, StagingArea(spark, "lake", TableName.parse("t.landing_exact"), "exact"), source, {})
+    frame = stage.arrow_frame(["a.parquet"]).selectExpr("id", "tags", "pos", "CAST(ts AS STRING) AS ts")
+    rows = sorted(frame.collect(), key=lambda r: r.id is None)
+    assert [r.asDict(recursive=True) for r in rows] == [  # the session's time zone is UTC
+        {"id": 2**60 + 1, "tags": [1, 2], "pos": {"x": 1.5}, "ts": "2026-11-28 12:30:00"},
+        {"id": None, "tags": None, "pos": None, "ts": None}]
+    with pytest.raises(LandingError, match="empty.parquet of exact no longer reads as the table's columns"):
+        stage.arrow_frame(["empty.parquet"]).collect()
