@@ -48,6 +48,8 @@ class LandingError(StagingError):
     """Landed files could not be listed, read, staged or moved; what was committed is said in the message."""
 
 
+# Landed files read at once on the driver (checks, and the driver's reads of an object-store batch).
+READ_WORKERS = 8
 # Schemes pyiceberg's PyArrowFileIO serves with pyarrow's S3FileSystem.
 S3_SCHEMES = ("s3", "s3a", "s3n")
 Properties = Mapping[str, str]
@@ -197,6 +199,22 @@ def read_file(source: LandingSource, name: str, properties: Properties | None = 
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
 
 
+def check_files(source: LandingSource, names: list[str], table_columns: list[tuple[str, str]],
+                properties: Properties | None = None) -> list[tuple[int, str | None]]:
+    """`check_file` of each of `names`, in their order, `READ_WORKERS` at a time."""
+    return list(_each(lambda name: check_file(source, name, table_columns, properties), names))
+
+
+def _each(read, names: list[str]):
+    """`read` of each name in order, up to READ_WORKERS at once (an object store's latency, not the CPU, is what a
+    small file's read waits on)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(READ_WORKERS, len(names))),
+                            thread_name_prefix="icemaint-landed-read") as pool:
+        yield from pool.map(read, names)
+
+
 def check_file(source: LandingSource, name: str, table_columns: list[tuple[str, str]],
                properties: Properties | None = None) -> tuple[int, str | None]:
     """(rows, None) when landed file `name` can be read (`read_file`) and matches the table's columns, else (0, the
@@ -284,7 +302,7 @@ class LandingStage:
     def arrow_frame(self, names: list[str]):
         """The landed rows of `names` read on the driver with pyarrow (`read_file`), each file's columns taken by
         name and cast to the table's types (a value that does not fit fails, nothing is truncated), handed to Spark
-        as Arrow record batches.
+        as Arrow record batches (`READ_WORKERS` files read at once).
 
         PySpark 3.5 has no public Arrow-table entry (`createDataFrame(pyarrow.Table)` is Spark 4's); this is the
         path its `createDataFrame(pandas)` takes after converting to Arrow, without pandas, which would turn a
@@ -298,17 +316,19 @@ class LandingStage:
         schema = StructType([StructField(f.name, f.dataType, True) for f in self.table_schema().fields])
         target = to_arrow_schema(schema)
 
+        def table(name: str):
+            try:
+                return read_file(self.source, name, self.properties).select(target.names).cast(target, safe=True)
+            except (UnreadableFile, KeyError, ValueError, TypeError, NotImplementedError) as exc:
+                raise LandingError(f"landed file {name} of {self.source.name} no longer reads as the table's "
+                                   f"columns (changed during the run?): {str(exc).splitlines()[0]}") from exc
+
         def batches():
             import pyarrow as pa
 
             sent = False
-            for name in names:
-                try:
-                    table = read_file(self.source, name, self.properties).select(target.names).cast(target, safe=True)
-                except (UnreadableFile, KeyError, ValueError, TypeError, NotImplementedError) as exc:
-                    raise LandingError(f"landed file {name} of {self.source.name} no longer reads as the table's "
-                                       f"columns (changed during the run?): {str(exc).splitlines()[0]}") from exc
-                for batch in table.to_batches():
+            for landed in _each(table, names):
+                for batch in landed.to_batches():
                     sent = True
                     yield batch
             if not sent:  # a stream needs one batch to carry its schema

@@ -182,8 +182,8 @@ class Ingestor(ContractOperation):
         if source.format != "parquet":
             self._check_schema(source, columns)
         good, rows = [], 0
-        for landed in batch.files:
-            count, reason = files.check_file(source, landed.name, columns, self.store)
+        checked = files.check_files(source, [f.name for f in batch.files], columns, self.store)
+        for landed, (count, reason) in zip(batch.files, checked):
             if reason is None:
                 good.append(landed)
                 rows += count
