@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from icemaint.domain.landing import ListingCursor, advance
-from icemaint.engine.landing import list_landed
+from icemaint.domain.landing import ListingCursor, advance, listing_after
+from icemaint.engine.landing import list_landed, storage_properties
 from maint_assets.landing import LANDING_DIMENSION, landing_partitions
 from maint_assets.partitions import PARTITION_TAG, TABLE_TAG, TRIGGER_TAG
 from maint_assets.retention import runs_in_flight
@@ -29,10 +29,13 @@ def evaluate_landing(config, cursor: str | None, now: dt.datetime, in_flight: fr
     queued or running (`in_flight`) keeps counting instead."""
     cursors = json.loads(cursor) if cursor else {}
     plan = LandingPlan()
+    store = storage_properties(config)
     for name, source in sorted(config.landing.items()):
         position = ListingCursor.from_dict(cursors.get(name))
-        moved, verdict, request = advance(position, list_landed(source.location, after=position.after), source, now,
-                                          in_flight=name in in_flight)
+        after = listing_after(position, source, now)
+        listed = list_landed(source.location, after=after, properties=store)
+        moved, verdict, request = advance(position, listed, source, now, in_flight=name in in_flight,
+                                          whole=after is None)
         cursors[name] = moved.to_dict()
         if request:
             plan.due.append((name, source, verdict))

@@ -117,7 +117,7 @@ JAVA_FIXTURES = {"spark"}
 
 # Test files whose tests share one pytest-xdist worker (`make test` runs two), by the group's name: the production
 # stack listens on fixed ports (scripts/stack.py), and one worker starts it once for all of them.
-ONE_WORKER_FILES = {"tests/test_cluster.py": "production stack"}
+ONE_WORKER_FILES = {"tests/test_cluster.py": "production stack", "tests/test_cluster_landing.py": "production stack"}
 
 
 def pytest_collection_modifyitems(config, items):

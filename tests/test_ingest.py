@@ -213,7 +213,8 @@ def test_the_cli_runs_the_landed_batches_asset_and_the_sensor_requests_a_due_sou
         landed += drop(folder, 60_010, 1)
         result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": settings}))
         assert [r.partition_key for r in result.run_requests] == ["cli"]
-        assert json.loads(result.cursor)["cli"] == {"after": None, "files": 0, "bytes": 0, "oldest_mtime": None}
+        assert json.loads(result.cursor)["cli"] == {"after": None, "files": 0, "bytes": 0, "oldest_mtime": None,
+                                                    "listed_all_at": None}
 
     before = table_ids(config)
     code, out, err = run_cli(capsys, "--config", str(path), "ingest", "cli", "--json")
@@ -307,3 +308,65 @@ def test_kill_9_before_and_after_the_commit_leaves_every_row_exactly_once(spark,
     assert not list((root / "k1").glob("*.parquet")) and not list((root / "k2").glob("*.parquet"))
     interrupted = [r for r in open_audit(config).records(operation="ingest") if r.decision == "interrupted"]
     assert len(interrupted) == 2  # the started markers of the killed processes read back as interrupted
+
+
+def test_a_tick_ingests_a_source_past_its_threshold_and_says_why_it_leaves_one_below(
+        spark, estate, lake_root, tmp_path, capsys, isolated_dagster_home):
+    from conftest import run_cli, write_config
+
+    _, root = estate
+    sources = {"due": {"location": str(root / "tick_due"), "table": TABLE, "min_files": 3, "max_age": "1h"},
+               "waits": {"location": str(root / "tick_waits"), "table": TABLE, "min_files": 3, "max_age": "1h"}}
+    # the table admits ingest alone: the tick's compaction and retention lanes refuse it without Spark work
+    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"), landing=sources,
+                        scope={"include": [TABLE]}, tables={TABLE: {"allowed_operations": ["ingest"]}})
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), landing=sources)
+    landed = drop(root / "tick_due", 90_000, 3)
+    waiting = drop(root / "tick_waits", 91_000, 2)
+    before = table_ids(config)
+
+    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    [entry] = report["landing"]
+    assert (entry["source"], entry["success"], entry["result"]) == ("due", True, "run"), entry
+    assert "3 files >= min_files 3" in entry["due"]
+    assert any(line.startswith("landing waits: 2 files") and "below every threshold" in line
+               for line in report["lines"]), report["lines"]
+    assert sorted(table_ids(config)) == sorted(before + landed)
+    assert len(list((root / "tick_waits").glob("*.parquet"))) == 2 and waiting
+    [record] = [r for r in open_audit(config).records(operation="ingest") if r.run_id == entry["run_id"]]
+    assert (record.decision, record.trigger) == ("run", "tick")
+
+
+def test_the_driver_read_hands_spark_the_landed_values_exactly(spark, estate):
+    """The object-store path (`read_by` "driver": pyarrow on the driver, Arrow batches to Spark) on a local copy:
+    a nullable bigint past 2**53, arrays, structs and a UTC timestamp arrive as they were written, cast by name to
+    the table's types; a file that no longer reads fails the batch in one line."""
+    import datetime as dt
+
+    from icemaint.domain.landing import LandingSource
+    from icemaint.domain.names import TableName
+    from icemaint.engine.landing import LandingError, LandingStage
+    from icemaint.engine.staging import StagingArea
+
+    _, root = estate
+    spark.sql("CREATE TABLE lake.t.landing_exact (id bigint, tags array<int>, pos struct<x:double>, ts timestamp) "
+              "USING iceberg")
+    folder = root / "exact"
+    folder.mkdir()
+    when = dt.datetime(2026, 11, 28, 12, 30, tzinfo=dt.timezone.utc)
+    pq.write_table(pa.table({  # columns in another order, narrower types than the table's
+        "ts": pa.array([when, None], pa.timestamp("ms", "UTC")), "id": pa.array([2**60 + 1, None], pa.int64()),
+        "pos": pa.array([{"x": 1.5}, None], pa.struct([("x", pa.float32())])),
+        "tags": pa.array([[1, 2], None], pa.list_(pa.int32()))}), folder / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([], pa.int64())}), folder / "empty.parquet")
+    source = LandingSource("exact", str(folder), "parquet", "t.landing_exact")
+    stage = LandingStage(spark, StagingArea(spark, "lake", TableName.parse("t.landing_exact"), "exact"), source, {})
+    frame = stage.arrow_frame(["a.parquet"]).selectExpr("id", "tags", "pos", "CAST(ts AS STRING) AS ts")
+    rows = sorted(frame.collect(), key=lambda r: r.id is None)
+    assert [r.asDict(recursive=True) for r in rows] == [  # the session's time zone is UTC
+        {"id": 2**60 + 1, "tags": [1, 2], "pos": {"x": 1.5}, "ts": "2026-11-28 12:30:00"},
+        {"id": None, "tags": None, "pos": None, "ts": None}]
+    with pytest.raises(LandingError, match="empty.parquet of exact no longer reads as the table's columns"):
+        stage.arrow_frame(["empty.parquet"]).collect()

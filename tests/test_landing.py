@@ -146,3 +146,40 @@ def test_a_landed_column_is_checked_against_the_table_type(arrow, spark, ok):
              "timestamp_tz": pa.timestamp("us", tz="UTC"), "decimal": pa.decimal128(10, 2),
              "list": pa.list_(pa.int32()), "struct": pa.struct([("a", pa.int32())])}
     assert _arrow_compatible(types[arrow], spark) is ok
+
+
+def test_a_name_that_lands_out_of_order_is_counted_by_the_next_whole_listing():
+    """The listing position skips names sorting before it; a whole listing every `relist_seconds` (the source's
+    max_age, 1 min .. 1 h) recounts from scratch, so a late name before the position waits a bounded time."""
+    import datetime as dt
+
+    from icemaint.domain.landing import ListingCursor, advance, listing_after, relist_seconds
+
+    source = LandingSource("events", "/land", "parquet", "t.events", min_files=3, max_age_seconds=600)
+    assert relist_seconds(source) == 600
+    assert relist_seconds(LandingSource("e", "/l", "parquet", "t.e", max_age_seconds=5)) == 60
+    assert relist_seconds(LandingSource("e", "/l", "parquet", "t.e", max_age_seconds=86_400)) == 3600
+
+    def present(names, age=1.0):  # the landing area at a time: name -> file
+        return [landed(n, age=age) for n in names]
+
+    def tick(cursor, files, now):  # what the sensor does: list from `listing_after`, then advance
+        after = listing_after(cursor, source, now)
+        return advance(cursor, [f for f in files if after is None or f.name > after], source, now,
+                       whole=after is None)
+
+    cursor, verdict, request = tick(ListingCursor(), present(["b", "c"]), NOW)  # never listed: a whole listing
+    assert (cursor.after, cursor.files, cursor.listed_all_at, request) == ("c", 2, NOW.timestamp(), False)
+    later = NOW + dt.timedelta(seconds=30)
+    cursor, verdict, request = tick(cursor, present(["a", "b", "c"]), later)  # "a" sorts before "c": not seen yet
+    assert (cursor.files, request) == (2, False) and listing_after(cursor, source, later) == "c"
+    relist = NOW + dt.timedelta(seconds=600)
+    assert listing_after(cursor, source, relist) is None
+    cursor, verdict, request = tick(cursor, present(["a", "b", "c"]), relist)  # the whole listing counts it
+    assert request and "3 files >= min_files 3" in verdict.reason and cursor == ListingCursor()
+    # a whole listing replaces the counts: files moved away meanwhile are not counted twice
+    counted, _, _ = advance(ListingCursor("z", files=9, bytes=90, oldest_mtime=1.0, listed_all_at=0.0),
+                            present(["a"]), source, NOW, whole=True)
+    assert (counted.after, counted.files, counted.bytes) == ("a", 1, 10) and counted.oldest_mtime > 1.0
+    assert ListingCursor.from_dict(counted.to_dict()) == counted
+    assert ListingCursor.from_dict({"after": "x", "files": 1}) == ListingCursor("x", 1)  # a cursor from before

@@ -196,38 +196,66 @@ def processed_due(files: Iterable[LandedFile], source: LandingSource, now: dt.da
     return [f for f in files if now.timestamp() - f.mtime >= keep]
 
 
+# A sensor lists a source whole again at least this often (clamped `max_age`): a name that sorts before its listing
+# position (a producer whose names do not follow arrival order, a clock behind the others) is counted within it.
+RELIST_MIN_SECONDS = 60.0
+RELIST_MAX_SECONDS = 3600.0
+
+
+def relist_seconds(source: LandingSource) -> float:
+    """How long a sensor lists only names after its position before it lists everything again: the source's
+    `max_age` (a file that landed out of order then waits at most about twice that), within 1 min .. 1 h."""
+    return min(RELIST_MAX_SECONDS, max(RELIST_MIN_SECONDS, source.max_age_seconds))
+
+
 @dataclass(frozen=True)
 class ListingCursor:
-    """A sensor's position in one source's listing: the last name it listed, and what it has counted since the
-    last run it requested (files named after `after` only: producers name files in arrival order, e.g. a
-    timestamp first, so a listing of 100,000 objects is not repeated per tick)."""
+    """A sensor's position in one source's listing: the last name it listed, what it has counted since the last run
+    it requested, and when it last listed everything. Between whole listings a tick lists only names after `after`
+    (producers mostly name files in arrival order, e.g. a timestamp first), so a listing of 100,000 objects is not
+    repeated per tick; a whole listing every `relist_seconds` recounts from scratch and so finds a name that landed
+    out of order."""
 
     after: str | None = None
     files: int = 0
     bytes: int = 0
     oldest_mtime: float | None = None
+    listed_all_at: float | None = None  # seconds since the epoch of the last whole listing; None: never
 
     def to_dict(self) -> dict[str, Any]:
-        return {"after": self.after, "files": self.files, "bytes": self.bytes, "oldest_mtime": self.oldest_mtime}
+        return {"after": self.after, "files": self.files, "bytes": self.bytes, "oldest_mtime": self.oldest_mtime,
+                "listed_all_at": self.listed_all_at}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any] | None) -> "ListingCursor":
         doc = doc or {}
-        oldest = doc.get("oldest_mtime")
+        oldest, listed_all = doc.get("oldest_mtime"), doc.get("listed_all_at")
         return cls(doc.get("after"), int(doc.get("files") or 0), int(doc.get("bytes") or 0),
-                   float(oldest) if oldest is not None else None)
+                   float(oldest) if oldest is not None else None,
+                   float(listed_all) if listed_all is not None else None)
+
+
+def listing_after(cursor: ListingCursor, source: LandingSource, now: dt.datetime) -> str | None:
+    """Where this tick's listing starts: after the cursor's position, or None (everything) when the source was never
+    listed whole, or not for `relist_seconds`."""
+    if cursor.listed_all_at is None or now.timestamp() - cursor.listed_all_at >= relist_seconds(source):
+        return None
+    return cursor.after
 
 
 def advance(cursor: ListingCursor, new: Iterable[LandedFile], source: LandingSource, now: dt.datetime,
-            in_flight: bool = False) -> tuple[ListingCursor, Due, bool]:
-    """(the cursor after listing `new` files (named after `cursor.after`), whether a batch is due, whether to request
-    a run). A run is not requested while one of the source's runs is queued or running: the counts go on. A requested
-    run starts the listing over (the next tick lists everything once, so files a run left, over `max_files` or landed
-    during it, are counted again with their age); between runs a tick lists only names after its position."""
+            in_flight: bool = False, whole: bool = False) -> tuple[ListingCursor, Due, bool]:
+    """(the cursor after listing `new` files, whether a batch is due, whether to request a run). `new` holds the
+    names after `cursor.after` (they add to its counts), or with `whole` every landed file (they replace its counts:
+    see `listing_after`). A run is not requested while one of the source's runs is queued or running: the counts go
+    on. A requested run starts the listing over (the next tick lists everything once, so files a run left, over
+    `max_files` or landed during it, are counted again with their age)."""
     listed = [f for f in new if not ignored(f.name)]
-    after = max([cursor.after or "", *(f.name for f in listed)]) or None
-    oldest = min([m for m in (cursor.oldest_mtime, *(f.mtime for f in listed)) if m is not None], default=None)
-    moved = ListingCursor(after, cursor.files + len(listed), cursor.bytes + sum(f.size for f in listed), oldest)
+    base = ListingCursor(listed_all_at=now.timestamp()) if whole else cursor
+    after = max([base.after or "", *(f.name for f in listed)]) or None
+    oldest = min([m for m in (base.oldest_mtime, *(f.mtime for f in listed)) if m is not None], default=None)
+    moved = ListingCursor(after, base.files + len(listed), base.bytes + sum(f.size for f in listed), oldest,
+                          base.listed_all_at)
     verdict = due_counts(moved.files, moved.bytes, moved.oldest_mtime, source, now)
     request = verdict.due and not in_flight
     return (ListingCursor() if request else moved), verdict, request

@@ -2,8 +2,14 @@
 against the table, read a batch with Spark, stage it on a branch, read it back for the proof, append the proven
 files to `main` with the batch id in the snapshot summary, and move landed files to the processed or rejected area.
 
-Files are listed, checked and moved through pyarrow's file systems (a local directory or s3://), the rows are read
-and written by Spark; the staging branch and its removal reuse `icemaint.engine.staging.StagingArea`.
+Files are listed, checked and moved through pyarrow's file systems: a local directory, or an s3:// prefix reached
+with the catalog's own endpoint and credentials (`storage_properties`: its `s3.*` properties and the
+`ICEMAINT_CATALOG_*` secrets, never a command line). Spark reads a batch itself where Hadoop has a file system for
+the location (a local directory; s3a:// with hadoop-aws on the classpath). Where it has none (the production shape:
+tables through Iceberg's S3FileIO, no hadoop-aws), the driver reads the landed objects with pyarrow and hands them
+to Spark as Arrow record batches (`arrow_frame`): the executors need neither Python nor S3 jars for it, and the
+driver holds one batch's rows at a time. The staging branch and its removal reuse
+`icemaint.engine.staging.StagingArea`.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ import math
 import posixpath
 import re
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Mapping
+from urllib.parse import urlsplit
 
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.landing import BATCH_ID_KEY, SOURCE_KEY, Batch, LandedFile, LandingSource, ignored, \
@@ -39,21 +48,49 @@ class LandingError(StagingError):
     """Landed files could not be listed, read, staged or moved; what was committed is said in the message."""
 
 
-def filesystem(location: str):
-    """(pyarrow FileSystem, root path) of a local directory or an s3:// prefix."""
+# Landed files read at once on the driver (checks, and the driver's reads of an object-store batch).
+READ_WORKERS = 8
+# Schemes pyiceberg's PyArrowFileIO serves with pyarrow's S3FileSystem.
+S3_SCHEMES = ("s3", "s3a", "s3n")
+Properties = Mapping[str, str]
+
+
+def storage_properties(config) -> dict[str, str]:
+    """The catalog's properties with its secrets (`ICEMAINT_CATALOG_*`): a landing prefix on the catalog's object
+    store is reached with the catalog's endpoint, region and keys (`s3.endpoint`, `client.region`,
+    `s3.access-key-id`, ...; pyiceberg's names)."""
+    from icemaint.config import catalog_secret_properties
+
+    return {**config.catalog.properties, **catalog_secret_properties(config.catalog)}
+
+
+@lru_cache(maxsize=8)
+def _s3(items: tuple[tuple[str, str], ...], scheme: str, bucket: str):
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    return PyArrowFileIO(dict(items)).fs_by_scheme(scheme, bucket)
+
+
+def filesystem(location: str, properties: Properties | None = None):
+    """(pyarrow FileSystem, root path) of a local directory or a URI; an s3:// one with `properties` (see
+    `storage_properties`) gets pyiceberg's S3 file system for them, without them pyarrow's defaults (AWS's)."""
     from pyarrow import fs
 
-    if "://" in location:
-        return fs.FileSystem.from_uri(location)
-    return fs.LocalFileSystem(), location.rstrip("/") or "/"
+    if "://" not in location:
+        return fs.LocalFileSystem(), location.rstrip("/") or "/"
+    parts = urlsplit(location)
+    if properties is not None and parts.scheme.lower() in S3_SCHEMES:
+        root = f"{parts.netloc}{parts.path}".rstrip("/")
+        return _s3(tuple(sorted(properties.items())), parts.scheme.lower(), parts.netloc), root
+    return fs.FileSystem.from_uri(location)
 
 
-def list_landed(location: str, after: str | None = None) -> list[LandedFile]:
+def list_landed(location: str, after: str | None = None, properties: Properties | None = None) -> list[LandedFile]:
     """The landed files under `location` (recursively; hidden, in-progress, processed and rejected ones skipped),
     by name; with `after`, only names after it (the sensor's listing position)."""
     from pyarrow import fs as pafs
 
-    filesys, root = filesystem(location)
+    filesys, root = filesystem(location, properties)
     try:
         infos = filesys.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     except OSError as exc:
@@ -77,13 +114,14 @@ def spark_path(location: str, name: str) -> str:
     return path if "://" in path else f"file://{path}"
 
 
-def move(source_location: str, name: str, target_location: str, reason: str | None = None) -> str:
+def move(source_location: str, name: str, target_location: str, reason: str | None = None,
+         properties: Properties | None = None) -> str:
     """Moves landed file `name` to `target_location` (keeping its relative name; a name taken there gets a suffix),
     with a `<name>.reason.txt` beside it when `reason` is given; returns where it went."""
     from pyarrow import fs as pafs
 
-    src_fs, src_root = filesystem(source_location)
-    dst_fs, dst_root = filesystem(target_location)
+    src_fs, src_root = filesystem(source_location, properties)
+    dst_fs, dst_root = filesystem(target_location, properties)
     target = f"{dst_root}/{name}"
     dst_fs.create_dir(posixpath.dirname(target), recursive=True)
     n = 0
@@ -101,8 +139,8 @@ def move(source_location: str, name: str, target_location: str, reason: str | No
     return target
 
 
-def delete(location: str, name: str) -> None:
-    filesys, root = filesystem(location)
+def delete(location: str, name: str, properties: Properties | None = None) -> None:
+    filesys, root = filesystem(location, properties)
     filesys.delete_file(f"{root}/{name}")
 
 
@@ -121,43 +159,71 @@ def _arrow_compatible(arrow_type, spark_type: str) -> bool:
     return name in allowed
 
 
-def check_file(source: LandingSource, name: str, table_columns: list[tuple[str, str]]) -> tuple[int, str | None]:
-    """(rows, None) when landed file `name` can be read and matches the table's columns, else (0, the reason).
+class UnreadableFile(Exception):
+    """A landed file cannot be read as its source's format; the message is the reason (one line)."""
 
-    Each file is read whole (landed files are small): a parquet file with its own schema, a jsonl or csv file with the
-    source's (a value that does not parse, a column the schema does not name, or a missing column is a reason). A
-    file Spark then could not read would fail every batch it is in; read here, it is set aside alone."""
+
+def read_file(source: LandingSource, name: str, properties: Properties | None = None):
+    """Landed file `name`, read whole as a pyarrow Table: a parquet file with its own schema, a jsonl or csv file with
+    the source's (a value that does not parse, a column the schema does not name, or a missing column raises).
+
+    Raises:
+        UnreadableFile: the reason, in one line.
+    """
     import pyarrow as pa
 
-    filesys, root = filesystem(source.location)
+    filesys, root = filesystem(source.location, properties)
     path = f"{root}/{name}"
     try:
         if source.format == "parquet":
             import pyarrow.parquet as pq
 
             with filesys.open_input_file(path) as handle:  # read whole: a bad page is found here, not in Spark
-                table = pq.ParquetFile(handle).read()
-                schema, rows = table.schema, table.num_rows
-        else:
-            schema = pa.schema([(c, _arrow_type(t)) for c, t in source.schema])
-            with filesys.open_input_stream(path) as handle:
-                data = handle.read()
-            if source.format == "jsonl":
-                import pyarrow.json as pj
+                return pq.ParquetFile(handle).read()
+        schema = pa.schema([(c, _arrow_type(t)) for c, t in source.schema])
+        with filesys.open_input_stream(path) as handle:
+            data = handle.read()
+        if source.format == "jsonl":
+            import pyarrow.json as pj
 
-                table = pj.read_json(pa.BufferReader(data), parse_options=pj.ParseOptions(
-                    explicit_schema=schema, unexpected_field_behavior="error"))
-            else:
-                import pyarrow.csv as pc
+            return pj.read_json(pa.BufferReader(data), parse_options=pj.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="error"))
+        import pyarrow.csv as pc
 
-                header = data.split(b"\n", 1)[0].decode(errors="replace").strip().split(",")
-                if header != [c for c, _ in source.schema]:
-                    return 0, f"csv header {header} is not the schema's columns {[c for c, _ in source.schema]}"
-                table = pc.read_csv(pa.BufferReader(data), convert_options=pc.ConvertOptions(column_types=schema))
-            rows = table.num_rows
+        header = data.split(b"\n", 1)[0].decode(errors="replace").strip().split(",")
+        if header != [c for c, _ in source.schema]:
+            raise UnreadableFile(f"csv header {header} is not the schema's columns {[c for c, _ in source.schema]}")
+        return pc.read_csv(pa.BufferReader(data), convert_options=pc.ConvertOptions(column_types=schema))
     except (OSError, pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
-        return 0, f"cannot be read as {source.format}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-    columns = {f.name: f.type for f in schema}
+        raise UnreadableFile(f"cannot be read as {source.format}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+
+
+def check_files(source: LandingSource, names: list[str], table_columns: list[tuple[str, str]],
+                properties: Properties | None = None) -> list[tuple[int, str | None]]:
+    """`check_file` of each of `names`, in their order, `READ_WORKERS` at a time."""
+    return list(_each(lambda name: check_file(source, name, table_columns, properties), names))
+
+
+def _each(read, names: list[str]):
+    """`read` of each name in order, up to READ_WORKERS at once (an object store's latency, not the CPU, is what a
+    small file's read waits on)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(READ_WORKERS, len(names))),
+                            thread_name_prefix="icemaint-landed-read") as pool:
+        yield from pool.map(read, names)
+
+
+def check_file(source: LandingSource, name: str, table_columns: list[tuple[str, str]],
+               properties: Properties | None = None) -> tuple[int, str | None]:
+    """(rows, None) when landed file `name` can be read (`read_file`) and matches the table's columns, else (0, the
+    reason). A file Spark then could not read would fail every batch it is in; read here, it is set aside alone."""
+    try:
+        table = read_file(source, name, properties)
+    except UnreadableFile as exc:
+        return 0, str(exc)
+    columns = {f.name: f.type for f in table.schema}
     wanted = dict(table_columns)
     extra = [c for c in columns if c not in wanted]
     if extra:
@@ -168,7 +234,7 @@ def check_file(source: LandingSource, name: str, table_columns: list[tuple[str, 
     for column, spark_type in table_columns:
         if not _arrow_compatible(columns[column], spark_type):
             return 0, f"column {column} is {columns[column]}, the table's is {spark_type}"
-    return int(rows), None
+    return int(table.num_rows), None
 
 
 def _arrow_type(kind: str):
@@ -193,30 +259,36 @@ class StagedBatch:
 class LandingStage:
     """Reads a batch's landed files with Spark and stages, proves and appends them to one table."""
 
-    def __init__(self, spark, area: StagingArea, source: LandingSource):
+    def __init__(self, spark, area: StagingArea, source: LandingSource, properties: Properties | None = None):
         self.spark = spark
         self.area = area
         self.source = source
+        self.properties = properties  # the object store's (`storage_properties`), for the driver's reads
+        self._spark_reads: bool | None = None
 
-    def check_readable(self) -> None:
-        """Spark reads an object-store source through Hadoop's S3A file system: without it (hadoop-aws on the
-        classpath, `spark.jars`), say so before anything is moved or staged."""
-        if "://" not in self.source.location:
-            return
-        from icemaint.engine.files import Files
+    @property
+    def read_by(self) -> str:
+        """Who reads the landed rows: "spark" where Hadoop has a file system for the location (a local directory;
+        s3a:// with hadoop-aws on the classpath), else "driver" (pyarrow on the driver, `arrow_frame`)."""
+        if self._spark_reads is None:
+            from icemaint.engine.files import Files
 
-        if not Files(self.spark).on_hadoop(spark_path(self.source.location, "x")):
-            raise LandingError(f"landing.{self.source.name}: Spark has no file system for "
-                               f"{spark_path(self.source.location, '')}: put hadoop-aws (and its AWS SDK) on the "
-                               "Spark classpath (spark.jars) to ingest from an object store; nothing was moved")
+            self._spark_reads = "://" not in self.source.location or \
+                Files(self.spark).on_hadoop(spark_path(self.source.location, "x"))
+        return "spark" if self._spark_reads else "driver"
+
+    def table_schema(self):
+        """The table's Spark schema (a StructType)."""
+        return self.spark.table(self.area.name.sql(self.area.catalog)).schema
 
     def table_columns(self) -> list[tuple[str, str]]:
         """(column, Spark SQL type) of the table, in order."""
-        schema = self.spark.table(self.area.name.sql(self.area.catalog)).schema
-        return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+        return [(f.name, f.dataType.simpleString()) for f in self.table_schema().fields]
 
     def read(self, names: list[str], columns: list[tuple[str, str]]):
         """The landed rows of `names`, as the table's columns (by name, cast to the table's types)."""
+        if self.read_by == "driver":
+            return self.arrow_frame(names)
         paths = [spark_path(self.source.location, n) for n in names]
         reader = self.spark.read
         if self.source.format == "parquet":
@@ -226,6 +298,48 @@ class LandingStage:
             reader = reader.schema(ddl).option("mode", "FAILFAST")
             df = reader.json(paths) if self.source.format == "jsonl" else reader.option("header", "true").csv(paths)
         return df.selectExpr(*(f"CAST(`{c}` AS {t}) AS `{c}`" for c, t in columns))
+
+    def arrow_frame(self, names: list[str]):
+        """The landed rows of `names` read on the driver with pyarrow (`read_file`), each file's columns taken by
+        name and cast to the table's types (a value that does not fit fails, nothing is truncated), handed to Spark
+        as Arrow record batches (`READ_WORKERS` files read at once).
+
+        PySpark 3.5 has no public Arrow-table entry (`createDataFrame(pyarrow.Table)` is Spark 4's); this is the
+        path its `createDataFrame(pandas)` takes after converting to Arrow, without pandas, which would turn a
+        nullable bigint into a double (2**60 + 1 read back as 2**60) and cannot carry arrays or structs. The files
+        stream one at a time into the JVM's copy (the driver's heap holds the batch, as a local relation)."""
+        from pyspark.sql import DataFrame
+        from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructField, StructType
+
+        schema = StructType([StructField(f.name, f.dataType, True) for f in self.table_schema().fields])
+        target = to_arrow_schema(schema)
+
+        def table(name: str):
+            try:
+                return read_file(self.source, name, self.properties).select(target.names).cast(target, safe=True)
+            except (UnreadableFile, KeyError, ValueError, TypeError, NotImplementedError) as exc:
+                raise LandingError(f"landed file {name} of {self.source.name} no longer reads as the table's "
+                                   f"columns (changed during the run?): {str(exc).splitlines()[0]}") from exc
+
+        def batches():
+            import pyarrow as pa
+
+            sent = False
+            for landed in _each(table, names):
+                for batch in landed.to_batches():
+                    sent = True
+                    yield batch
+            if not sent:  # a stream needs one batch to carry its schema
+                yield pa.RecordBatch.from_pylist([], schema=target)
+
+        jvm, session = self.spark._jvm, self.spark
+        rows = session._sc._serialize_to_jvm(batches(), ArrowStreamSerializer(),
+                                             lambda path: jvm.PythonSQLUtils.readArrowStreamFromFile(path),
+                                             lambda: jvm.ArrowIteratorServer())
+        frame = DataFrame(jvm.PythonSQLUtils.toDataFrame(rows, schema.json(), session._jsparkSession), session)
+        return frame
 
     def stage(self, batch: Batch, names: list[str], columns: list[tuple[str, str]], branch: str) -> StagedBatch:
         """Writes the batch's rows as few large files to a new staging branch (at `main`, or at an empty snapshot of

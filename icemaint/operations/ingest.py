@@ -78,6 +78,7 @@ class IngestOutcome:
     rejected: list = field(default_factory=list)  # {"name", "reason", "moved_to"}
     recovered: list = field(default_factory=list)  # journals of dead runs: {"batch_id", "snapshot_id", "moved"}
     waiting: int = 0  # landed files left for a later batch (over max_files)
+    read_by: str = ""  # "spark" (Spark reads the landed files) or "driver" (pyarrow on the driver: object stores)
     new_files: int = 0
     new_bytes: list = field(default_factory=list)
     before_snapshot_id: int | None = None
@@ -105,6 +106,7 @@ class Ingestor(ContractOperation):
                  progress: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep):
         super().__init__(config, spark, reader, claims, audit, progress=progress, sleep=sleep)
         self.hook = hook or (lambda step: None)
+        self.store = files.storage_properties(config)
 
     def source(self, name: str) -> LandingSource:
         found = self.config.landing.get(name)
@@ -160,7 +162,7 @@ class Ingestor(ContractOperation):
         outcome.before_snapshot_id = snapshot.snapshot_id if snapshot else None
         if not request.dry_run:
             self._recover(source, name, area, outcome)
-        listed = files.list_landed(source.location)
+        listed = files.list_landed(source.location, properties=self.store)
         now = dt.datetime.now(dt.timezone.utc)
         verdict = due(listed, source, now)
         outcome.due = asdict(verdict)
@@ -174,21 +176,22 @@ class Ingestor(ContractOperation):
             outcome.decision, outcome.reason = NOOP, "no landed files"
             return
         outcome.waiting = len(listed) - len(batch.files)
-        stage = files.LandingStage(self.spark, area, source)
-        stage.check_readable()
+        stage = files.LandingStage(self.spark, area, source, self.store)
+        outcome.read_by = stage.read_by
         columns = stage.table_columns()
         if source.format != "parquet":
             self._check_schema(source, columns)
         good, rows = [], 0
-        for landed in batch.files:
-            count, reason = files.check_file(source, landed.name, columns)
+        checked = files.check_files(source, [f.name for f in batch.files], columns, self.store)
+        for landed, (count, reason) in zip(batch.files, checked):
             if reason is None:
                 good.append(landed)
                 rows += count
                 continue
             entry = {"name": landed.name, "reason": reason}
             if not request.dry_run:
-                entry["moved_to"] = files.move(source.location, landed.name, source.rejected_location, reason)
+                entry["moved_to"] = files.move(source.location, landed.name, source.rejected_location, reason,
+                                               self.store)
             outcome.rejected.append(entry)
             self.progress(f"{source.name}: {landed.name} set aside: {reason}")
         outcome.durations["check_seconds"] = round(time.perf_counter() - t0, 3)
@@ -271,11 +274,11 @@ class Ingestor(ContractOperation):
         journal.unlink(missing_ok=True)
 
     def _move_processed(self, source: LandingSource, batch: Batch) -> int:
-        present = {f.name for f in files.list_landed(source.location)}
+        present = {f.name for f in files.list_landed(source.location, properties=self.store)}
         moved = 0
         for landed in batch.files:
             if landed.name in present:
-                files.move(source.location, landed.name, source.processed_location)
+                files.move(source.location, landed.name, source.processed_location, properties=self.store)
                 moved += 1
                 self.hook("moved_one")
         return moved
@@ -303,9 +306,9 @@ class Ingestor(ContractOperation):
     def _purge(self, source: LandingSource, now: dt.datetime, outcome: IngestOutcome, dry_run: bool) -> None:
         if source.delete_processed_after_seconds is None or dry_run:
             return
-        old = processed_due(files.list_landed(source.processed_location), source, now)
+        old = processed_due(files.list_landed(source.processed_location, properties=self.store), source, now)
         for landed in old:
-            files.delete(source.processed_location, landed.name)
+            files.delete(source.processed_location, landed.name, self.store)
         outcome.purged = len(old)
 
     def _record(self, request: IngestRequest, run: ContractRun, outcome: IngestOutcome) -> IngestOutcome:
