@@ -59,7 +59,7 @@ def storage_properties(config) -> dict[str, str]:
     """The catalog's properties with its secrets (`ICEMAINT_CATALOG_*`): a landing prefix on the catalog's object
     store is reached with the catalog's endpoint, region and keys (`s3.endpoint`, `client.region`,
     `s3.access-key-id`, ...; pyiceberg's names)."""
-    from icemaint.config import catalog_secret_properties
+    from icemaint.config.catalog import catalog_secret_properties
 
     return {**config.catalog.properties, **catalog_secret_properties(config.catalog)}
 
