@@ -136,10 +136,36 @@ def test_a_crash_during_the_moves_is_finished_by_the_next_run(spark, estate):
     interrupts.reset()  # the next run is the next command's (in this one the interrupt stops every later run)
     out = ingestor(config, spark).run(IngestRequest("events", force=True))
     assert out.recovered == [{"batch_id": out.recovered[0]["batch_id"], "snapshot_id": out.recovered[0]["snapshot_id"],
-                              "moved": 7, "committed": True}] and out.decision == "noop"
+                              "moved": 7, "committed": True, "found_by": "journal"}] and out.decision == "noop"
     assert sorted(table_ids(config)) == sorted(before + landed)
     records = open_audit(config).records(table=TABLE, operation="ingest")
     assert "interrupted" in [r.decision for r in records]
+
+
+def test_a_crash_after_the_commit_with_the_journal_lost_appends_nothing_twice_beside_newcomers(spark, estate):
+    """The state dir is lost with the dead run's journal, and new files landed beside its batch: the batch's own
+    list in its snapshot summary says which landed files are already in (the retry's listing, and so its batch id,
+    differs from the dead run's)."""
+    config, root = estate
+    landed = drop(root / "in", 50_000, 12)
+    before = table_ids(config)
+
+    def crash(step):
+        if step == "after_commit":
+            raise RuntimeError("died between the commit and the bookkeeping")
+
+    with pytest.raises(RuntimeError):
+        ingestor(config, spark, hook=crash).run(IngestRequest("events"))
+    journals = list((Path(config.state_dir) / "ingest-journal" / "events").glob("*.json"))
+    assert len(journals) == 1
+    journals[0].unlink()  # the state dir is gone
+    newcomers = drop(root / "in", 60_000, 3)
+    out = ingestor(config, spark).run(IngestRequest("events", force=True))
+    assert [(r["moved"], r["found_by"]) for r in out.recovered] == [(12, "summary")], out.recovered
+    assert out.decision == "run" and out.files == 3, out.reason
+    ids = table_ids(config)
+    assert len(ids) == len(set(ids)) and sorted(ids) == sorted(before + landed + newcomers)
+    assert not list((root / "in").glob("*.parquet"))
 
 
 def test_a_file_rewritten_during_the_run_fails_the_proof_and_nothing_is_appended(spark, estate):

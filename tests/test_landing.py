@@ -132,6 +132,27 @@ def test_a_batch_whose_snapshot_expired_is_found_by_the_table_property():
     assert batch_committed(batch, [(6, {})], {last_batch_property("other"): batch.batch_id}) == (False, None)
 
 
+def test_an_append_lists_its_files_and_a_retry_moves_only_those_landed_before_its_commit():
+    from icemaint.domain.landing import FILES_KEY, SOURCE_KEY, append_summary, appended_leftovers, decode_files, \
+        encode_files, newest_batch
+
+    files = (LandedFile(100.0, "a/1.parquet", 10), LandedFile(101.0, "b\tc.parquet", 20))
+    batch = Batch("events", files)
+    summary = append_summary(batch, "p")
+    assert decode_files(summary[FILES_KEY]) == {"a/1.parquet": 10, "b\tc.parquet": 20}
+    lineage = [(9, {}), (8, summary), (7, {**summary, BATCH_ID_KEY: "older"}), (6, {SOURCE_KEY: "other"})]
+    assert newest_batch("events", lineage) == (8, summary) and newest_batch("nope", lineage) is None
+    landed_now = [LandedFile(100.0, "a/1.parquet", 10),  # the batch's own, never moved
+                  LandedFile(101.0, "b\tc.parquet", 21),  # same name, another size: a new file
+                  LandedFile(500.0, "z.parquet", 5)]  # a newcomer
+    assert appended_leftovers(landed_now, summary, committed_ms=200_000) == landed_now[:1]
+    # landed again under the same name and size after the commit: a new file, appended as such
+    assert appended_leftovers([LandedFile(300.0, "a/1.parquet", 10)], summary, committed_ms=200_000) == []
+    assert decode_files("not base64!") == {} and appended_leftovers(landed_now, {}, 10**15) == []
+    many = [LandedFile(1.0, f"{i:09d}-{i * 7919 % 10**9:09d}.parquet", i) for i in range(60_000)]
+    assert encode_files(many) is None and FILES_KEY not in append_summary(Batch("events", tuple(many)), "p")
+
+
 @pytest.mark.parametrize("arrow, spark, ok", [
     ("int32", "bigint", True), ("int64", "int", False), ("float", "double", True), ("string", "bigint", False),
     ("timestamp_tz", "timestamp", True), ("timestamp_tz", "timestamp_ntz", False), ("decimal", "decimal(10,2)", True),

@@ -8,9 +8,12 @@ them to an Iceberg table as a few large files, once. Nothing here reads a file s
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import hashlib
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -31,6 +34,11 @@ BATCH_ID_KEY = "icemaint.ingest.batch-id"
 SOURCE_KEY = "icemaint.ingest.source"
 FILES_DIGEST_KEY = "icemaint.ingest.files-digest"
 FILE_COUNT_KEY = "icemaint.ingest.file-count"
+# The batch's files by name and size, compressed: a retry whose journal is gone (a lost state_dir) still knows which
+# landed files the batch appended. Left out above this size (a summary is kept in every metadata file until its
+# snapshot expires); the journal is then the only record.
+FILES_KEY = "icemaint.ingest.files"
+MAX_FILES_VALUE_BYTES = 32 * 1024
 
 
 def last_batch_property(source: str) -> str:
@@ -184,8 +192,50 @@ def batch_committed(batch: Batch, summaries: Iterable[tuple[int, Mapping[str, st
 
 def append_summary(batch: Batch, proof_id: str) -> dict[str, str]:
     """The summary properties an ingest append carries on `main`."""
-    return {BATCH_ID_KEY: batch.batch_id, SOURCE_KEY: batch.source, FILES_DIGEST_KEY: batch.digest,
-            FILE_COUNT_KEY: str(len(batch.files)), "icemaint.proof": "passed", "icemaint.proof-id": proof_id}
+    summary = {BATCH_ID_KEY: batch.batch_id, SOURCE_KEY: batch.source, FILES_DIGEST_KEY: batch.digest,
+               FILE_COUNT_KEY: str(len(batch.files)), "icemaint.proof": "passed", "icemaint.proof-id": proof_id}
+    listed = encode_files(batch.files)
+    if listed is not None:
+        summary[FILES_KEY] = listed
+    return summary
+
+
+def encode_files(files: Iterable[LandedFile]) -> str | None:
+    """The files' names and sizes as one summary value (zlib, base64), or None above `MAX_FILES_VALUE_BYTES`."""
+    text = "\n".join(f"{f.size}\t{f.name}" for f in sorted(files, key=lambda f: f.name))
+    value = base64.b64encode(zlib.compress(text.encode(), 9)).decode("ascii")
+    return value if len(value) <= MAX_FILES_VALUE_BYTES else None
+
+
+def decode_files(value: str) -> dict[str, int]:
+    """name -> size of an `encode_files` value; empty when the value cannot be read (nothing is then matched)."""
+    try:
+        text = zlib.decompress(base64.b64decode(value, validate=True)).decode()
+    except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError):
+        return {}
+    out = {}
+    for line in text.splitlines():
+        size, _, name = line.partition("\t")
+        if name and size.isdigit():
+            out[name] = int(size)
+    return out
+
+
+def newest_batch(source: str, summaries: Iterable[tuple[int, Mapping[str, str]]]) -> tuple[int, Mapping[str, str]] | None:
+    """(snapshot id, summary) of the newest append of `source` on `main` (its lineage given newest first)."""
+    for snapshot_id, summary in summaries:
+        if summary.get(SOURCE_KEY) == source and BATCH_ID_KEY in summary:
+            return int(snapshot_id), summary
+    return None
+
+
+def appended_leftovers(landed: Iterable[LandedFile], summary: Mapping[str, str], committed_ms: int) -> list[LandedFile]:
+    """The landed files an append (its summary, committed at `committed_ms`) already carried: listed there by name
+    and size, and last modified before that commit. A dead run appended them and never moved them; they are moved
+    to the processed area, never appended again. A file landed again under the same name after the commit is newer
+    than it and stays a new file."""
+    listed = decode_files(summary.get(FILES_KEY, ""))
+    return [f for f in landed if listed.get(f.name) == f.size and f.mtime * 1000 <= committed_ms]
 
 
 def processed_due(files: Iterable[LandedFile], source: LandingSource, now: dt.datetime) -> list[LandedFile]:

@@ -4,13 +4,15 @@ files, exactly once, under the operating contract (policy -> table claim -> act 
 Under the claim of the source's table:
 1. Recover: a batch journal a dead run left is finished (its batch is on `main`: only its files are moved to the
    processed area) or dropped (not on `main`: its files are still landed and go into this batch).
-2. List the landed files, decide (a threshold passed, or the run was forced), choose the oldest `max_files`.
-   Files that land from here on wait for the next batch.
+2. List the landed files. Those the source's newest batch on `main` lists in its summary (by name and size, older
+   than its commit) were appended by a dead run whose journal is gone: they are moved, not appended. Decide (a
+   threshold passed, or the run was forced), choose the oldest `max_files`. Files that land from here on wait for
+   the next batch.
 3. Check each file against the table (readable, same columns, compatible types); a bad one is moved to
    `<location>/_rejected/` with a `.reason.txt` beside it; the rest goes on.
 4. Journal the batch (its id and files) in the state dir, then stage its rows on a branch (`main` does not move),
    prove with Great Expectations that the staged files hold exactly the landed rows, and append them to `main` in
-   one commit whose summary carries the batch id and the files' digest.
+   one commit whose summary carries the batch id, the files' digest and their names and sizes.
 5. Move the landed files to the processed area, drop the journal and the branch.
 
 A crash before 4's commit leaves the files landed (the next run appends them); after it, the next run finds the
@@ -32,8 +34,8 @@ from typing import Callable
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, RUN, Operation, launched_by_a_person
 from icemaint.domain.health import STAGE_PREFIX
-from icemaint.domain.landing import Batch, LandingSource, append_summary, batch_committed, choose_batch, due, \
-    processed_due
+from icemaint.domain.landing import BATCH_ID_KEY, Batch, LandedFile, LandingSource, append_summary, \
+    appended_leftovers, batch_committed, choose_batch, due, newest_batch, processed_due
 from icemaint.domain.names import TableName
 from icemaint.domain.units import counted, human_size
 from icemaint.engine import landing as files
@@ -163,6 +165,8 @@ class Ingestor(ContractOperation):
         if not request.dry_run:
             self._recover(source, name, area, outcome)
         listed = files.list_landed(source.location, properties=self.store)
+        if not request.dry_run:
+            listed = self._finish_appended(source, table, listed, outcome)
         now = dt.datetime.now(dt.timezone.utc)
         verdict = due(listed, source, now)
         outcome.due = asdict(verdict)
@@ -294,7 +298,7 @@ class Ingestor(ContractOperation):
                 committed, found = batch_committed(batch, lineage, table.properties)
                 moved = self._move_processed(source, batch) if committed else 0
                 outcome.recovered.append({"batch_id": batch.batch_id, "snapshot_id": found, "moved": moved,
-                                          "committed": committed})
+                                          "committed": committed, "found_by": "journal"})
                 self.progress(f"{source.name}: batch {batch.batch_id} of a dead run "
                               + (f"was appended (snapshot {found}): moved {moved} files" if committed
                                  else "never committed: its files stay landed"))
@@ -302,6 +306,25 @@ class Ingestor(ContractOperation):
         for branch, _ in area.stale_branches():
             if branch.startswith(INGEST_BRANCH):
                 area.discard(branch)
+
+    def _finish_appended(self, source: LandingSource, table, listed: list[LandedFile],
+                         outcome: IngestOutcome) -> list[LandedFile]:
+        """Moves the landed files the source's newest batch on `main` already appended (a dead run's, whose journal
+        is gone with a lost state dir); the rest of `listed`."""
+        found = newest_batch(source.name, ((sid, summary) for sid, _, _, summary in main_lineage(table)))
+        if found is None:
+            return listed
+        snapshot_id, summary = found
+        left = appended_leftovers(listed, summary, table.snapshot_by_id(snapshot_id).timestamp_ms)
+        if not left:
+            return listed
+        moved = self._move_processed(source, Batch(source.name, tuple(left)))
+        outcome.recovered.append({"batch_id": summary[BATCH_ID_KEY], "snapshot_id": snapshot_id, "moved": moved,
+                                  "committed": True, "found_by": "summary"})
+        self.progress(f"{source.name}: {counted(moved, 'file')} of batch {summary[BATCH_ID_KEY]} were appended "
+                      f"(snapshot {snapshot_id}) and never moved: moved them")
+        names = {f.name for f in left}
+        return [f for f in listed if f.name not in names]
 
     def _purge(self, source: LandingSource, now: dt.datetime, outcome: IngestOutcome, dry_run: bool) -> None:
         if source.delete_processed_after_seconds is None or dry_run:
