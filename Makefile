@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-landing bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve clean
+.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-landing bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve bench-serve-memory clean
 
 setup: $(STAMP)
 
@@ -124,6 +124,13 @@ bench-metrics: setup
 SERVE_ARGS ?=
 bench-serve: setup java
 	$(BIN)/python -m benchmarks.serve_memory $(SERVE_ARGS)
+
+# `icemaint serve` for a duration (default 90m) over a streaming estate a writer keeps dirty: the process's and its
+# JVM's memory sampled every minute into benchmarks/results/ (a section of benchmarks/RESULTS.md).
+# SERVE_MEMORY_ARGS="--duration 10m" for a short run.
+SERVE_MEMORY_ARGS ?=
+bench-serve-memory: setup java
+	$(BIN)/python -m benchmarks.serve_hours $(SERVE_MEMORY_ARGS)
 
 # Column statistics: icemaint's against Iceberg's compute_table_stats, quiet and under a claimless writer (a
 # section of benchmarks/RESULTS.md).
