@@ -109,13 +109,16 @@ def _alternate_branch_removal(timers: Timers) -> None:
 
 def measure(args) -> dict:
     shutil.rmtree(WORK, ignore_errors=True)
-    seed = WORK / "seed"
-    seed.mkdir(parents=True)
     total = args.tables + args.warm_up
-    log(f"estate: {total} tables of one date of {args.files} files, {args.rows} rows each")
-    build_estate(seed, total, args.files, args.rows)
+    if args.seed:  # an estate of the same shape another benchmark built (its `wh`), copied
+        seed = Path(args.seed)
+    else:
+        seed = WORK / "seed"
+        seed.mkdir(parents=True)
+        log(f"estate: {total} tables of one date of {args.files} files, {args.rows} rows each")
+        build_estate(seed, total, args.files, args.rows)
     root = WORK / "run"
-    root.mkdir()
+    root.mkdir(parents=True)
     shutil.copytree(seed / "wh", root / "wh")
     config_path = write_config(root, 1)
     os.environ.setdefault("ICEMAINT_IDENTITY", "benchmark")
@@ -183,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-branch-removal", action="store_true",
                         help="alternate the staging branch's removal in the publish's swap with a commit of its own")
     parser.add_argument("--from-results", metavar="JSON")
+    parser.add_argument("--seed", metavar="DIR", help="copy this estate (a directory holding `wh`) instead of building")
     args = parser.parse_args(argv)
     result = json.loads(Path(args.from_results).read_text()) if args.from_results else measure(args)
     if args.json:
