@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-landing bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve clean
+.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-landing bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve bench-serve-memory bench-warm-vs-run bench-warm-profile clean
 
 setup: $(STAMP)
 
@@ -124,6 +124,20 @@ bench-metrics: setup
 SERVE_ARGS ?=
 bench-serve: setup java
 	$(BIN)/python -m benchmarks.serve_memory $(SERVE_ARGS)
+
+# `icemaint serve` for a duration (default 90m) over a streaming estate a writer keeps dirty: the process's and its
+# JVM's memory sampled every minute into benchmarks/results/ (a section of benchmarks/RESULTS.md).
+# SERVE_MEMORY_ARGS="--duration 10m" for a short run.
+SERVE_MEMORY_ARGS ?=
+bench-serve-memory: setup java
+	$(BIN)/python -m benchmarks.serve_hours $(SERVE_MEMORY_ARGS)
+
+# A maintenance run in a fresh process (Dagster's default launcher) against the same run in one warm process
+# (serve's), alternating table by table (a section of benchmarks/RESULTS.md); and each part of a warm table-date.
+bench-warm-vs-run: setup java
+	$(BIN)/python -m benchmarks.warm_vs_per_run
+bench-warm-profile: setup java
+	$(BIN)/python -m benchmarks.warm_profile --compare-branch-removal
 
 # Column statistics: icemaint's against Iceberg's compute_table_stats, quiet and under a claimless writer (a
 # section of benchmarks/RESULTS.md).

@@ -152,9 +152,10 @@ def _metadata_versions(config, table: str) -> int:
     return len(tbl.metadata.metadata_log) + 1
 
 
-def test_a_compaction_makes_three_table_commits_stage_publish_and_branch_removal(spark, config, table_name):
+def test_a_compaction_makes_two_table_commits_stage_and_publish(spark, config, table_name):
     """Every maintenance commit moves the table's metadata and sequence number under its writers: staging makes
-    one commit (the branch and its append together), the publish one, the branch's removal one (it was four)."""
+    one commit (the branch and its append together), the publish one that also removes the branch (it was three,
+    the branch's removal a commit of its own; four before that)."""
     from test_staged_publish import DATE, compactor, simulate
     from icemaint.operations.compaction import CompactionRequest
 
@@ -162,10 +163,20 @@ def test_a_compaction_makes_three_table_commits_stage_publish_and_branch_removal
     before = _metadata_versions(config, table_name)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert outcome.published and len(outcome.staged) == 1, outcome.reason
-    assert _metadata_versions(config, table_name) - before == 3
+    assert _metadata_versions(config, table_name) - before == 2
     assert outcome.publish_attempts == 1 and len(outcome.publish_attempt_seconds) == 1
     tbl = CatalogReader(config).load(table_name)
-    assert [name for name in tbl.metadata.refs if name != "main"] == []  # the branch was removed after
+    assert [name for name in tbl.metadata.refs if name != "main"] == []  # the publish removed the branch
+    # ...in the publish's own metadata: the version before it still holds the branch at the staged snapshot
+    assert _refs_before_last(tbl) == [outcome.staged[0].branch], "the branch was gone before the publish"
+
+
+def _refs_before_last(tbl) -> list[str]:
+    """The ref names of the table's metadata version before the current one."""
+    from pyiceberg.serializers import FromInputFile
+
+    previous = tbl.metadata.metadata_log[-1].metadata_file
+    return [name for name in FromInputFile.table_metadata(tbl.io.new_input(previous)).refs if name != "main"]
 
 
 def _files_under(table_dir: Path, suffix: str) -> set[str]:

@@ -57,8 +57,11 @@ class PendingPublish:
         attempts_made: attempts so far (each an `apply()` and a swap).
     """
 
-    def __init__(self, jvm, gateway, table, rewrite, base_snapshot_id: int):
+    def __init__(self, jvm, gateway, table, rewrite, base_snapshot_id: int, remove_branch: str | None = None):
         self.jvm = jvm
+        # the staging branch the swap removes in the same metadata commit (one catalog commit, not two): each
+        # attempt builds its metadata from the fresh base, so a lost race re-applies the removal too
+        self.remove_branch = remove_branch
         self.gateway = gateway
         self.table = table
         self.rewrite = rewrite
@@ -137,8 +140,11 @@ class PendingPublish:
             # snapshot whose parent is not main's head (that would drop the commits in between)
             raise PublishBaseMoved(f"main moved between the publish's apply and its commit (parent {parent}, "
                                    f"head {None if head is None else head.snapshotId()})")
-        updated = java_class(self.jvm, "org.apache.iceberg.TableMetadata").buildFrom(base) \
-            .setBranchSnapshot(snapshot, MAIN).build()
+        builder = java_class(self.jvm, "org.apache.iceberg.TableMetadata").buildFrom(base) \
+            .setBranchSnapshot(snapshot, MAIN)
+        if self.remove_branch is not None and base.ref(self.remove_branch) is not None:
+            builder = builder.removeRef(self.remove_branch)
+        updated = builder.build()
         before_swap(self)
         try:
             ops.commit(base, updated.withUUID())

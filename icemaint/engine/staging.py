@@ -535,7 +535,8 @@ class StagingArea:
         marker = {**properties, MAINTENANCE_TAG: "true", STAGED_SNAPSHOT_KEY: str(staged.staged_snapshot_id)}
         for key, value in marker.items():
             rewrite = rewrite.set(key, str(value))
-        pending = PendingPublish(self.jvm, self.spark.sparkContext._gateway, tbl, rewrite, staged.base_snapshot_id)
+        pending = PendingPublish(self.jvm, self.spark.sparkContext._gateway, tbl, rewrite, staged.base_snapshot_id,
+                                 remove_branch=staged.branch)
         pending.skip_manifest_merge()
         return pending
 
@@ -552,8 +553,9 @@ class StagingArea:
         re-applied: "Table metadata refresh is required" at the first race). Not Iceberg's `commit()` either: once
         its own retries are spent it cleans the pending rewrite up, and the next attempt filtered every manifest
         listing a replaced file again (33-126 s for a date of 3,000 files on a loaded machine,
-        benchmarks/publish_race.py); here an attempt after a lost race reuses them. The branch is removed right
-        after, by its own ref commit (`discard`)."""
+        benchmarks/publish_race.py); here an attempt after a lost race reuses them. The staging branch goes in the
+        same metadata swap (`PendingPublish.remove_branch`): a publish is one catalog commit, and `discard` after it
+        finds the branch gone."""
         pending.attempt()
 
     def find_published(self, staged_snapshot_id: int) -> Published | None:

@@ -1,0 +1,359 @@
+"""`icemaint serve`'s memory over hours: the process's and its JVM's resident set, and the JVM heap, sampled every
+minute for a given duration (issue 50, item 3: "bounded memory over hours").
+
+    python -m benchmarks.serve_hours [--duration 90m] [--sample-every 60s] [--interval 45s] [--tables 3]
+                                     [--writer-every 15] [--histogram-every 15m] [--out-dir benchmarks/results]
+                                     [--results benchmarks/RESULTS.md] [--from-results JSON]
+
+A small estate (`--tables` streaming tables of the simulator, 3 days each, a Hadoop catalog under
+benchmarks/.work/serve_hours/) keeps receiving small files from a writer process (its own JVM, a micro-batch into
+every table every `--writer-every` seconds), so every tick compacts real dates, and expiry keeps the snapshot count
+of each table bounded (policy: older than 10m, the newest 10 kept, due over 50), as a deployment's streaming tables
+would. One `icemaint serve --interval` runs beside it for `--duration`, then gets SIGTERM (its exit is recorded).
+
+Every `--sample-every` this harness reads, from outside the serve process: its resident set and its JVM's (/proc),
+the JVM heap's used, committed and old-generation bytes and metaspace (`jstat -gc`), and the load average; every
+`--histogram-every` `jcmd GC.class_histogram` (a full collection: the heap's live bytes, and the largest classes
+kept in a file, which is what shows a leak's type). Samples go to `<out-dir>/serve_hours_<stamp>.csv` as they are
+taken (a run cut short still has them); the summary (start after warm-up, peak, end, least-squares slope per hour
+over the whole run and over its second half) to `<out-dir>/serve_hours_<stamp>.json` and a section of RESULTS.md.
+SIGTERM or Ctrl-C to this harness ends the run early and still summarizes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.machine import describe_machine, load_average
+from benchmarks.serve_memory import WRITER
+from benchmarks.stack_bench import write_section
+from icemaint.domain.units import parse_duration
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+WORK = HERE / ".work" / "serve_hours"
+SECTION = "## A long-lived engine over hours: `icemaint serve`'s memory, sampled every minute"
+MiB = 2**20
+FIELDS = ("utc", "elapsed_s", "load1", "ticks", "published", "rss_python", "rss_jvm", "jvm_heap_used",
+          "jvm_heap_committed", "jvm_old_used", "jvm_metaspace_used", "jvm_young_gcs", "jvm_full_gcs", "jvm_live",
+          "rss_writer_tree")
+SERIES = (("serve process (Python)", "rss_python"), ("its JVM (resident set)", "rss_jvm"),
+          ("JVM heap used", "jvm_heap_used"), ("JVM heap committed", "jvm_heap_committed"),
+          ("JVM old generation used", "jvm_old_used"), ("JVM metaspace used", "jvm_metaspace_used"),
+          ("JVM live heap after a full GC (histogram)", "jvm_live"))
+
+_stop_requested = False
+
+
+def log(message: str) -> None:
+    print(f"[serve-hours {dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {message}", flush=True)
+
+
+def write_config(root: Path) -> Path:
+    import yaml
+
+    from icemaint.app.demo import local_estate_doc
+
+    doc = local_estate_doc(root, scope={"include": ["serve.*"], "exclude": []},
+                           spark={"master": "local[2]", "conf": {"spark.ui.enabled": "false",
+                                                                 "spark.sql.shuffle.partitions": "2",
+                                                                 "spark.driver.memory": "1g"}},
+                           defaults={"writer_idle": "0s", "hot_partition_age": "0s", "small_file_size_bytes": "1MiB",
+                                     "target_file_size_bytes": "8MiB", "min_input_files": 3, "retry_backoff": "0s",
+                                     "claim_wait": "0s", "snapshot_older_than": "10m", "retain_last": 10,
+                                     "snapshot_max_count": 50})
+    path = root / "icemaint.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+# --- reading a process from outside ------------------------------------------------------------------------------
+
+def rss(pid: int | None) -> int | None:
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def descendants(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                text = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents.setdefault(int(text[text.rindex(")") + 2:].split()[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def java_child(root: int) -> int | None:
+    for pid in descendants(root):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def tree_rss(root: int) -> int:
+    return sum(rss(p) or 0 for p in [root, *descendants(root)])
+
+
+def jstat_gc(pid: int) -> dict[str, int]:
+    """Heap used / committed, old generation used and metaspace used (bytes), and the collection counts."""
+    out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True, timeout=30).stdout.split("\n")
+    if len(out) < 2:
+        return {}
+    row = dict(zip(out[0].split(), out[1].split()))
+
+    def kib(*names: str) -> int:
+        return int(sum(float(row[n]) for n in names) * 1024)
+
+    try:
+        return {"jvm_heap_used": kib("S0U", "S1U", "EU", "OU"), "jvm_heap_committed": kib("S0C", "S1C", "EC", "OC"),
+                "jvm_old_used": kib("OU"), "jvm_metaspace_used": kib("MU"), "jvm_young_gcs": int(row["YGC"]),
+                "jvm_full_gcs": int(row["FGC"])}
+    except (KeyError, ValueError):
+        return {}
+
+
+def class_histogram(pid: int, path: Path, top: int = 30) -> int | None:
+    """`jcmd GC.class_histogram` (a full collection first): the live heap's bytes; the largest classes to `path`."""
+    out = subprocess.run(["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True, timeout=300).stdout
+    lines = out.splitlines()
+    total = next((line for line in reversed(lines) if line.startswith("Total")), None)
+    path.write_text("\n".join(lines[:top + 3] + ([total] if total else [])) + "\n")
+    return int(total.split()[2]) if total else None
+
+
+def tick_lines(path: Path) -> list[dict]:
+    ticks = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if item.get("event") == "tick":
+            ticks.append(item)
+    return ticks
+
+
+# --- the run -----------------------------------------------------------------------------------------------------
+
+def _request_stop(signum, frame) -> None:
+    global _stop_requested
+    _stop_requested = True
+
+
+def measure(args, stamp: str) -> dict:
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, hist_dir = out_dir / f"serve_hours_{stamp}.csv", WORK / "histograms"
+    hist_dir.mkdir()
+    config = write_config(WORK)
+    env = {**os.environ, "ICEMAINT_IDENTITY": "bench-serve", "DAGSTER_HOME": str(WORK / "state" / "dagster")}
+    stop = WORK / "stop"
+    log(f"writer: {args.tables} tables, a micro-batch into each every {args.writer_every:g}s")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(config), str(args.tables), str(args.writer_every),
+                               str(stop)], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    while not (WORK / "ready").exists():
+        if writer.poll() is not None:
+            raise SystemExit("the writer exited before its tables were ready")
+        time.sleep(0.5)
+    load_before, machine = load_average(), describe_machine()
+    ticks_path, serve_err = WORK / "serve.jsonl", WORK / "serve.stderr"
+    log(f"serve: --interval {args.interval} for {args.duration}; samples every {args.sample_every} into {csv_path}")
+    started, started_utc = time.monotonic(), dt.datetime.now(dt.timezone.utc)
+    with open(ticks_path, "w") as out, open(serve_err, "w") as err:
+        serve = subprocess.Popen([str(Path(sys.executable).parent / "icemaint"), "--config", str(config), "serve",
+                                  "--interval", args.interval, "--json"], cwd=REPO, env=env, stdout=out, stderr=err)
+    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGINT, _request_stop)
+    duration, every = parse_duration(args.duration), parse_duration(args.sample_every)
+    hist_every = parse_duration(args.histogram_every) if args.histogram_every else None
+    samples: list[dict] = []
+    jvm, next_hist = None, started + (hist_every or 0)
+    with open(csv_path, "w", newline="") as f:
+        writer_csv = csv.DictWriter(f, fieldnames=FIELDS)
+        writer_csv.writeheader()
+        next_sample = started
+        while not _stop_requested and time.monotonic() - started < duration and serve.poll() is None:
+            if time.monotonic() < next_sample:
+                time.sleep(min(1.0, next_sample - time.monotonic()))
+                continue
+            next_sample += every
+            jvm = jvm or java_child(serve.pid)
+            ticks = tick_lines(ticks_path)
+            sample: dict = {"utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                            "elapsed_s": round(time.monotonic() - started, 1), "load1": os.getloadavg()[0],
+                            "ticks": len(ticks), "published": sum(t["published"] for t in ticks),
+                            "rss_python": rss(serve.pid), "rss_jvm": rss(jvm), "rss_writer_tree": tree_rss(writer.pid)}
+            if jvm is not None:
+                sample.update(jstat_gc(jvm))
+                if hist_every and time.monotonic() >= next_hist and ticks:
+                    next_hist = time.monotonic() + hist_every
+                    sample["jvm_live"] = class_histogram(jvm, hist_dir / f"histogram_{len(samples):03d}.txt")
+            samples.append(sample)
+            writer_csv.writerow(sample)
+            f.flush()
+            if len(samples) % 10 == 1:
+                log(f"{sample['elapsed_s'] / 60:.0f} min: {len(ticks)} ticks, python "
+                    f"{(sample['rss_python'] or 0) / MiB:.0f} MiB, jvm {(sample['rss_jvm'] or 0) / MiB:.0f} MiB, "
+                    f"heap used {sample.get('jvm_heap_used', 0) / MiB:.0f} MiB, load {sample['load1']:.2f}")
+    exited_early = serve.poll()
+    wall = time.monotonic() - started
+    log("stopping serve (SIGTERM)")
+    term_at = time.monotonic()
+    serve.send_signal(signal.SIGTERM)
+    try:
+        serve_rc = serve.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        serve.kill()
+        serve_rc = None
+    stop_seconds = time.monotonic() - term_at
+    stop.write_text("stop")
+    try:
+        batches = int((writer.communicate(timeout=300)[0] or "0").strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        writer.kill()
+        batches = None
+    ticks = tick_lines(ticks_path)
+    histograms = {p.name: p.read_text() for p in sorted(hist_dir.glob("*.txt"))}
+    return {"samples": samples, "ticks": ticks, "tables": args.tables, "interval": args.interval,
+            "writer_every": args.writer_every, "writer_batches": batches, "duration": args.duration,
+            "wall_seconds": round(wall, 1), "started": started_utc.isoformat(timespec="seconds"),
+            "serve_exited_before_the_end": exited_early, "serve_exit_code_after_sigterm": serve_rc,
+            "serve_stop_seconds": round(stop_seconds, 1), "serve_stderr_tail": serve_err.read_text()[-3000:],
+            "load_before": load_before, "load_after": load_average(), "machine": machine,
+            "csv": str(csv_path.relative_to(REPO)) if csv_path.is_relative_to(REPO) else str(csv_path),
+            "histograms": histograms}
+
+
+# --- the summary -------------------------------------------------------------------------------------------------
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, bytes) points, in MiB per hour."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / var * 3600 / MiB if var else None
+
+
+def summarize(result: dict) -> dict:
+    """Per series: the first sample after warm-up (the first tick done, 10 minutes in), the peak, the end, and the
+    slope per hour over all the warm samples and over their second half."""
+    samples = [s for s in result["samples"] if s.get("ticks")]
+    warm = [s for s in samples if float(s["elapsed_s"]) >= 600] or samples
+    summary: dict = {}
+    for _, key in SERIES:
+        points = [(float(s["elapsed_s"]), float(s[key])) for s in warm if s.get(key) not in (None, "")]
+        if not points:
+            continue
+        summary[key] = {"start": points[0][1], "start_at_s": points[0][0], "peak": max(y for _, y in points),
+                        "end": points[-1][1], "end_at_s": points[-1][0],
+                        "slope_mib_per_hour": slope_per_hour(points),
+                        "slope_mib_per_hour_second_half": slope_per_hour(points[len(points) // 2:])}
+    ticks = result["ticks"]
+    seconds = sorted(t["seconds"] for t in ticks) or [0.0]
+    loads = [float(s["load1"]) for s in result["samples"]]
+    summary["ticks"] = {"count": len(ticks), "published": sum(t["published"] for t in ticks),
+                        "failed": sum(1 for t in ticks if t["failed"]), "jvms": len({t.get("jvm_pid") for t in ticks}),
+                        "median_seconds": seconds[len(seconds) // 2], "max_seconds": seconds[-1]}
+    summary["load1"] = {"min": min(loads, default=None), "median": sorted(loads)[len(loads) // 2] if loads else None,
+                        "max": max(loads, default=None)}
+    return summary
+
+
+def render(result: dict, summary: dict) -> str:
+    m, t = result["machine"], summary["ticks"]
+
+    def mib(x: float | None) -> str:
+        return "-" if x is None else f"{x / MiB:.0f}"
+
+    def slope(x: float | None) -> str:
+        return "-" if x is None else f"{x:+.1f}"
+
+    rows = [f"| {name} | {mib(s['start'])} | {mib(s['peak'])} | {mib(s['end'])} | {slope(s['slope_mib_per_hour'])} "
+            f"| {slope(s['slope_mib_per_hour_second_half'])} |"
+            for name, key in SERIES if (s := summary.get(key))]
+    load = summary["load1"]
+    return "\n".join([
+        SECTION, "",
+        f"- Date: {result['started']} for {result['wall_seconds'] / 60:.0f} minutes; command: `make "
+        f"bench-serve-memory SERVE_MEMORY_ARGS=\"--duration {result['duration']}\"` (benchmarks/serve_hours.py; "
+        f"samples in `{result['csv']}`); machine: {m['cores']} cores, {m['memory_gib']} GiB, {m['cpu_model']}; "
+        f"Python {m['python']}, Spark {m['spark']}, `spark.driver.memory` 1g.",
+        f"- Load: the machine was shared with other work (other sessions' tests and benchmarks) the whole time: load "
+        f"average {result['load_before']} at the start, {result['load_after']} at the end, the 1-minute load "
+        f"{load['min']:.2f}-{load['max']:.2f} (median {load['median']:.2f}) over the samples.",
+        f"- Work: `icemaint serve --interval {result['interval']}` over {result['tables']} streaming tables (3 dates "
+        f"each) a writer process (its own JVM) fed a micro-batch each every {result['writer_every']:g}s "
+        f"({result['writer_batches']} rounds); expiry on (older than 10m, newest 10 kept). {t['count']} ticks, "
+        f"{t['published']} table-dates published, {t['failed']} ticks with a failed run, {t['jvms']} JVM for all; "
+        f"a tick took {t['median_seconds']:.1f}s at the median, {t['max_seconds']:.1f}s at most. SIGTERM at the "
+        f"end: exit code {result['serve_exit_code_after_sigterm']} after {result['serve_stop_seconds']:.1f}s.", "",
+        "Warm samples (from 10 minutes in); slopes are least-squares lines through the samples:", "",
+        "| MiB | start | peak | end | slope per hour | slope per hour, second half |",
+        "|---|---|---|---|---|---|", *rows, ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serve_hours", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", default="90m", help="how long serve runs (default 90m)")
+    parser.add_argument("--sample-every", default="60s")
+    parser.add_argument("--interval", default="45s", help="serve's --interval (default 45s)")
+    parser.add_argument("--tables", type=int, default=3)
+    parser.add_argument("--writer-every", type=float, default=15.0, help="seconds between the writer's rounds")
+    parser.add_argument("--histogram-every", default="15m", help="a JVM class histogram (full GC); '' for none")
+    parser.add_argument("--out-dir", default=str(HERE / "results"))
+    parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="the file whose section is written")
+    parser.add_argument("--from-results", metavar="JSON", help="only render the section from a previous run's JSON")
+    args = parser.parse_args(argv)
+    for name in ("duration", "sample_every", "interval"):
+        try:
+            parse_duration(getattr(args, name))
+        except ValueError as exc:
+            parser.error(f"--{name.replace('_', '-')}: {exc}")
+    if args.from_results:
+        result = json.loads(Path(args.from_results).read_text())
+    else:
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M")
+        result = measure(args, stamp)
+        result["summary"] = summarize(result)
+        (Path(args.out_dir) / f"serve_hours_{stamp}.json").write_text(json.dumps(result, indent=1))
+    summary = result.get("summary") or summarize(result)
+    section = render(result, summary)
+    write_section(Path(args.results), section, SECTION)
+    print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
