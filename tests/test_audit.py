@@ -290,3 +290,22 @@ def test_a_reverted_compaction_holds_its_scope_until_an_approval_or_a_later_comp
     assert reverted_scopes(published + revert + [_at(9, "compact", "run", "2026-01-02", after_snapshot_id=44)]) == {
         "2026-01-01": held["2026-01-01"]}
     assert reverted_scopes(published) == {}
+
+
+def test_one_tables_records_are_those_of_the_whole_log_with_its_name(log):
+    """A table's records read alone equal the whole log's filtered by table: names that contain one another, a
+    reason naming another table, a non-ASCII name, and a call's started marker folded into its decision."""
+    from icemaint.safety.process import ProcessRef
+
+    tables = ["db.t1", "db.t10", "db.t1x", "db.naïve"]
+    for n, table in enumerate(tables * 2):
+        log.append(full_record(table=table, run_id=f"r{n}", reason=f"after {tables[(n + 1) % 4]}: done"))
+    log.append(AuditRecord(table="db.t1", operation="compact", decision="started", reason="started", call_id="c9",
+                           details={"process": ProcessRef.current().to_dict()}))
+    log.append(AuditRecord(table="db.t1", operation="compact", decision="run", reason="done", call_id="c9"))
+    everything = log.records()
+    for table in tables:
+        alone = log.records(table=table)
+        assert alone == [r for r in everything if r.table == table] and alone, table
+    assert [r.decision for r in log.records(table="db.t1")][-1] == "run"
+    assert "started" not in [r.decision for r in log.records(table="db.t1")]

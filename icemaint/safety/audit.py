@@ -246,8 +246,12 @@ class FileAuditLog(AuditLog):
             fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
             data = fh.read()
         stored = []
+        # One table's records: a line that does not even hold the table's name as a JSON string is not parsed (a
+        # decision per table-date reads its table's records; parsing the whole log each time grew with the log).
+        # A call's started marker and its decision name the same table, so the folding below still sees both.
+        needle = json.dumps(table).encode() if table is not None else b""
         for number, raw in enumerate(data.splitlines(), start=1):
-            if not raw.strip():
+            if not raw.strip() or needle not in raw:
                 continue
             try:
                 data = json.loads(raw)
