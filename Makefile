@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-landing bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve bench-serve-memory bench-warm-vs-run bench-warm-profile clean
+.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-landing bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve bench-serve-memory bench-warm-vs-run bench-warm-profile bench-cost clean
 
 setup: $(STAMP)
 
@@ -82,6 +82,9 @@ bench: setup java
 	$(MAKE) --no-print-directory bench-publish
 	$(MAKE) --no-print-directory bench-drift
 	$(MAKE) --no-print-directory bench-landing
+	$(MAKE) --no-print-directory bench-warm-vs-run
+	$(MAKE) --no-print-directory bench-warm-profile
+	$(MAKE) --no-print-directory bench-cost
 	$(MAKE) --no-print-directory bench-plots
 
 # The plots of docs/operations/benchmarks.md (docs/images/bench-*.png), drawn from benchmarks/RESULTS.md's tables.
@@ -140,7 +143,12 @@ bench-serve-memory: setup java
 bench-warm-vs-run: setup java
 	$(BIN)/python -m benchmarks.warm_vs_per_run
 bench-warm-profile: setup java
-	$(BIN)/python -m benchmarks.warm_profile --compare-branch-removal
+	$(BIN)/python -m benchmarks.warm_profile --warm-up 30 --tables 12
+
+# The cost of one proven table-date, warm and cold, beside the peer: a section of benchmarks/RESULTS.md drawn from
+# the newest figures of bench-warm-profile, bench-warm-vs-run and bench-peer (run by `make bench` after them).
+bench-cost: setup
+	$(BIN)/python -m benchmarks.cost_summary
 
 # Column statistics: icemaint's against Iceberg's compute_table_stats, quiet and under a claimless writer (a
 # section of benchmarks/RESULTS.md).

@@ -44,6 +44,7 @@ PEER_PACKAGES = ("iceberg-zamboni==0.7.0", "psycopg2-binary>=2.9")  # the driver
 SECTION = "## Side by side with a peer (iceberg-zamboni)"
 DAY = dt.date(2026, 1, 1)
 TARGET_FILE_BYTES = 128 * 2**20
+WARM_UP = 20  # tables the warm process catches up before its timed work (the estate's shape); --quick: 3
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def check_rows(cat, name: str, expected: int) -> dict:
 
 # -- the two tools -------------------------------------------------------------------------------------
 
-def icemaint_config(root: Path, wh: Path, shared: SharedCatalog | None = None) -> Path:
+def icemaint_config(root: Path, wh: Path, shared: SharedCatalog | None = None, namespace: str = "ice") -> Path:
     import yaml
 
     shared = shared or sqlite_catalog(wh)
@@ -193,15 +194,16 @@ def icemaint_config(root: Path, wh: Path, shared: SharedCatalog | None = None) -
                     "properties": dict(shared.jdbc_properties)},
         "spark": {"master": "local[2]", "conf": {**jars, "spark.ui.enabled": "false",
                                                  "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "3g"}},
-        "state_dir": str(root / "icemaint-state"), "claims": {"backend": "file"}, "audit": {"sink": "file"},
-        "scope": {"include": ["ice.*"], "exclude": []},
+        "state_dir": str(root / ("icemaint-state" if namespace == "ice" else f"icemaint-state-{namespace}")),
+        "claims": {"backend": "file"},
+        "audit": {"sink": "file"}, "scope": {"include": [f"{namespace}.*"], "exclude": []},
         # Like for like with the peer's `--operations compact`: our tick would also rewrite the manifests the
         # appends left (the retention sensor), which the peer does not do.
         "defaults": {"writer_idle": "0s", "hot_partition_age": "0s", "claim_wait": "0s",
                      "target_file_size_bytes": "128MiB", "min_input_files": 2, "max_rewrite_bytes": "100GiB",
                      "allowed_operations": ["compact"]},
     }
-    path = root / "icemaint.yaml"
+    path = root / ("icemaint.yaml" if namespace == "ice" else f"icemaint-{namespace}.yaml")
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -249,6 +251,23 @@ def run_icemaint(root: Path, config: Path, shape: Shape, names: list[str], share
     return {"seconds": seconds, "runs": sum(1 for d in runs if d.get("published")), "ticks": len(reports)}
 
 
+def run_icemaint_warm(root: Path, wh: Path, shape: Shape, names: list[str], shared: SharedCatalog,
+                      warm_up: int) -> dict:
+    """The same work on the warm copy, in a process that has first caught up `warm_up` other tables
+    (benchmarks/peer_warm.py): `serve`'s engine after its first ticks."""
+    env = {**os.environ, **shared.env, "DAGSTER_HOME": str(root / "dagster-warm"), "ICEMAINT_IDENTITY": "benchmark"}
+    Path(env["DAGSTER_HOME"]).mkdir(exist_ok=True)
+    what = ["--estate"] if shape.tables > 1 else ["--table", names[0]]
+    config = icemaint_config(root, wh, shared, "icw")
+    _, proc = timed([sys.executable, "-m", "benchmarks.peer_warm", str(config), "--date", DAY.isoformat(),
+                     "--warm-up", str(warm_up), *what], {**env, "PYTHONPATH": str(REPO)},
+                    root / f"{shape.name}-icemaint-warm.log")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result["runs"] != shape.tables:
+        raise RuntimeError(f"[{shape.name}] the warm process published {result['runs']} of {shape.tables} tables")
+    return result
+
+
 def run_zamboni(root: Path, zamboni: Path, wh: Path, shape: Shape, names: list[str], shared: SharedCatalog) -> dict:
     env = {**os.environ, "ZAMBONI_LOCAL_WAREHOUSE": str(wh), "ZAMBONI_ROOT": str(root / "zamboni-root"),
            "ZAMBONI_CACHE_DIR": str(root / "zamboni-cache")}
@@ -270,7 +289,7 @@ def run_zamboni(root: Path, zamboni: Path, wh: Path, shape: Shape, names: list[s
 
 # -- one shape ------------------------------------------------------------------------------------------
 
-def run_shape(shape: Shape, zamboni: Path, server=None) -> dict:
+def run_shape(shape: Shape, zamboni: Path, server=None, warm_up: int = WARM_UP) -> dict:
     """One shape on a fresh shared catalog: a database of its own on `server` (PostgreSQL), else SQLite."""
     root = WORK / shape.name
     if root.exists():
@@ -279,40 +298,48 @@ def run_shape(shape: Shape, zamboni: Path, server=None) -> dict:
     wh.mkdir(parents=True)
     with (postgres_catalog(server, f"peer_{shape.name}") if server is not None
           else contextlib.nullcontext(sqlite_catalog(wh))) as shared:
-        return _run_shape(shape, zamboni, root, wh, shared)
+        return _run_shape(shape, zamboni, root, wh, shared, warm_up)
 
 
-def _run_shape(shape: Shape, zamboni: Path, root: Path, wh: Path, shared: SharedCatalog) -> dict:
+def _run_shape(shape: Shape, zamboni: Path, root: Path, wh: Path, shared: SharedCatalog, warm_up: int) -> dict:
     cat = catalog(wh, shared)
     cat.create_namespace("ice")
     cat.create_namespace("zam")
+    cat.create_namespace("icw")
     ours = [f"ice.t{i:03d}" for i in range(shape.tables)]
+    warm = [f"icw.t{i:03d}" for i in range(shape.tables)]
     theirs = [f"zam.t{i:03d}" for i in range(shape.tables)]
     expected = shape.files * shape.rows_per_file
-    log(f"[{shape.name}] writing {2 * shape.tables} tables: {shape.what}")
+    log(f"[{shape.name}] writing {3 * shape.tables} tables: {shape.what}")
     started = time.perf_counter()
-    for mine, peer in zip(ours, theirs):
-        write_copies(cat, [mine, peer], shape)
+    for copies in zip(ours, warm, theirs):
+        write_copies(cat, list(copies), shape)
     write_seconds = time.perf_counter() - started
     config = icemaint_config(root, wh, shared)
     log(f"[{shape.name}] {ready_class_archive(config, {**os.environ, **shared.env})}")
     log(f"[{shape.name}] icemaint")
     ice = run_icemaint(root, config, shape, ours, shared)
+    log(f"[{shape.name}] icemaint, warm (after {warm_up} other tables in the same process)")
+    ice_warm = run_icemaint_warm(root, wh, shape, warm, shared, warm_up)
     log(f"[{shape.name}] zamboni")
     zam = run_zamboni(root, zamboni, wh, shape, theirs, shared)
-    log(f"[{shape.name}] checking every row of both copies with pyiceberg")
+    log(f"[{shape.name}] checking every row of the three copies with pyiceberg")
     checks = {"icemaint": [check_rows(cat, n, expected) for n in ours],
+              "icemaint_warm": [check_rows(cat, n, expected) for n in warm],
               "zamboni": [check_rows(cat, n, expected) for n in theirs]}
     for tool, results in checks.items():
         bad = [r for r in results if not r["ok"]]
         if bad:
             raise RuntimeError(f"[{shape.name}] {tool}: rows differ from what was written: {bad[:2]}")
     result = {"shape": shape.__dict__, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "catalog": shared.kind, "write_seconds": round(write_seconds, 1), "icemaint": ice, "zamboni": zam,
+              "catalog": shared.kind, "write_seconds": round(write_seconds, 1), "icemaint": ice,
+              "icemaint_warm": ice_warm, "zamboni": zam,
               "files_after": {tool: sorted({r["data_files"] for r in results}) for tool, results in checks.items()},
-              "rows_checked": expected * shape.tables * 2,
-              "ratio": round(ice["seconds"] / zam["seconds"], 2) if zam["seconds"] else None}
-    log(f"[{shape.name}] icemaint {ice['seconds']:.1f} s, zamboni {zam['seconds']:.1f} s: {result['ratio']}x")
+              "rows_checked": expected * shape.tables * 3,
+              "ratio": round(ice["seconds"] / zam["seconds"], 2) if zam["seconds"] else None,
+              "warm_ratio": round(ice_warm["seconds"] / zam["seconds"], 2) if zam["seconds"] else None}
+    log(f"[{shape.name}] icemaint {ice['seconds']:.1f} s (warm {ice_warm['seconds']:.1f} s), zamboni "
+        f"{zam['seconds']:.1f} s: {result['ratio']}x (warm {result['warm_ratio']}x)")
     return result
 
 
@@ -390,6 +417,11 @@ def _catalogs(shapes: list[dict]) -> str:
     return "; ".join(f"{', '.join(names)}: {CATALOGS[kind]}" for kind, names in kinds.items())
 
 
+def _warm_ups(shapes: list[dict]) -> str:
+    counts = sorted({r["icemaint_warm"]["warm_up_tables"] for r in shapes if r.get("icemaint_warm")})
+    return " or ".join(str(n) for n in counts) or str(WARM_UP)
+
+
 def render(results: dict) -> str:
     order = list(FULL)
     shapes = sorted(results["shapes"], key=lambda r: order.index(r["shape"]["name"]) if r["shape"]["name"] in order
@@ -397,10 +429,18 @@ def render(results: dict) -> str:
     rows = []
     for r in shapes:
         shape, target = r["shape"], TARGETS.get(r["shape"]["name"])
-        verdict = "-" if target is None else ("met" if r["ratio"] <= target else "**missed**")
-        rows.append(f"| {shape['what']} | {r['icemaint']['seconds']:.1f} s | {r['zamboni']['seconds']:.1f} s | "
-                    f"{r['ratio']:.2f}x | {'-' if target is None else f'<= {target}x'} | {verdict} | "
-                    f"{r['files_after']['icemaint']} / {r['files_after']['zamboni']} |")
+        warm = r.get("icemaint_warm")  # results from before the warm process carry none
+
+        def verdict(ratio: float | None) -> str:
+            return "-" if target is None or ratio is None else ("met" if ratio <= target else "**missed**")
+
+        warm_seconds = f"{warm['seconds']:.1f} s" if warm else "-"
+        warm_ratio = f"{r['warm_ratio']:.2f}x" if warm else "-"
+        rows.append(f"| {shape['what']} | {r['icemaint']['seconds']:.1f} s | {warm_seconds} | "
+                    f"{r['zamboni']['seconds']:.1f} s | {r['ratio']:.2f}x | {warm_ratio} | "
+                    f"{'-' if target is None else f'<= {target}x'} | {verdict(r['ratio'])} / "
+                    f"{verdict(r.get('warm_ratio'))} | {r['files_after']['icemaint']} / "
+                    f"{r['files_after']['zamboni']} |")
     lines = [SECTION, "", f"- Date: {results['date']}; command: `{results['command']}` (a shape measured by an "
              "earlier command of the same kind says when, in its line); machine: "
              f"{results['machine']}; load average at the start {results['load_start']}, at the end "
@@ -413,10 +453,15 @@ def render(results: dict) -> str:
              "JVM maps Spark's classes from the archive this machine records for them (`spark.class_archive`); it is "
              "recorded before the first timed run, as a deployment's is by its second session.",
              f"- One catalog for both ({_catalogs(shapes)}); identical copies written by pyiceberg; after the "
-             f"runs pyiceberg read every row of both copies ({sum(r['rows_checked'] for r in results['shapes']):,} "
+             f"runs pyiceberg read every row of every copy ({sum(r['rows_checked'] for r in results['shapes']):,} "
              "rows): every id once, every column as written. One run each, the two tools one after the other.",
-             "", "| shape | icemaint | zamboni | icemaint / zamboni | target | verdict | data files after (ours / "
-             "theirs) |", "|---|---|---|---|---|---|---|", *rows, ""]
+             f"- *Warm*: the same work on a third copy, in a process that first caught up {_warm_ups(shapes)} other tables of "
+             "the estate's shape (benchmarks/peer_warm.py, untimed): `icemaint serve`'s engine after its first "
+             "ticks, one JVM and Dagster instance for all its runs (docs/operations/serve.md). The estate warm is "
+             "the tick's loop in that process; a single date warm is `icemaint compact`'s run in it.",
+             "", "| shape | icemaint, a fresh process | icemaint, warm | zamboni | fresh / zamboni | warm / zamboni "
+             "| target | verdict (fresh / warm) | data files after (ours / theirs) |",
+             "|---|---|---|---|---|---|---|---|---|", *rows, ""]
     for r in shapes:
         name = r["shape"]["name"]
         target = TARGETS.get(name)
@@ -483,11 +528,14 @@ def main(argv: list[str] | None = None) -> int:
     with postgres_server() if args.catalog == "postgres" else contextlib.nullcontext() as server:
         for n in names:  # the figures so far are saved after each shape: a long run stopped early keeps them
             results["shapes"] = [r for r in results["shapes"] if r["shape"]["name"] != n] + [
-                run_shape(mode[n], zamboni, server)]
+                run_shape(mode[n], zamboni, server, 3 if args.quick else WARM_UP)]
             results["load_end"] = load_average()
             (WORK / "results.json").write_text(json.dumps(results, indent=1, default=str))
     write_section(Path(args.out), render(results), SECTION)
     log(f"wrote {args.out} ({SECTION[3:]})")
+    kept = HERE / "results" / f"peer_{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M}.json"  # benchmarks.cost_summary
+    kept.parent.mkdir(exist_ok=True)
+    kept.write_text(json.dumps(results, indent=1, default=str))
     return 0
 
 

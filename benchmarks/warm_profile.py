@@ -182,15 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up", type=int, default=4)
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--rows", type=int, default=100)
-    parser.add_argument("--json", metavar="OUT", help="write the raw figures here")
+    parser.add_argument("--json", metavar="OUT", help="write the raw figures here (default benchmarks/results/)")
     parser.add_argument("--compare-branch-removal", action="store_true",
                         help="alternate the staging branch's removal in the publish's swap with a commit of its own")
     parser.add_argument("--from-results", metavar="JSON")
     parser.add_argument("--seed", metavar="DIR", help="copy this estate (a directory holding `wh`) instead of building")
     args = parser.parse_args(argv)
     result = json.loads(Path(args.from_results).read_text()) if args.from_results else measure(args)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+    if not args.from_results:  # benchmarks.cost_summary reads the newest
+        stamp = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M}"
+        out = Path(args.json) if args.json else HERE / "results" / f"warm_profile_{stamp}.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(result, indent=1))
     print(render(result))
     return 0
 

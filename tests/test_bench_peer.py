@@ -56,3 +56,35 @@ def test_a_database_name_that_is_not_a_plain_identifier_is_refused_before_the_se
     with pytest.raises(ValueError, match="lower-case letters"):
         with postgres_catalog(server, "peer; DROP DATABASE x"):
             pass
+
+
+def test_the_report_puts_the_warm_process_beside_the_fresh_one_and_judges_each_against_the_target():
+    estate = shape_result("estate_100", 60.0, 20.0, "postgres")
+    estate["icemaint_warm"] = {"seconds": 30.0, "runs": 100, "warm_up_tables": 20}
+    estate["warm_ratio"] = 1.5
+    text = report(estate, shape_result("files_100", 4.0, 2.0, "postgres"))
+    [row] = [line for line in text.splitlines() if line.startswith("| shape estate_100 |")]
+    assert row.split(" | ")[1:6] == ["60.0 s", "30.0 s", "20.0 s", "3.00x", "1.50x"]
+    assert "**missed** / met" in row  # fresh 3.0x and warm 1.5x against the estate's 2.0x
+    [plain] = [line for line in text.splitlines() if line.startswith("| shape files_100 |")]
+    assert plain.split(" | ")[2] == "-"  # a shape measured before the warm process has no warm figure
+    assert "caught up 20 other tables" in text
+
+
+def test_the_cost_summary_draws_the_newest_figures_of_each_benchmark_and_names_a_missing_one(tmp_path):
+    import json
+
+    from benchmarks.cost_summary import SECTION, render as render_cost
+
+    parts = {"contract (Compactor.run)": 0.4, "Dagster run (runner.compact)": 0.9,
+             "Spark's write (with the fed digest)": 0.1, "after side's read (digest)": 0.08}
+    profile = {"when": "2026-11-29T05:00+00:00", "warm_up": 30, "files": 100, "rows_per_file": 100,
+               "rows": [{"published": True, "load1": 1.0, "parts": parts}]}
+    old = {**profile, "rows": [{"published": True, "load1": 1.0, "parts": {**parts, "contract (Compactor.run)": 0.1}}]}
+    (tmp_path / "warm_profile_20261129T0400.json").write_text(json.dumps(old))
+    (tmp_path / "warm_profile_20261129T0500.json").write_text(json.dumps(profile))
+    text = render_cost(tmp_path)
+    assert text.startswith(SECTION)
+    assert "warm_profile_20261129T0500.json" in text and "the contract 400 ms" in text and "**missed**" in text
+    assert "| Spark's write of the staged files | 100 ms | 25% |" in text
+    assert "No `warm_vs_per_run_*.json`" in text and "No `peer_*.json`" in text
