@@ -36,7 +36,8 @@ from icemaint.engine.delete_staging import plan_position_deletes, stage_position
 from icemaint.engine.java import drop_interrupted_call, dropping_interrupted_call, is_interrupt
 from icemaint.engine.validation import ValidationResult
 from icemaint.operations.outcomes import GroupVerdict, ReadEvidence, RunProof, StagedGroup
-from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
+from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, StagedRewrite, StagingArea
+from icemaint.engine.staging_errors import PublishConflict
 from icemaint.errors import OperationalError
 
 log = logging.getLogger(__name__)
