@@ -21,9 +21,10 @@ from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractOperation, ContractRun
 from icemaint.safety import interrupts
 from icemaint.safety.approvals import held_runs, is_approved, reverted_scopes
-from icemaint.domain.decisions import AUTOMATIC_TRIGGERS, DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, \
-    Operation, ReasonKind, choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, \
-    measured_throughput
+from icemaint.domain.decisions import (Decision, Gates, choose_partitions, decide_compaction, decide_layout_compaction,
+                                       measured_throughput)
+from icemaint.domain.verdicts import (AUTOMATIC_TRIGGERS, DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Operation,
+                                      ReasonKind, launched_by_a_person)
 from icemaint.domain.drift import LayoutTarget
 from icemaint.domain.layout import describe_all, partition_key, partitions_of
 from icemaint.domain.health import TableHealth

@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from icemaint.domain.decisions import DEFER, NOT_PUBLISHED, REFUSE, RUN, Operation
+from icemaint.domain.verdicts import DEFER, NOT_PUBLISHED, REFUSE, RUN, Operation
 from icemaint.domain.names import TableName
 from icemaint.operations.contract import ContractOperation, ContractRun
 from icemaint.operations.outcomes import RunProof
