@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import RUN
+from icemaint.domain.verdicts import RUN
 from icemaint.observe.catalog import CatalogReader
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import DateScope

@@ -12,7 +12,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
 )
 
 from icemaint.operations.compaction import CompactionOutcome, CompactionRequest, Compactor
-from icemaint.domain.decisions import NOOP, NOT_PUBLISHED, RUN
+from icemaint.domain.verdicts import NOOP, NOT_PUBLISHED, RUN
 from icemaint.engine.validation import READ_COMPLETENESS, ROW_COUNT_PARITY
 from maint_assets.health import table_health
 from maint_assets.metadata import as_json, materializes, numeric, partition_error, report_outcome, run_failure

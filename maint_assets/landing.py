@@ -8,7 +8,7 @@ observation; a refusal observes and fails naming the policy.
 
 import dagster as dg
 
-from icemaint.domain.decisions import NOT_PUBLISHED, RUN
+from icemaint.domain.verdicts import NOT_PUBLISHED, RUN
 from icemaint.domain.units import human_size
 from icemaint.operations.ingest import IngestRequest, Ingestor
 from maint_assets.metadata import as_json, materializes, report_outcome, run_failure

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import dagster as dg
 
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, launched_by_a_person
+from icemaint.domain.verdicts import DEFER, NOOP, REFUSE, launched_by_a_person
 from icemaint.domain.units import human_duration, human_size
 from icemaint.errors import one_line
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 import dagster as dg
 
-from icemaint.domain.decisions import AGENT_TRIGGER
+from icemaint.domain.verdicts import AGENT_TRIGGER
 
 TABLE_DIMENSION = "table"
 DATE_DIMENSION = "date"

@@ -13,7 +13,7 @@ from icemaint.safety.audit import AuditRecord
 from icemaint.safety.health_store import HealthStore
 from icemaint.domain.health_summary import summarize_health, summarize_screened
 from icemaint.domain.screen import Screened
-from icemaint.domain.decisions import DEFER, REFUSE
+from icemaint.domain.verdicts import DEFER, REFUSE
 from icemaint.domain.tick import KeptHealths, date_batches, decode_cursor, encode_cursor, plan_compaction_tick, \
     table_batches
 from maint_assets.compaction import BACKFILL_DATES_PER_RUN, PARTITIONS_PER_RUN

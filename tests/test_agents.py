@@ -11,7 +11,8 @@ from icemaint.config import parse_config
 from icemaint.config.parse import ConfigError
 from icemaint.domain.agents import IN_PROCESS, QUEUED, AgentSpec, PastRequest, launch_mode, operation_refusal, \
     permissions, request_limit_refusal, rewrite_budget_refusal, usage
-from icemaint.domain.decisions import AGENT_TRIGGER, AUTOMATIC_TRIGGERS, REFUSE, launched_by_a_person, refusal_for
+from icemaint.domain.decisions import refusal_for
+from icemaint.domain.verdicts import AGENT_TRIGGER, AUTOMATIC_TRIGGERS, REFUSE, launched_by_a_person
 from icemaint.domain.policy import PolicyError, TablePolicy, apply_overrides
 
 NOW = dt.datetime(2026, 11, 28, 12, 0, tzinfo=dt.timezone.utc)
@@ -56,7 +57,8 @@ def test_the_compaction_decision_refuses_an_agent_the_policy_gives_nothing():
     from dataclasses import replace
 
     from test_decisions import DAY, NOW as DNOW, POLICY, SMALL3, health
-    from icemaint.domain.decisions import RUN, Gates, decide_compaction
+    from icemaint.domain.decisions import Gates, decide_compaction
+    from icemaint.domain.verdicts import RUN
 
     h = health(SMALL3)
     agent = Gates(now=DNOW, identity="bot", trigger=AGENT_TRIGGER)

@@ -15,7 +15,8 @@ from conftest import run_cli, write_config
 from icemaint.app.cli import build_parser
 from icemaint.app.cli_estate import audit_header
 from icemaint.app.cli_help import COMMANDS
-from icemaint.domain.decisions import Decision, ReasonKind, Verdict
+from icemaint.domain.decisions import Decision
+from icemaint.domain.verdicts import ReasonKind, Verdict
 from icemaint.domain.hints import decision_hint, hint
 from icemaint.safety.audit import AuditRecord, open_audit
 from icemaint.config import load_config

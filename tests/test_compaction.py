@@ -399,13 +399,13 @@ def test_a_sort_the_rows_cannot_take_fails_before_the_staging_branch(spark, lake
                                                                       monkeypatch):
     """Planning the rows to write (read, digest, order) comes before the branch: a failure there (injected: an
     ORDER BY Spark cannot resolve) leaves the table's metadata as it was, no branch behind."""
-    import icemaint.domain.rewrite_plan
+    import icemaint.engine.relayout
     from conftest import make_config
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"),
                          tables={untouched.key: {"strategy": "sort", "sort_order": "event_id"}})
     location = CatalogReader(config).metadata_location(untouched.key)
-    monkeypatch.setattr(icemaint.domain.rewrite_plan, "order_by_sql", lambda keys: "`no_such_column` ASC")
+    monkeypatch.setattr(icemaint.engine.relayout, "order_by_sql", lambda keys: "`no_such_column` ASC")
     with pytest.raises(Exception, match="no_such_column"):
         compactor(config, spark).run(CompactionRequest(untouched.key, DATE))
     assert open_audit(config).records(table=untouched.key)[-1].decision == "failed"

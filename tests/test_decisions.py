@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from icemaint.domain.decisions import (DEFAULT_REWRITE_BYTES_PER_SECOND, DEFER, NOOP, REFUSE, RUN, Decision, Gates,
-                                decide_compaction, decide_table_compactions, measured_throughput,
-                                rank_within_budget)
+from icemaint.domain.decisions import (DEFAULT_REWRITE_BYTES_PER_SECOND, Decision, Gates, decide_compaction,
+                                       decide_table_compactions, measured_throughput, rank_within_budget)
+from icemaint.domain.verdicts import DEFER, NOOP, REFUSE, RUN
 from icemaint.domain.health import FileEntry, SnapshotEntry, compute_health, last_writer_commit
 from icemaint.domain.policy import TablePolicy
 
@@ -450,7 +450,7 @@ def test_an_unusable_policy_time_column_is_refused_with_its_reason_not_compacted
 
 
 def test_a_position_delete_rewrite_has_its_own_kind_cost_and_no_place_on_bound_dated_tables():
-    from icemaint.domain.decisions import ReasonKind
+    from icemaint.domain.verdicts import ReasonKind
 
     files = data(2, 4 * MiB, records=10000) + deletes(5, n=12)
     decision = decide_compaction(health(files), DAY, POLICY, Gates(now=NOW, identity="m"))
@@ -473,7 +473,7 @@ def test_a_sort_order_that_does_not_fit_refuses_data_rewrites_only():
     """A policy sort order naming no column refuses a date whose data files are rewritten (it would fail the run),
     and leaves a merge of position deletes alone, which sorts nothing; the same for a table without dates."""
     from dataclasses import replace as with_
-    from icemaint.domain.decisions import ReasonKind
+    from icemaint.domain.verdicts import ReasonKind
 
     problem = "policy sort_order column 'nope' is not a column of the table (id, ts)"
     gates = Gates(now=NOW, identity="m")

@@ -7,7 +7,8 @@ import datetime as dt
 
 import pytest
 
-from icemaint.domain.decisions import NOOP, REFUSE, RUN, DEFER, Gates, ReasonKind, decide_compaction
+from icemaint.domain.decisions import Gates, decide_compaction
+from icemaint.domain.verdicts import NOOP, REFUSE, RUN, DEFER, ReasonKind
 from icemaint.domain.drift import LayoutTarget, drift_line
 from icemaint.domain.health import FileEntry, SnapshotEntry, compute_health
 from icemaint.domain.policy import PolicyError, TablePolicy, apply_overrides

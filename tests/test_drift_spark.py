@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from icemaint.domain.decisions import RUN, Gates, ReasonKind, decide_compaction
+from icemaint.domain.decisions import Gates, decide_compaction
+from icemaint.domain.verdicts import RUN, ReasonKind
 from icemaint.domain.names import TableName
 from icemaint.observe.catalog import CatalogReader
 

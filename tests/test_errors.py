@@ -26,7 +26,7 @@ def _classes():
     from icemaint.engine.retention import RetentionCommitUnknown, RetentionConflict
     from icemaint.engine.revert import RevertRefused
     from icemaint.engine.spark_session import JavaMissing, PackagesUnresolved, SparkDidNotStart, UnsupportedIceberg
-    from icemaint.engine.staging import PublishConflict, PublishStateUnknown, StagingError
+    from icemaint.engine.staging_errors import PublishConflict, PublishStateUnknown, StagingError
     from icemaint.engine.statistics import StatisticsSnapshotGone
     from icemaint.engine.validation import ValidationError
     from icemaint.observe.catalog import CatalogDenied, CatalogUnavailable, TableNotFound, WarehouseMissing

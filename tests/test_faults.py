@@ -200,6 +200,7 @@ def test_a_staging_branch_change_is_retried_when_a_writer_committed_first(spark,
     the table and committing the ref change (CI saw `CommitFailedException: Table metadata refresh is
     required` turn a deferred conflict into a failed run), the change is retried on the fresh table."""
     from icemaint.domain.names import TableName
+    from icemaint.engine.commits import commit_ref_change
     from icemaint.engine.staging import StagingArea
 
     name = TableName.parse(table_name)
@@ -216,7 +217,7 @@ def test_a_staging_branch_change_is_retried_when_a_writer_committed_first(spark,
         calls.append(1)
         return update
 
-    staging._ref_commit(change)
+    commit_ref_change(staging.table, change)
     refs = {r[0]: r[1] for r in spark.sql(f"SELECT name, snapshot_id FROM {sql}.refs").collect()}
     assert len(calls) == 2 and refs["icemaint_stage_retry_0"] == head
     staging.discard("icemaint_stage_retry_0")

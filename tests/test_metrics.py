@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from icemaint.app.metrics_server import EstateExposition, build_registry, make_metrics_server
 from icemaint.config import parse_config
 from icemaint.domain.audit_tally import AuditTally, reason_kind
-from icemaint.domain.decisions import DEFER, NOOP, Decision, ReasonKind
+from icemaint.domain.decisions import Decision
+from icemaint.domain.verdicts import DEFER, NOOP, ReasonKind
 from icemaint.domain.health_summary import HealthSummary, summarize_health
 from icemaint.safety.audit import AuditRecord, FileAuditLog
 from icemaint.safety.audit_tail import FileAuditTail

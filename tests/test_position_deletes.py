@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from icemaint.domain.decisions import ReasonKind
+from icemaint.domain.verdicts import ReasonKind
 from icemaint.domain.names import TableName
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.compaction import CompactionRequest

@@ -19,7 +19,8 @@ import pytest
 
 from conftest import make_config
 from icemaint.app.instance import ensure_dagster_home
-from icemaint.domain.decisions import RUN, Decision
+from icemaint.domain.decisions import Decision
+from icemaint.domain.verdicts import RUN
 from icemaint.domain.tick import table_batches
 from maint_assets.partitions import (
     RANGE_END_TAG, RANGE_START_TAG, SLOT_TAG_PREFIX, TABLE_SLOTS, TABLE_TAG, TABLES_TAG, range_tables, slot_tag,

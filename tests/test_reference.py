@@ -14,7 +14,7 @@ from icemaint.config import parse_config
 from icemaint.config.parse import ConfigError
 from icemaint.config.keys import CONFIG_KEYS
 from icemaint.domain import glossary
-from icemaint.domain.decisions import Operation, ReasonKind, Verdict
+from icemaint.domain.verdicts import Operation, ReasonKind, Verdict
 from icemaint.domain.policy import POLICY_KEY_DOCS, POLICY_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,8 @@ from icemaint.domain.names import TableName
 from icemaint.engine.manifests import rewrite_manifests
 from icemaint.engine.retention import COMMIT_TOKEN_KEY, read_snapshots
 from icemaint.engine.spark_session import iceberg_table
-from icemaint.engine.staging import RUN_ID_KEY, java_exception_class
+from icemaint.engine.java import java_exception_class
+from icemaint.engine.staging import RUN_ID_KEY
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.expiry import ExpiryRequest
 from icemaint.operations.housekeeping import Housekeeper

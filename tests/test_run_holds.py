@@ -13,7 +13,8 @@ import datetime as dt
 import pytest
 
 from icemaint.config import parse_config
-from icemaint.domain.decisions import DEFER, RUN, Gates, ReasonKind, decide_compaction
+from icemaint.domain.decisions import Gates, decide_compaction
+from icemaint.domain.verdicts import DEFER, RUN, ReasonKind
 from icemaint.domain.health import FileEntry, SnapshotEntry, compute_health
 from icemaint.domain.tick import RECHECK_AFTER_RUN_SECONDS, RECHECK_APPROVAL_SECONDS, plan_compaction_tick
 from icemaint.safety.approvals import MAX_FAILED_RUNS, held_runs

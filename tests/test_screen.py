@@ -12,7 +12,8 @@ import datetime as dt
 import pytest
 
 from icemaint.config import parse_config
-from icemaint.domain.decisions import NOOP, REFUSE, RUN, Gates, decide_table_compactions
+from icemaint.domain.decisions import Gates, decide_table_compactions
+from icemaint.domain.verdicts import NOOP, REFUSE, RUN
 from icemaint.domain.screen import ManifestSummary, Screened, most_files_on_one_date, screen_compaction
 from icemaint.domain.tick import plan_compaction_tick
 from icemaint.observe.catalog import CatalogReader

@@ -330,7 +330,8 @@ def test_run_requests_batch_a_tables_consecutive_dates_and_keep_the_rest_single(
     own requests, a single date still carrying the snapshot it was planned on. In the tick's rank order."""
     from types import SimpleNamespace
 
-    from icemaint.domain.decisions import RUN, Decision
+    from icemaint.domain.decisions import Decision
+    from icemaint.domain.verdicts import RUN
     from sensors.compaction import compaction_run_requests
 
     def run(table, date, snapshot):
@@ -356,7 +357,8 @@ def test_run_requests_join_neighbouring_tables_due_on_the_same_dates():
     runs at once, never two tables of one queue slot in a run; the key changes with any table's snapshot."""
     from types import SimpleNamespace
 
-    from icemaint.domain.decisions import RUN, Decision
+    from icemaint.domain.decisions import Decision
+    from icemaint.domain.verdicts import RUN
     from maint_assets.partitions import SLOT_TAG_PREFIX, TABLES_TAG, slot_tags, table_slot, tables_of
     from sensors.compaction import compaction_run_requests
 

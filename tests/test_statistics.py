@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from conftest import make_config
-from icemaint.domain.decisions import NOOP, REFUSE, RUN, ReasonKind
+from icemaint.domain.verdicts import NOOP, REFUSE, RUN, ReasonKind
 from icemaint.domain.names import TableName
 from icemaint.domain.policy import PolicyError, TablePolicy, apply_overrides
 from icemaint.domain.retention_tick import STATISTICS, RetentionSignals, decide_retention

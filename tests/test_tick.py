@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from icemaint.config import parse_config
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN
+from icemaint.domain.verdicts import DEFER, NOOP, REFUSE, RUN
 from icemaint.domain.health import FileEntry, SnapshotEntry, compute_health
 from icemaint.domain.tick import (RECHECK_AFTER_RUN_SECONDS, RECHECK_APPROVAL_SECONDS, RECHECK_CLAIM_BUSY_SECONDS,
                            KeptHealths, TableCursor, decode_cursor, encode_cursor, plan_compaction_tick)

@@ -27,8 +27,8 @@ from icemaint.config import MaintenanceConfig
 from icemaint.config.catalog import is_secret_property
 from icemaint.domain.agents import AGENT_REASON_KEY, AGENT_REQUEST_KEY, IN_PROCESS, QUEUED, RATE_LIMITED, AgentSpec, \
     LaunchMode, PastRequest, operation_refusal, permissions, request_limit_refusal, rewrite_budget_refusal, usage
-from icemaint.domain.decisions import AGENT_TRIGGER, NOOP, RUN, Decision, Gates, decide_with_approvals, \
-    measured_throughput
+from icemaint.domain.decisions import Decision, Gates, decide_with_approvals, measured_throughput
+from icemaint.domain.verdicts import AGENT_TRIGGER, NOOP, RUN
 from icemaint.domain.masking import MASK, mask_credentials
 from icemaint.domain.names import TableName
 from icemaint.domain.scope import parse_date, period_start, span_of

@@ -19,7 +19,7 @@ from icemaint.errors import UsageError
 def cmd_audit(config: MaintenanceConfig, args) -> int:
     from icemaint.safety.audit import open_audit
 
-    from icemaint.domain.decisions import Operation
+    from icemaint.domain.verdicts import Operation
 
     if args.table is not None:
         args.table = TableName.parse(args.table).key

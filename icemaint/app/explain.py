@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import (DEFER, REFUSE, Decision, Gates, ReasonKind, decide_table_compactions, measured_throughput,
-                                       partition_due, position_deletes_maintained, refusal_for)
+from icemaint.domain.decisions import (Decision, Gates, decide_table_compactions, measured_throughput, partition_due,
+                                       position_deletes_maintained, refusal_for)
+from icemaint.domain.verdicts import DEFER, REFUSE, ReasonKind
 from icemaint.domain.hints import hint
 from icemaint.domain.health import TableHealth
 from icemaint.domain.names import TableName

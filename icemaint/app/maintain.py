@@ -20,7 +20,8 @@ import datetime as dt
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from icemaint.domain.decisions import DEFER, REFUSE, RUN, Gates, ReasonKind, decide_with_approvals
+from icemaint.domain.decisions import Gates, decide_with_approvals
+from icemaint.domain.verdicts import DEFER, REFUSE, RUN, ReasonKind
 from icemaint.domain.hints import hint
 
 # Outcomes after which the pass goes on; anything else stops it (a failed proof, a refusal, an error).

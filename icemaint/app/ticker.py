@@ -13,7 +13,7 @@ from pathlib import Path
 
 from icemaint.app.instance import allow_runs_in_threads
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE, RUN
+from icemaint.domain.verdicts import DEFER, FAILED, NOOP, NOT_PUBLISHED, REFUSE, RUN
 from icemaint.domain.hints import hint
 from icemaint.domain.units import counted
 from icemaint.domain.tick import KeptHealths, date_batches, encode_cursor, table_batches, table_lanes

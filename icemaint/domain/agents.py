@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from icemaint.domain.decisions import AGENT_TRIGGER, refusal_for
+from icemaint.domain.decisions import refusal_for
+from icemaint.domain.verdicts import AGENT_TRIGGER
 from icemaint.domain.policy import AGENT_OPERATIONS, OPERATIONS, TablePolicy
 from icemaint.domain.units import counted, human_size
 

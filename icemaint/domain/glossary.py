@@ -6,7 +6,7 @@ The docs site's audit reference is generated from these tables and the enums the
 
 from __future__ import annotations
 
-from icemaint.domain.decisions import Operation, ReasonKind, Verdict
+from icemaint.domain.verdicts import Operation, ReasonKind, Verdict
 
 VERDICTS: dict[Verdict, str] = {
     Verdict.RUN: "the operation is due and allowed, and ran (or, in a dry run, would run)",

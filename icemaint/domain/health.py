@@ -487,6 +487,6 @@ def rewrite_drift(kinds: tuple[str, ...], sort_order_id: int | None) -> bool:
     """Whether a file's drift (`file_drift`) is worth a rewrite: an old spec, oversized, or not in the table's sort
     order. A file that records no order (0) on a sorted table counts: Iceberg's Spark writers before 1.11 record none
     even when they sort (apache/iceberg#13634), so it cannot be told from a file written before the order was added;
-    the layout rewrite sorts by the table's order and records it on its files (`engine.staging`), so a date is
+    the layout rewrite sorts by the table's order and records it on its files (`engine.relayout`), so a date is
     rewritten for it once, not at every tick."""
     return "old_spec" in kinds or "oversized" in kinds or "unsorted" in kinds

@@ -11,7 +11,8 @@ import datetime as dt
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Iterable, Mapping
 
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, ReasonKind
+from icemaint.domain.decisions import Decision
+from icemaint.domain.verdicts import DEFER, NOOP, REFUSE, RUN, ReasonKind
 from icemaint.domain.health import TableHealth
 
 # Decisions that hold a scope until a person acts: awaiting approval, held after a failed proof, failed runs or

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from icemaint.domain.decisions import Decision, ReasonKind, Verdict
+from icemaint.domain.decisions import Decision
+from icemaint.domain.verdicts import ReasonKind, Verdict
 from icemaint.domain.retention_tick import RetentionDecision
 from icemaint.domain.units import human_duration
 

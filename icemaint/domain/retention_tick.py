@@ -20,7 +20,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping, Optional
 
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Operation, ReasonKind, Verdict, refusal_for
+from icemaint.domain.decisions import refusal_for
+from icemaint.domain.verdicts import DEFER, NOOP, REFUSE, RUN, Operation, ReasonKind, Verdict
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.retention import expiry_due, manifests_due
 from icemaint.domain.statistics import StatisticsState, statistics_due

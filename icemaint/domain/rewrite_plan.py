@@ -300,7 +300,7 @@ def parse_sort_order(text: str, strategy: str) -> tuple[SortKey, ...]:
     return tuple(keys)
 
 
-# Iceberg types a z-order key can interleave (`engine.staging.zorder_kinds` reads them from Spark's schema).
+# Iceberg types a z-order key can interleave (`engine.relayout.zorder_kinds` reads them from Spark's schema).
 _ZORDER_TYPE = re.compile(r"(int|long|float|double|decimal\(.*\)|date|timestamp(tz)?(_ns)?|string|binary|fixed\[\d+\]|uuid)")
 
 

@@ -14,8 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN, Decision, Gates, ReasonKind, RunHold, \
-    decide_with_approvals, measured_throughput, rank_within_budget, refusal_for
+from icemaint.domain.decisions import (Decision, Gates, RunHold, decide_with_approvals, measured_throughput,
+                                       rank_within_budget, refusal_for)
+from icemaint.domain.verdicts import DEFER, NOOP, REFUSE, RUN, ReasonKind
 from icemaint.domain.health import TableHealth
 from icemaint.domain.policy import TablePolicy
 from icemaint.domain.screen import Screened

@@ -16,7 +16,8 @@ import uuid
 
 from icemaint.domain.rewrite_plan import DeleteGroup, DeleteRef, plan_delete_groups
 from icemaint.engine.java import _java_list, _with_files, java_class, listed_java
-from icemaint.engine.staging import StagedRewrite, StagingArea, StagingError
+from icemaint.engine.staging import StagedRewrite, StagingArea
+from icemaint.engine.staging_errors import StagingError
 
 PUFFIN = "PUFFIN"
 

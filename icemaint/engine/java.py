@@ -1,4 +1,5 @@
-"""Iceberg's Java API through Py4J: class handles, exception classes, iterables and lists, the REST commit race.
+"""Iceberg's Java API through Py4J: class handles, exception classes, iterables and lists, the REST sequence-number
+race (`icemaint.engine.commits` makes a commit again when it lost a race).
 
 Shared by the staging, retention and revert engines; no Spark session of its own.
 """
@@ -117,34 +118,6 @@ def sequence_number_race(exc: BaseException) -> bool:
 
 
 COMMIT_FAILED = "org.apache.iceberg.exceptions.CommitFailedException"
-# A publish that loses races waits this long before its next attempt, at most (jittered, doubling from 50 ms):
-# short beside a streaming writer's interval, so an attempt is made in the writer's next gap.
-MAX_RACE_BACKOFF_SECONDS = 2.0
-
-
-def publish_race(exc: BaseException) -> bool:
-    """A commit lost only a race: another commit landed first and nothing conflicts (the catalog refused the swap, or
-    Iceberg's own retries of it are spent), or a REST catalog refused it for the sequence-number race. Made again on
-    the fresh table, it lands; a `ValidationException` (a real conflict) is not one."""
-    return java_exception_class(exc) == COMMIT_FAILED or sequence_number_race(exc)
-
-
-def race_backoff(attempt: int) -> float:
-    """Seconds to wait after the `attempt`-th lost race: doubling from 50 ms up to MAX_RACE_BACKOFF_SECONDS,
-    jittered by +-50% so two maintainers (or a writer's own retry) do not meet again in step."""
-    import random
-
-    return min(0.05 * 2 ** (attempt - 1), MAX_RACE_BACKOFF_SECONDS) * random.uniform(0.5, 1.5)
-
-
-def publish_backoff(attempt: int) -> float:
-    """Seconds to wait after the publish's `attempt`-th lost race: next to none (0-50 ms, jittered). A lost race means
-    a commit landed during the attempt, so the next writer's commit is most of its interval away: the best moment
-    to try again, and an attempt reuses its pending rewrite (`icemaint.engine.publish`), so it costs a refresh and a
-    metadata write. A doubling backoff would start attempts at random points of the writer's cycle instead."""
-    import random
-
-    return random.uniform(0.0, 0.05)
 
 
 def one_java_line(exc: BaseException) -> str:

@@ -27,7 +27,8 @@ from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.landing import BATCH_ID_KEY, SOURCE_KEY, Batch, LandedFile, LandingSource, ignored, \
     last_batch_property
 from icemaint.engine.java import COMMIT_STATE_UNKNOWN, find_on_main, java_exception_class, listed_java
-from icemaint.engine.staging import STAGE_KEY, StagingArea, StagingError
+from icemaint.engine.staging import STAGE_KEY, StagingArea
+from icemaint.engine.staging_errors import StagingError
 
 log = logging.getLogger(__name__)
 

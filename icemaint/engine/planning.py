@@ -2,7 +2,8 @@
 
 Owns planning for `StagingArea` (Iceberg's Java scan API through Py4J): `date_filter` builds the
 expression for one date of the time column, `plan_files` turns a scan's planned tasks into the pure
-`CandidateFile` rows `icemaint.domain.rewrite_plan` groups, and keeps the Java tasks the staging reads.
+`CandidateFile` rows `icemaint.domain.rewrite_plan` groups, and keeps the Java tasks the staging reads;
+`dangling_deletes` finds the position deletes a group's publish removes with the files they apply to.
 A snapshot without delete files is described in bulk by one JSON document from the JVM (Iceberg's REST
 scan-task serializer) instead of ~10 Py4J calls per file.
 """
@@ -15,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 
 from icemaint.domain.rewrite_plan import CandidateFile
-from icemaint.engine.java import GUAVA_LISTS, java_class, java_root_message, listed_java
+from icemaint.engine.java import GUAVA_LISTS, iterate_java, java_class, java_root_message, listed_java
 
 log = logging.getLogger(__name__)
 
@@ -131,3 +132,20 @@ def _plan_in_bulk(jvm, tbl, items, what: str) -> PlannedFiles | None:
         planned.tasks[path] = task
         planned.weights[path] = int(doc.get("length", data["file-size-in-bytes"]))
     return planned
+
+
+def dangling_deletes(jvm, tasks: list, replaced: set[str]) -> list:
+    """The position-delete files (and DVs) of `tasks` that reference only files in `replaced` (the data files a group
+    rewrites): the publish removes them with the files they apply to."""
+    util = java_class(jvm, "org.apache.iceberg.util.ContentFileUtil")
+    out, seen = [], set()
+    for task in tasks:
+        for delete in iterate_java(task.deletes()):
+            path = str(delete.location())
+            if path in seen or delete.content().toString() != "POSITION_DELETES":
+                continue
+            seen.add(path)
+            referenced = util.referencedDataFileLocation(delete)
+            if referenced is not None and str(referenced) in replaced:
+                out.append(delete)
+    return out

@@ -26,9 +26,8 @@ from typing import Callable, Mapping
 from icemaint.domain.names import TableName
 from icemaint.engine.expiry_release import ReleasedFile, files_released
 from icemaint.engine.files import Files
-from icemaint.engine.java import java_class
+from icemaint.engine.java import COMMIT_STATE_UNKNOWN, CONFLICT_CLASSES, java_class, java_exception_class
 from icemaint.engine.spark_session import iceberg_table
-from icemaint.engine.staging import COMMIT_STATE_UNKNOWN, CONFLICT_CLASSES, java_exception_class
 from icemaint.domain.policy import DEFAULT_CHECKPOINT_MARKERS
 from icemaint.domain.retention import (
     ConcurrentExpiry, ExpiryPlan, GcDisabled, RetentionError, SnapshotInfo, SnapshotRef, StaleExpiryPlan, _aware, _ms,

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
-from icemaint.engine.staging import (CONFLICT_CLASSES, PROOF_KEY, PublishConflict, StagingArea, find_on_main,
-                                     iterate_java, java_exception_class, java_root_message, listed_java)
+from icemaint.engine.java import (CONFLICT_CLASSES, find_on_main, iterate_java, java_exception_class, java_root_message,
+                                  listed_java)
+from icemaint.engine.staging import PROOF_KEY, StagingArea
+from icemaint.engine.staging_errors import PublishConflict
 from icemaint.errors import UserError
 
 REVERT_OF_KEY = "icemaint.revert-of"

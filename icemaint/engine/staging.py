@@ -1,6 +1,8 @@
 """Stage, prove, publish: a rewrite that reaches `main` only as one forward, OCC-validated commit.
 
-Every Spark and JVM call of a staged rewrite lives here (Iceberg's public Java API through Py4J):
+Every Spark and JVM call of a staged rewrite starts here (Iceberg's public Java API through Py4J); apart are the order
+its rows are written in (`icemaint.engine.relayout`), a commit made again after a lost race (`icemaint.engine.commits`)
+and its errors (`icemaint.engine.staging_errors`):
 
 - `plan_date_files` / `plan_table_files`: the data files of one date (or of the whole table) as of the
   planned snapshot S (every partition spec the table has had), each with the delete files that apply
@@ -31,19 +33,18 @@ from dataclasses import dataclass, field
 
 from icemaint.domain.health import MAINTENANCE_TAG, STAGE_PREFIX
 from icemaint.domain.names import TableName
-from icemaint.engine.java import dropping_interrupted_call, is_interrupt
-from icemaint.engine.java import (  # noqa: F401 (re-exported)
-    CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, BAD_REQUEST, STAGE_WRITE_ATTEMPTS, java_exception_class,
-    sequence_number_race, java_root_message, find_on_main, iterate_java, listed_java, _with_files, _java_list,
-    java_class, one_java_line, publish_backoff, publish_race, race_backoff)
-from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
-from icemaint.engine.digest import can_feed
-from icemaint.engine.relayout import into_layout, with_sort_order
-from icemaint.engine.publish import PendingPublish, PublishBaseMoved
-from icemaint.engine.planning import date_filter, plan_files
-from icemaint.engine.spark_session import iceberg_table
 from icemaint.domain.rewrite_plan import CandidateFile, FileGroup, SortKey, read_splits
-from icemaint.errors import OperationalError
+from icemaint.engine.codec import PROPERTIES as CODEC_PROPERTIES, SESSION_CODEC, WriteCodec, write_codec
+from icemaint.engine.commits import commit_racing, commit_ref_change, publish_backoff, publish_race
+from icemaint.engine.digest import can_feed
+from icemaint.engine.java import (CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, _java_list, _with_files,
+                                  dropping_interrupted_call, find_on_main, is_interrupt, iterate_java, java_class,
+                                  java_exception_class, java_root_message, listed_java, one_java_line)
+from icemaint.engine.planning import dangling_deletes, date_filter, plan_files
+from icemaint.engine.publish import PendingPublish, PublishBaseMoved
+from icemaint.engine.relayout import ordered_rows, with_sort_order
+from icemaint.engine.spark_session import iceberg_table
+from icemaint.engine.staging_errors import PublishConflict, PublishStateUnknown, StagingError
 
 log = logging.getLogger(__name__)
 
@@ -53,49 +54,6 @@ PROOF_KEY = "icemaint.proof"
 PROOF_ID_KEY = "icemaint.proof-id"
 STAGED_SNAPSHOT_KEY = "icemaint.staged-snapshot-id"
 STAGE_KEY = "icemaint.stage"
-
-class StagingError(OperationalError, RuntimeError):
-    """A staged rewrite could not be written or read; `main` was not changed."""
-
-
-class PublishConflict(StagingError):
-    """A writer committed something the rewrite conflicts with (e.g. a delete on a replaced file), or the publish
-    lost races for longer than its time budget.
-
-    Decided by the Java exception's class, never by its message; `main` is unchanged. `attempts`: the seconds
-    of each commit attempt made.
-    """
-
-    def __init__(self, message: str, attempts: tuple[float, ...] = ()):
-        super().__init__(message)
-        self.attempts = attempts
-
-
-class PublishStateUnknown(StagingError):
-    """The publish commit's outcome is unknown and re-reading the table did not find it.
-
-    The commit may still land later; the caller must not retry blindly.
-    """
-
-
-def zorder_kinds(schema, keys) -> dict[str, str]:
-    """Each z-order column's kind for `rewrite_plan.zorder_input`, from the Spark schema."""
-    from pyspark.sql.types import BinaryType, DateType, NumericType, StringType, TimestampNTZType, TimestampType
-
-    types = {f.name: f.dataType for f in schema.fields}
-    out = {}
-    for key in keys:
-        dtype = types.get(key.column)
-        if isinstance(dtype, NumericType):
-            out[key.column] = "number"
-        elif isinstance(dtype, (DateType, TimestampType, TimestampNTZType)):
-            out[key.column] = "time"
-        elif isinstance(dtype, (StringType, BinaryType)):
-            out[key.column] = "text"
-        else:
-            raise StagingError(f"z-order column {key.column!r} has type {dtype}; z-order takes numbers, "
-                               "dates, timestamps and strings")
-    return out
 
 
 @dataclass
@@ -283,35 +241,8 @@ class StagingArea:
             update(txn).set(MAINTENANCE_TAG, "true").set(STAGE_KEY, branch).commit()
             txn.commitTransaction()
 
-        self.commit_racing(attempt, "staging", self.race_timeout_seconds)
+        commit_racing(attempt, "staging", self.name.key, self.race_timeout_seconds)
         return int(self.table().refs().get(branch).snapshotId())
-
-    def commit_racing(self, attempt, what: str, timeout_seconds: float, sleep=time.sleep,
-                      backoff=race_backoff) -> list[float]:
-        """Runs `attempt()` (one table commit built on the fresh table) until it lands; the seconds of each try.
-
-        A try that lost only a race (`publish_race`: another commit landed first, nothing conflicts) is made again
-        with jittered backoff until `timeout_seconds` have passed; then, or on any other error, the error goes up
-        with `.attempts` set. Iceberg's own retry of a transaction cannot re-apply a ref change (it fails with
-        "Table metadata refresh is required" at the first race): for the staged commit (a branch and its append,
-        cheap to build again) this loop is the retry; for the publish it is the only one (each attempt one `apply()` and
-        swap of the pending rewrite, `icemaint.engine.publish`), with `publish_backoff`."""
-        started, attempts = time.monotonic(), []
-        while True:
-            t0 = time.monotonic()
-            try:
-                attempt()
-            except Exception as exc:
-                attempts.append(round(time.monotonic() - t0, 4))
-                if publish_race(exc) and time.monotonic() - started < timeout_seconds:
-                    log.info("%s of %s lost a race (attempt %d, %.2fs), committing again: %s", what, self.name.key,
-                             len(attempts), attempts[-1], one_java_line(exc))
-                    sleep(backoff(len(attempts)))
-                    continue
-                setattr(exc, "attempts", tuple(attempts))  # noqa: B010 (an attribute Exception does not declare)
-                raise
-            attempts.append(round(time.monotonic() - t0, 4))
-            return attempts
 
     def branch_name(self, index: int) -> str:
         """This run's `index`-th staging branch (created by its staged commit, `commit_to_branch(create_at=S)`)."""
@@ -351,25 +282,10 @@ class StagingArea:
                             self.name.key, java_root_message(exc))
         # No distribution of our own: a bin-pack keeps the read's splits, a sort orders them itself.
         codec = self.write_codec()
+        rows, order_options, recorded = ordered_rows(self.spark, self.table(refresh=False), self.catalog, rows, group,
+                                                     splits.files, strategy, sort_keys)
         options = {"target-file-size-bytes": str(splits.writer_target),
-                   "output-spec-id": str(group.spec_id), "distribution-mode": "none", **codec.options}
-        recorded = None
-        if group.layout is not None:
-            options["fanout-enabled"] = "true"  # a task's rows may span several of the spec's partitions
-            rows, recorded = into_layout(self.table(refresh=False), self.catalog, rows, group, splits.files, strategy,
-                                         sort_keys, self._value_ranges)
-        elif strategy != "binpack":
-            from icemaint.domain.rewrite_plan import order_by_sql, zorder_sql
-
-            options["fanout-enabled"] = "true"  # else Iceberg adds a partition sort over our order
-            if strategy == "sort":
-                order = order_by_sql(sort_keys)
-            else:
-                kinds = zorder_kinds(rows.schema, sort_keys)
-                order = zorder_sql(sort_keys, kinds, self._value_ranges(rows, sort_keys, kinds))
-            view = f"icemaint_stage_rows_{uuid.uuid4().hex[:12]}"
-            rows.createOrReplaceTempView(view)
-            rows = self.spark.sql(f"SELECT * FROM {view} ORDER BY {order}")
+                   "output-spec-id": str(group.spec_id), "distribution-mode": "none", **codec.options, **order_options}
         branch = self.branch_name(index)
         with self.branch_removed_on_failure(branch, "the rewrite"):
             new_files = self._write_replacements(rows, set_id, options)
@@ -378,8 +294,8 @@ class StagingArea:
             staged = self.commit_to_branch(branch, lambda t: _with_files(t.newFastAppend().toBranch(branch),
                                                                         "appendFile", new_files),
                                            create_at=base_snapshot_id)
-            dangling = self._dangling_deletes([tasks_by_path[f.path] for f in group.files if f.delete_files],
-                                              {f.path for f in group.files})
+            dangling = dangling_deletes(self.jvm, [tasks_by_path[f.path] for f in group.files if f.delete_files],
+                                        {f.path for f in group.files})
             return StagedRewrite(
                 table=self.name.key, branch=branch, base_snapshot_id=int(base_snapshot_id),
                 base_sequence_number=self.sequence_number(base_snapshot_id), staged_snapshot_id=int(staged),
@@ -403,32 +319,6 @@ class StagingArea:
             if is_interrupt(exc):
                 raise
             raise StagingError(f"staging {what} of {self.name.key} failed: {java_root_message(exc)}") from exc
-
-    def _value_ranges(self, rows, keys: tuple[SortKey, ...], kinds: dict[str, str]) -> dict[str, tuple]:
-        """min/max of each z-order column over the group's rows (one small aggregate pass)."""
-        from icemaint.domain.rewrite_plan import zorder_finite, zorder_input
-
-        exprs = []
-        for key in keys:
-            value = zorder_finite(zorder_input(key.column, kinds[key.column]))
-            exprs += [f"min({value})", f"max({value})"]
-        row = rows.selectExpr(*exprs).first()
-        return {key.column: (row[2 * i], row[2 * i + 1]) for i, key in enumerate(keys)}
-
-    def _dangling_deletes(self, tasks: list, replaced: set[str]) -> list:
-        """Position-delete files (and DVs) that reference only files this group replaces."""
-        util = java_class(self.jvm, "org.apache.iceberg.util.ContentFileUtil")
-        out, seen = [], set()
-        for task in tasks:
-            for delete in iterate_java(task.deletes()):
-                path = str(delete.location())
-                if path in seen or delete.content().toString() != "POSITION_DELETES":
-                    continue
-                seen.add(path)
-                referenced = util.referencedDataFileLocation(delete)
-                if referenced is not None and str(referenced) in replaced:
-                    out.append(delete)
-        return out
 
     # -- the proof's two sides ---------------------------------------------------------------
     def before_rows(self, staged: StagedRewrite):
@@ -490,8 +380,8 @@ class StagingArea:
         pending = self._pending_publish(staged, properties)
         try:
             self._prepare_publish(pending)  # outside the race and its time budget
-            attempts = self.commit_racing(lambda: self._commit_publish(pending), "publish", self.race_timeout_seconds,
-                                          sleep, backoff=publish_backoff)
+            attempts = commit_racing(lambda: self._commit_publish(pending), "publish", self.name.key,
+                                     self.race_timeout_seconds, sleep, backoff=publish_backoff)
         except Py4JJavaError as exc:
             cls, first, tried = java_exception_class(exc), one_java_line(exc), getattr(exc, "attempts", ())
             if cls in CONFLICT_CLASSES or publish_race(exc):
@@ -565,27 +455,8 @@ class StagingArea:
 
     def discard(self, branch: str) -> None:
         """Removes a staging branch (no-op when it is gone); its files are reclaimed by expiry."""
-        self._ref_commit(lambda t: t.manageSnapshots().removeBranch(branch) if t.refs().containsKey(branch) else None)
-
-    def _ref_commit(self, change, attempts: int = 6) -> None:
-        """Commits a change of the table's refs, re-reading the table when a writer's commit got in first.
-
-        A branch change touches no data, so it is simply retried on the fresh table (Hadoop tables raise
-        `CommitFailedException: Table metadata refresh is required` when another commit landed meanwhile).
-        """
-        from py4j.protocol import Py4JJavaError
-
-        for attempt in range(1, attempts + 1):
-            update = change(self.table())
-            if update is None:
-                return
-            try:
-                update.commit()
-                return
-            except Py4JJavaError as exc:
-                if java_exception_class(exc) not in CONFLICT_CLASSES or attempt == attempts:
-                    raise
-                time.sleep(0.05 * attempt)
+        commit_ref_change(self.table, lambda t: t.manageSnapshots().removeBranch(branch)
+                          if t.refs().containsKey(branch) else None)
 
     def release_reads(self) -> None:
         if not self._task_sets:

@@ -21,9 +21,10 @@ from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractOperation, ContractRun
 from icemaint.safety import interrupts
 from icemaint.safety.approvals import held_runs, is_approved, reverted_scopes
-from icemaint.domain.decisions import AUTOMATIC_TRIGGERS, DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Decision, Gates, \
-    Operation, ReasonKind, choose_partitions, decide_compaction, decide_layout_compaction, launched_by_a_person, \
-    measured_throughput
+from icemaint.domain.decisions import (Decision, Gates, choose_partitions, decide_compaction, decide_layout_compaction,
+                                       measured_throughput)
+from icemaint.domain.verdicts import (AUTOMATIC_TRIGGERS, DEFER, NOOP, NOT_PUBLISHED, REFUSE, RUN, Operation,
+                                      ReasonKind, launched_by_a_person)
 from icemaint.domain.drift import LayoutTarget
 from icemaint.domain.layout import describe_all, partition_key, partitions_of
 from icemaint.domain.health import TableHealth
@@ -36,7 +37,8 @@ from icemaint.engine.delete_staging import plan_position_deletes, stage_position
 from icemaint.engine.java import drop_interrupted_call, dropping_interrupted_call, is_interrupt
 from icemaint.engine.validation import ValidationResult
 from icemaint.operations.outcomes import GroupVerdict, ReadEvidence, RunProof, StagedGroup
-from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, PublishConflict, StagedRewrite, StagingArea
+from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, StagedRewrite, StagingArea
+from icemaint.engine.staging_errors import PublishConflict
 from icemaint.errors import OperationalError
 
 log = logging.getLogger(__name__)

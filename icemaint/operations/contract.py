@@ -36,7 +36,8 @@ from icemaint.safety.audit import INTERRUPTED, STARTED, AuditRecord, audit_call,
 from icemaint.safety import interrupts
 from icemaint.safety.claims import ClaimBusy
 from icemaint.safety.process import ProcessRef
-from icemaint.domain.decisions import DEFER, FAILED, REFUSE, refusal_for
+from icemaint.domain.decisions import refusal_for
+from icemaint.domain.verdicts import DEFER, FAILED, REFUSE
 from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.observe.manifests import main_lineage

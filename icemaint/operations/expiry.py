@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import cast
 
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN
+from icemaint.domain.verdicts import DEFER, NOOP, REFUSE, RUN
 from icemaint.domain.names import TableName
 from icemaint.domain.policy import cleans_metadata, metadata_properties
 from icemaint.domain.retention import ConcurrentExpiry, RetentionError, StaleExpiryPlan, check_retain_last, plan_expiry

@@ -19,7 +19,7 @@ import time
 from typing import Callable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import NOOP, launched_by_a_person
+from icemaint.domain.verdicts import NOOP, launched_by_a_person
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.contract import ContractOperation, ContractRun
 from icemaint.operations.expiry import ExpiryRequest, act_expiry

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import DEFER, NOOP, NOT_PUBLISHED, RUN, Operation, launched_by_a_person
+from icemaint.domain.verdicts import DEFER, NOOP, NOT_PUBLISHED, RUN, Operation, launched_by_a_person
 from icemaint.domain.health import STAGE_PREFIX
 from icemaint.domain.landing import BATCH_ID_KEY, Batch, LandedFile, LandingSource, append_summary, \
     appended_leftovers, batch_committed, choose_batch, due, newest_batch, processed_due

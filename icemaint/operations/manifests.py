@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from icemaint.domain.decisions import DEFER, NOOP, RUN
+from icemaint.domain.verdicts import DEFER, NOOP, RUN
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import manifests_due
 from icemaint.engine.manifests import rewrite_manifests

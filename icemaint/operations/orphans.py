@@ -9,7 +9,7 @@ import datetime as dt
 import time
 from dataclasses import dataclass
 
-from icemaint.domain.decisions import NOOP, REFUSE, RUN
+from icemaint.domain.verdicts import NOOP, REFUSE, RUN
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import ORPHAN_MIN_AGE, QuarantineMoveFailed, RetentionError
 from icemaint.domain.units import format_duration, human_size

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from icemaint.domain.decisions import Word
+from icemaint.domain.verdicts import Word
 from icemaint.engine.validation import ValidationResult
 
 

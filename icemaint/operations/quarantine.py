@@ -16,7 +16,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 from icemaint.config import MaintenanceConfig
-from icemaint.domain.decisions import REFUSE, RUN, Operation, refusal_for
+from icemaint.domain.decisions import refusal_for
+from icemaint.domain.verdicts import REFUSE, RUN, Operation
 from icemaint.operations.retention_outcome import MAX_LISTED_PATHS, ORPHANS, check_age
 from icemaint.engine.orphans import delete_batches, quarantine_batches
 from icemaint.domain.units import format_duration

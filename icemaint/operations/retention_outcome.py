@@ -9,7 +9,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from icemaint.domain.decisions import DEFER, RUN, Operation
+from icemaint.domain.verdicts import DEFER, RUN, Operation
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import MAX_AGE_SECONDS, RetentionError
 from icemaint.operations.contract import first_line

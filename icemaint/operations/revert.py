@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from icemaint.domain.decisions import DEFER, NOT_PUBLISHED, REFUSE, RUN, Operation
+from icemaint.domain.verdicts import DEFER, NOT_PUBLISHED, REFUSE, RUN, Operation
 from icemaint.domain.names import TableName
 from icemaint.operations.contract import ContractOperation, ContractRun
 from icemaint.operations.outcomes import RunProof
@@ -63,7 +63,7 @@ class RevertRunner(ContractOperation):
 
     def _act(self, request: RevertRequest, run: ContractRun, outcome: RevertOutcome) -> None:
         from icemaint.engine.revert import Reverter, RevertRefused
-        from icemaint.engine.staging import PublishConflict
+        from icemaint.engine.staging_errors import PublishConflict
         from icemaint.engine.validation import RowSet, failure_summary, prove_rows
 
         reverter = Reverter(self.spark, self.config.catalog.name, run.name, request.run_id or uuid.uuid4().hex)

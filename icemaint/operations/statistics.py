@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from icemaint.domain.decisions import DEFER, NOOP, REFUSE, RUN
+from icemaint.domain.verdicts import DEFER, NOOP, REFUSE, RUN
 from icemaint.domain.names import TableName
 from icemaint.domain.statistics import StatisticsError, statistics_due
 from icemaint.domain.units import human_size

@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from icemaint.domain.decisions import DEFER, FAILED, NOT_PUBLISHED, REFUSE, Word
+from icemaint.domain.verdicts import DEFER, FAILED, NOT_PUBLISHED, REFUSE, Word
 from icemaint.safety.audit import AuditRecord
 
 if TYPE_CHECKING:

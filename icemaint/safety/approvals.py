@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from icemaint.domain.decisions import ReasonKind, RunHold, refusal_for
+from icemaint.domain.decisions import RunHold, refusal_for
+from icemaint.domain.verdicts import ReasonKind
 from icemaint.errors import UserError, one_line
 
 # Runs in a row that failed or were interrupted before automation stops requesting the scope.
