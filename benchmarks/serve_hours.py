@@ -27,16 +27,17 @@ import csv
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from benchmarks import serve_memory
 from benchmarks.machine import describe_machine, load_average
-from benchmarks.serve_memory import WRITER
+from benchmarks.serve_memory import start_estate
 from benchmarks.stack_bench import write_section
+from icemaint.app.serve import rss_bytes
 from icemaint.domain.units import parse_duration
 
 HERE = Path(__file__).resolve().parent
@@ -52,44 +53,17 @@ SERIES = (("serve process (Python)", "rss_python"), ("its JVM (resident set)", "
           ("JVM old generation used", "jvm_old_used"), ("JVM metaspace used", "jvm_metaspace_used"),
           ("JVM live heap after a full GC (histogram)", "jvm_live"))
 
+# Expiry keeps each table's snapshot count bounded, as in a deployment's streaming tables.
+EXPIRY = {"snapshot_older_than": "10m", "retain_last": 10, "snapshot_max_count": 50}
+
 _stop_requested = False
 
 
 def log(message: str) -> None:
-    print(f"[serve-hours {dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {message}", flush=True)
-
-
-def write_config(root: Path) -> Path:
-    import yaml
-
-    from icemaint.app.demo import local_estate_doc
-
-    doc = local_estate_doc(root, scope={"include": ["serve.*"], "exclude": []},
-                           spark={"master": "local[2]", "conf": {"spark.ui.enabled": "false",
-                                                                 "spark.sql.shuffle.partitions": "2",
-                                                                 "spark.driver.memory": "1g"}},
-                           defaults={"writer_idle": "0s", "hot_partition_age": "0s", "small_file_size_bytes": "1MiB",
-                                     "target_file_size_bytes": "8MiB", "min_input_files": 3, "retry_backoff": "0s",
-                                     "claim_wait": "0s", "snapshot_older_than": "10m", "retain_last": 10,
-                                     "snapshot_max_count": 50})
-    path = root / "icemaint.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    serve_memory.log(message, "serve-hours")
 
 
 # --- reading a process from outside ------------------------------------------------------------------------------
-
-def rss(pid: int | None) -> int | None:
-    if pid is None:
-        return None
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
 
 def descendants(root: int) -> list[int]:
     parents: dict[int, list[int]] = {}
@@ -119,7 +93,7 @@ def java_child(root: int) -> int | None:
 
 
 def tree_rss(root: int) -> int:
-    return sum(rss(p) or 0 for p in [root, *descendants(root)])
+    return sum(rss_bytes(p) or 0 for p in [root, *descendants(root)])
 
 
 def jstat_gc(pid: int) -> dict[str, int]:
@@ -169,29 +143,19 @@ def _request_stop(signum, frame) -> None:
 
 
 def measure(args, stamp: str) -> dict:
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
+    estate = start_estate(WORK, args.tables, args.writer_every, scope="serve-hours", defaults=EXPIRY)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, hist_dir = out_dir / f"serve_hours_{stamp}.csv", WORK / "histograms"
     hist_dir.mkdir()
-    config = write_config(WORK)
-    env = {**os.environ, "ICEMAINT_IDENTITY": "bench-serve", "DAGSTER_HOME": str(WORK / "state" / "dagster")}
-    stop = WORK / "stop"
-    log(f"writer: {args.tables} tables, a micro-batch into each every {args.writer_every:g}s")
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(config), str(args.tables), str(args.writer_every),
-                               str(stop)], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-    while not (WORK / "ready").exists():
-        if writer.poll() is not None:
-            raise SystemExit("the writer exited before its tables were ready")
-        time.sleep(0.5)
     load_before, machine = load_average(), describe_machine()
     ticks_path, serve_err = WORK / "serve.jsonl", WORK / "serve.stderr"
     log(f"serve: --interval {args.interval} for {args.duration}; samples every {args.sample_every} into {csv_path}")
     started, started_utc = time.monotonic(), dt.datetime.now(dt.timezone.utc)
     with open(ticks_path, "w") as out, open(serve_err, "w") as err:
-        serve = subprocess.Popen([str(Path(sys.executable).parent / "icemaint"), "--config", str(config), "serve",
-                                  "--interval", args.interval, "--json"], cwd=REPO, env=env, stdout=out, stderr=err)
+        serve = subprocess.Popen([str(Path(sys.executable).parent / "icemaint"), "--config", str(estate.config),
+                                  "serve", "--interval", args.interval, "--json"], cwd=REPO, env=estate.env, stdout=out,
+                                 stderr=err)
     signal.signal(signal.SIGTERM, _request_stop)
     signal.signal(signal.SIGINT, _request_stop)
     duration, every = parse_duration(args.duration), parse_duration(args.sample_every)
@@ -212,7 +176,8 @@ def measure(args, stamp: str) -> dict:
             sample: dict = {"utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                             "elapsed_s": round(time.monotonic() - started, 1), "load1": os.getloadavg()[0],
                             "ticks": len(ticks), "published": sum(t["published"] for t in ticks),
-                            "rss_python": rss(serve.pid), "rss_jvm": rss(jvm), "rss_writer_tree": tree_rss(writer.pid)}
+                            "rss_python": rss_bytes(serve.pid), "rss_jvm": rss_bytes(jvm) if jvm else None,
+                            "rss_writer_tree": tree_rss(estate.writer.pid)}
             if jvm is not None:
                 sample.update(jstat_gc(jvm))
                 if hist_every and time.monotonic() >= next_hist and ticks:
@@ -236,12 +201,7 @@ def measure(args, stamp: str) -> dict:
         serve.kill()
         serve_rc = None
     stop_seconds = time.monotonic() - term_at
-    stop.write_text("stop")
-    try:
-        batches = int((writer.communicate(timeout=300)[0] or "0").strip().splitlines()[-1])
-    except (subprocess.TimeoutExpired, ValueError, IndexError):
-        writer.kill()
-        batches = None
+    batches = estate.stop_writer()
     ticks = tick_lines(ticks_path)
     histograms = {p.name: p.read_text() for p in sorted(hist_dir.glob("*.txt"))}
     return {"samples": samples, "ticks": ticks, "tables": args.tables, "interval": args.interval,

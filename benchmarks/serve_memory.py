@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.machine import describe_machine, load_average
@@ -58,11 +59,13 @@ print(batches)
 """
 
 
-def log(message: str) -> None:
-    print(f"[serve {dt.datetime.now():%H:%M:%S}] {message}", flush=True)
+def log(message: str, scope: str = "serve") -> None:
+    """One progress line, `[scope HH:MM:SS] message` (UTC)."""
+    print(f"[{scope} {dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {message}", flush=True)
 
 
-def write_config(root: Path) -> Path:
+def write_config(root: Path, defaults: dict | None = None) -> Path:
+    """The estate's config file under `root`: the `serve.*` tables, a 1g driver, `defaults` over the local ones."""
     import yaml
 
     from icemaint.app.demo import local_estate_doc
@@ -70,10 +73,49 @@ def write_config(root: Path) -> Path:
     doc = local_estate_doc(root, scope={"include": ["serve.*"], "exclude": []},
                            spark={"master": "local[2]", "conf": {"spark.ui.enabled": "false",
                                                                  "spark.sql.shuffle.partitions": "2",
-                                                                 "spark.driver.memory": "1g"}})
+                                                                 "spark.driver.memory": "1g"}},
+                           defaults=defaults or {})
     path = root / "icemaint.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+@dataclass
+class Estate:
+    """A fresh streaming estate and the writer process (its own JVM) that keeps its tables dirty."""
+
+    config: Path
+    env: dict[str, str]
+    writer: subprocess.Popen
+    stop: Path
+
+    def stop_writer(self) -> int | None:
+        """Stops the writer; the rounds it wrote, or None when it did not say (killed after 5 minutes)."""
+        self.stop.write_text("stop")
+        try:
+            return int((self.writer.communicate(timeout=300)[0] or "0").strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            self.writer.kill()
+            return None
+
+
+def start_estate(work: Path, tables: int, writer_every: float, *, scope: str = "serve",
+                 defaults: dict | None = None) -> Estate:
+    """Empties `work`, writes the estate's config there and starts the writer: `tables` streaming tables of 3 days,
+    a micro-batch into each every `writer_every` seconds; returns once the tables exist."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    config = write_config(work, defaults)
+    env = {**os.environ, "ICEMAINT_IDENTITY": "bench-serve", "DAGSTER_HOME": str(work / "state" / "dagster")}
+    stop = work / "stop"
+    log(f"writer: {tables} tables, a micro-batch into each every {writer_every:g}s", scope)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(config), str(tables), str(writer_every), str(stop)],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    while not (work / "ready").exists():
+        if writer.poll() is not None:
+            raise SystemExit("the writer exited before its tables were ready")
+        time.sleep(0.5)
+    return Estate(config, env, writer, stop)
 
 
 def slope_mib_per_100(ticks: list[dict], key: str) -> float | None:
@@ -88,27 +130,15 @@ def slope_mib_per_100(ticks: list[dict], key: str) -> float | None:
 
 
 def measure(args) -> dict:
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
-    config = write_config(WORK)
-    env = {**os.environ, "ICEMAINT_IDENTITY": "bench-serve", "DAGSTER_HOME": str(WORK / "state" / "dagster")}
-    stop = WORK / "stop"
-    log(f"writer: {args.tables} tables, a micro-batch into each every {args.writer_every:g}s")
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(config), str(args.tables), str(args.writer_every),
-                               str(stop)], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-    while not (WORK / "ready").exists():
-        if writer.poll() is not None:
-            raise SystemExit("the writer exited before its tables were ready")
-        time.sleep(0.5)
+    estate = start_estate(WORK, args.tables, args.writer_every)
     load_before = load_average()
     log(f"serve: {args.ticks} ticks, --interval {args.interval}")
     started = time.monotonic()
-    serve = subprocess.run([str(Path(sys.executable).parent / "icemaint"), "--config", str(config), "serve",
+    serve = subprocess.run([str(Path(sys.executable).parent / "icemaint"), "--config", str(estate.config), "serve",
                             "--interval", args.interval, "--max-ticks", str(args.ticks), "--json"],
-                           cwd=REPO, env=env, capture_output=True, text=True)
+                           cwd=REPO, env=estate.env, capture_output=True, text=True)
     wall = time.monotonic() - started
-    stop.write_text("stop")
-    batches = int((writer.communicate(timeout=300)[0] or "0").strip().splitlines()[-1])
+    batches = estate.stop_writer()
     if serve.returncode != 0:
         raise SystemExit(f"icemaint serve failed ({serve.returncode}): {serve.stderr[-2000:]}")
     ticks = [t for t in map(json.loads, serve.stdout.splitlines()) if t.get("event") == "tick"]

@@ -170,7 +170,7 @@ def test_bad_input_is_refused_before_anything_is_touched(spark, own_config, tabl
     keeper = housekeeper(config, spark)
     with pytest.raises(RetentionError, match="retain_last=0"):
         ExpiryRequest(table_name, retain_last=0)
-    with pytest.raises(RetentionError, match="older_than=-1.0 is negative"):
+    with pytest.raises(RetentionError, match="older_than=-1.0 is negative; an age must be zero or more seconds"):
         OrphanRequest(table_name, older_than_seconds=-1.0)
     with pytest.raises(TableNotFound):
         keeper.expire(ExpiryRequest("t.does_not_exist"))

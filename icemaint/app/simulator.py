@@ -270,7 +270,8 @@ class StreamingWriter:
                                  "use a separate ledger file per table")
         self.claim_factory = claim_factory
         self.on_commit = on_commit
-        self._verified = False
+        self._verified = False  # the table and the ledger checked since the last failed write
+        self._table_checked = False  # the table found and its shape checked (check_table)
 
     @property
     def table_sql(self) -> str:
@@ -291,16 +292,14 @@ class StreamingWriter:
         Raises:
             SchemaMismatch: the table exists with other columns, types or partitioning.
         """
-        if self.table_exists():
-            self.check_table()
-            return
-        namespace = ".".join(f"`{p}`" for p in (self.catalog, *self.name.namespace))
-        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
-        columns = ", ".join(f"{col} {typ.upper()}" for col, typ in COLUMNS)
-        props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
-        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.table_sql} ({columns}) USING iceberg "
-                       f"PARTITIONED BY ({PARTITIONING}) TBLPROPERTIES ({props})")
-        self.check_table()
+        if not self.table_exists():
+            namespace = ".".join(f"`{p}`" for p in (self.catalog, *self.name.namespace))
+            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+            columns = ", ".join(f"{col} {typ.upper()}" for col, typ in COLUMNS)
+            props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.table_sql} ({columns}) USING iceberg "
+                           f"PARTITIONED BY ({PARTITIONING}) TBLPROPERTIES ({props})")
+        self.check_table()  # also when created here: IF NOT EXISTS leaves a table another writer just created
 
     def check_table(self) -> None:
         """Raise SchemaMismatch unless the table has the simulator's columns and day partitioning."""
@@ -324,6 +323,7 @@ class StreamingWriter:
         if problems:
             raise SchemaMismatch(f"table {self.name.key} exists but is not a simulator table: "
                                  + "; ".join(problems) + ". Use another table name or drop it.")
+        self._table_checked = True
 
     def _highest_committed_batch(self) -> int | None:
         if not iceberg_table(self.spark, self.catalog, self.name).snapshots().iterator().hasNext():
@@ -334,10 +334,12 @@ class StreamingWriter:
         return None if row["b"] is None else int(row["b"])
 
     def _verify(self) -> None:
-        """Before the first write (and after a failed one): right table, ledger not behind it."""
-        if not self.table_exists():
-            raise SimulatorError(f"table {self.name.key} does not exist; call create_table() first")
-        self.check_table()
+        """Before the first write (and after a failed one): the right table (unless create_table checked it since),
+        the ledger not behind it."""
+        if not self._table_checked:
+            if not self.table_exists():
+                raise SimulatorError(f"table {self.name.key} does not exist; call create_table() first")
+            self.check_table()
         highest = self._highest_committed_batch()
         if highest is not None and highest >= self.next_batch:
             raise LedgerBehindTable(
@@ -382,7 +384,8 @@ class StreamingWriter:
                 self._verify()
             return self._write_batch()
         except BaseException:
-            self._verified = False  # a commit may or may not have landed: re-check before the next one
+            # A commit may or may not have landed (or the table went): check both again before the next one.
+            self._verified = self._table_checked = False
             raise
 
     def _write_batch(self) -> BatchResult:

@@ -141,7 +141,12 @@ def _from_ms(ms: int) -> datetime:
     return _EPOCH + ms * _ONE_MS
 
 
-def _seconds(value: float, setting: str) -> float:
+def check_seconds(value: float, setting: str) -> float:
+    """A validated age in seconds.
+
+    Raises:
+        RetentionError: not a finite number of zero or more seconds, at most 100 years.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise RetentionError(f"{setting}={value!r} is not a number of seconds")
     if value < 0:
@@ -317,15 +322,15 @@ def plan_expiry(snapshots: list[SnapshotInfo], refs: Mapping[str, SnapshotRef], 
     now = _aware(now, "now")
     if policy.read_only:
         raise RetentionError("the table's policy is read_only: snapshot expiry is not allowed")
-    min_age = _seconds(policy.snapshot_min_age_seconds, "snapshot_min_age")
-    policy_older = _seconds(policy.snapshot_older_than_seconds, "snapshot_older_than")
+    min_age = check_seconds(policy.snapshot_min_age_seconds, "snapshot_min_age")
+    policy_older = check_seconds(policy.snapshot_older_than_seconds, "snapshot_older_than")
     keep = check_retain_last(policy.snapshot_retain_last if retain_last is None else retain_last)
     max_count = policy.snapshot_max_count
     if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
         raise RetentionError(f"snapshot_max_count={max_count!r} must be a whole number of at least 1")
     notes: list[str] = []
     if older_than_seconds is not None:
-        older = _seconds(older_than_seconds, "older_than")
+        older = check_seconds(older_than_seconds, "older_than")
         if older < min_age:
             raise RetentionError(
                 f"older_than={human_duration(older)} is inside the owner's retention window "
@@ -425,7 +430,7 @@ def expiry_due(snapshot_count: int, oldest_snapshot_age_seconds: float, policy: 
     """Whether snapshot expiry is worth a run, and why (or why not)."""
     if isinstance(snapshot_count, bool) or not isinstance(snapshot_count, int) or snapshot_count < 0:
         raise RetentionError(f"snapshot_count={snapshot_count!r} must be a whole number of zero or more")
-    age = _seconds(oldest_snapshot_age_seconds, "oldest_snapshot_age_seconds")
+    age = check_seconds(oldest_snapshot_age_seconds, "oldest_snapshot_age_seconds")
     if policy.read_only:
         return False, "the table's policy is read_only"
     if snapshot_count <= policy.snapshot_retain_last:
@@ -485,4 +490,4 @@ def manifests_due(manifest_count: int, small_manifest_count: int, policy: TableP
 
 def orphan_cutoff(now: datetime, policy: TablePolicy) -> datetime:
     """The policy's orphan cutoff: files older than this and unreferenced are orphans."""
-    return _aware(now, "now") - timedelta(seconds=_seconds(policy.orphan_older_than_seconds, "orphan_older_than"))
+    return _aware(now, "now") - timedelta(seconds=check_seconds(policy.orphan_older_than_seconds, "orphan_older_than"))

@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from icemaint.config import MaintenanceConfig
 from icemaint.domain.verdicts import DEFER, NOOP, NOT_PUBLISHED, RUN, Operation, launched_by_a_person
@@ -97,6 +97,8 @@ class IngestOutcome:
         return asdict(self)
 
 
+# Main's (snapshot id, summary properties), newest first.
+Lineage = list[tuple[int, Mapping[str, str]]]
 # Test seam: called with each step's name ("listed", "staged", "before_commit", "after_commit", "moved_one").
 Hook = Callable[[str], None]
 
@@ -162,11 +164,14 @@ class Ingestor(ContractOperation):
         table = self.reader.load(name.key)
         snapshot = table.current_snapshot()
         outcome.before_snapshot_id = snapshot.snapshot_id if snapshot else None
+        # Main's (snapshot id, summary) pairs, newest first, read once: under the claim no other ingest of this source
+        # commits, so the batches this run looks for (a dead run's) are on it already or not at all.
+        lineage = [(sid, summary) for sid, _, _, summary in main_lineage(table)]
         if not request.dry_run:
-            self._recover(source, name, area, outcome)
+            self._recover(source, table, lineage, area, outcome)
         listed = files.list_landed(source.location, properties=self.store)
         if not request.dry_run:
-            listed = self._finish_appended(source, table, listed, outcome)
+            listed = self._finish_appended(source, table, lineage, listed, outcome)
         now = dt.datetime.now(dt.timezone.utc)
         verdict = due(listed, source, now)
         outcome.due = asdict(verdict)
@@ -209,9 +214,7 @@ class Ingestor(ContractOperation):
             outcome.reason = (f"dry run: would append batch {batch.batch_id} ({counted(len(good), 'file')}, "
                               f"{human_size(batch.bytes)}, {rows} rows) to {name.key} ({verdict.reason})")
             return
-        table = self.reader.load(name.key)
-        committed, found = batch_committed(batch, [(sid, summary) for sid, _, _, summary in main_lineage(table)],
-                                           table.properties)
+        committed, found = batch_committed(batch, lineage, table.properties)
         if committed:  # these very files were appended by a run whose journal is gone: only move them
             outcome.moved = self._move_processed(source, batch)
             outcome.decision = NOOP
@@ -287,31 +290,28 @@ class Ingestor(ContractOperation):
                 self.hook("moved_one")
         return moved
 
-    def _recover(self, source: LandingSource, name: TableName, area: StagingArea, outcome: IngestOutcome) -> None:
+    def _recover(self, source: LandingSource, table, lineage: Lineage, area: StagingArea,
+                 outcome: IngestOutcome) -> None:
         """Finishes or drops the batch journals a dead run left, and removes its staging branches."""
-        journals = self._journals(source)
-        if journals:
-            table = self.reader.load(name.key)
-            lineage = [(sid, summary) for sid, _, _, summary in main_lineage(table)]
-            for path in journals:
-                batch = Batch.from_dict(json.loads(path.read_text()))
-                committed, found = batch_committed(batch, lineage, table.properties)
-                moved = self._move_processed(source, batch) if committed else 0
-                outcome.recovered.append({"batch_id": batch.batch_id, "snapshot_id": found, "moved": moved,
-                                          "committed": committed, "found_by": "journal"})
-                self.progress(f"{source.name}: batch {batch.batch_id} of a dead run "
-                              + (f"was appended (snapshot {found}): moved {moved} files" if committed
-                                 else "never committed: its files stay landed"))
-                path.unlink(missing_ok=True)
+        for path in self._journals(source):
+            batch = Batch.from_dict(json.loads(path.read_text()))
+            committed, found = batch_committed(batch, lineage, table.properties)
+            moved = self._move_processed(source, batch) if committed else 0
+            outcome.recovered.append({"batch_id": batch.batch_id, "snapshot_id": found, "moved": moved,
+                                      "committed": committed, "found_by": "journal"})
+            self.progress(f"{source.name}: batch {batch.batch_id} of a dead run "
+                          + (f"was appended (snapshot {found}): moved {moved} files" if committed
+                             else "never committed: its files stay landed"))
+            path.unlink(missing_ok=True)
         for branch, _ in area.stale_branches():
             if branch.startswith(INGEST_BRANCH):
                 area.discard(branch)
 
-    def _finish_appended(self, source: LandingSource, table, listed: list[LandedFile],
+    def _finish_appended(self, source: LandingSource, table, lineage: Lineage, listed: list[LandedFile],
                          outcome: IngestOutcome) -> list[LandedFile]:
         """Moves the landed files the source's newest batch on `main` already appended (a dead run's, whose journal
         is gone with a lost state dir); the rest of `listed`."""
-        found = newest_batch(source.name, ((sid, summary) for sid, _, _, summary in main_lineage(table)))
+        found = newest_batch(source.name, lineage)
         if found is None:
             return listed
         snapshot_id, summary = found

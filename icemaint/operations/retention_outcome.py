@@ -5,13 +5,12 @@ a request's age, and the re-plan after a writer's commit conflicted with an expi
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from icemaint.domain.verdicts import DEFER, RUN, Operation
 from icemaint.domain.names import TableName
-from icemaint.domain.retention import MAX_AGE_SECONDS, RetentionError
+from icemaint.domain.retention import check_seconds
 from icemaint.operations.contract import first_line
 
 log = logging.getLogger(__name__)
@@ -24,20 +23,8 @@ BeforeCommit = Callable[[str, int], None]
 
 
 def check_age(seconds: float | None, setting: str) -> float | None:
-    """A validated age in seconds (None passes through).
-
-    Raises:
-        RetentionError: not a finite number of zero or more seconds, at most 100 years.
-    """
-    if seconds is None:
-        return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-        raise RetentionError(f"{setting}={seconds!r} is not a number of seconds")
-    if seconds < 0:
-        raise RetentionError(f"{setting}={seconds!r} is negative; an age must be zero or more")
-    if seconds > MAX_AGE_SECONDS:
-        raise RetentionError(f"{setting}={seconds:g} seconds is more than 100 years; an age must be at most that")
-    return float(seconds)
+    """A validated age in seconds (`check_seconds`); None passes through."""
+    return None if seconds is None else check_seconds(seconds, setting)
 
 
 @dataclass
