@@ -167,7 +167,9 @@ def test_a_catalog_that_never_answers_fails_after_the_timeout(tmp_path):
         config = load_config(estate(tmp_path, catalog={"name": "lake", "type": "rest", "uri": uri}))
         started = time.monotonic()
         [catalog] = [c for c in run_doctor(config, config.source, timeout_s=1) if c.name == "catalog"]
-        assert time.monotonic() - started < 8
+        # Without the timeout the probe would wait on this socket for ever; the bound only tells that apart from a
+        # loaded machine (the timeout itself is proven by the detail below), so it is generous.
+        assert time.monotonic() - started < 60
     assert catalog.status is Status.FAIL
     assert catalog.detail == f"rest {uri}: TimeoutError: no answer within 1s"
 
