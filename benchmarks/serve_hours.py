@@ -37,7 +37,7 @@ from benchmarks import serve_memory
 from benchmarks.machine import describe_machine, load_average
 from benchmarks.serve_memory import start_estate
 from benchmarks.stack_bench import write_section
-from icemaint.app.serve import rss_bytes
+from icemaint.app.process_memory import rss_bytes
 from icemaint.domain.units import parse_duration
 
 HERE = Path(__file__).resolve().parent

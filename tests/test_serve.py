@@ -104,6 +104,7 @@ def test_two_ticks_on_one_jvm_compact_and_answer_the_probes(spark, lake_root, tm
         assert {t["spark_app_id"] for t in ticks} == {spark.sparkContext.applicationId}
         assert {t["jvm_pid"] for t in ticks} == {own_pid}
         assert all(t["rss_python_bytes"] > 0 and t["rss_jvm_bytes"] > 0 for t in ticks)
+        assert all(isinstance(t["rss_trimmed_bytes"], int) and t["rss_trimmed_bytes"] >= 0 for t in ticks)  # glibc
         assert all(0 < t["jvm_heap_committed_bytes"] <= t["jvm_heap_max_bytes"] for t in ticks)
         assert ticks[0]["published"] == 3 and ticks[1]["published"] == 0 and not any(t["failed"] for t in ticks)
         code, body = get(base + "/healthz")

@@ -20,11 +20,11 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from icemaint.app.cli_output import save_trace
 from icemaint.app.cli_types import port, positive_int
+from icemaint.app.process_memory import jvm_heap, jvm_pid, rss_bytes, trim_heap
 from icemaint.domain.serve_health import BUG, OPERATIONAL, ServeState, TickRecord, alive, ready, stale_after
 from icemaint.domain.units import counted, human_duration, human_size, parse_duration, printable
 from icemaint.errors import UserError, is_operational, one_line
@@ -46,35 +46,6 @@ def interval_arg(text: str) -> float:
     if seconds < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is under a second: give at least 1s")
     return seconds
-
-
-def rss_bytes(pid: int) -> int | None:
-    """A process's resident set size (Linux /proc), or None where it cannot be read."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def jvm_pid(spark) -> int | None:
-    """The driver JVM's process id, as the JVM itself says it."""
-    try:
-        return int(spark._jvm.java.lang.ProcessHandle.current().pid())
-    except Exception:  # noqa: BLE001 - a session without a local JVM (Spark Connect): no pid to measure
-        return None
-
-
-def jvm_heap(spark) -> dict[str, int]:
-    """The JVM heap's committed and maximum bytes: its RSS grows as the collector commits heap up to the maximum
-    (`spark.driver.memory`), which is growth toward a bound, not a leak."""
-    try:
-        runtime = spark._jvm.java.lang.Runtime.getRuntime()
-        return {"jvm_heap_committed_bytes": int(runtime.totalMemory()), "jvm_heap_max_bytes": int(runtime.maxMemory())}
-    except Exception:  # noqa: BLE001 - no session or no local JVM: nothing to report
-        return {}
 
 
 class HealthServer:
@@ -206,11 +177,13 @@ class Serve:
         self.emit_tick(record, report)
 
     def measured(self) -> dict:
-        """This tick's memory: this process's and its JVM's resident set, and which JVM it is."""
+        """This tick's memory, after the C heap's free pages went back (`trim_heap`): this process's and its JVM's
+        resident set, what the trim released, and which JVM it is."""
         import os
 
         pid = jvm_pid(self.spark) if self.spark is not None else None
-        return {"rss_python_bytes": rss_bytes(os.getpid()), "jvm_pid": pid,
+        trimmed = trim_heap(os.getpid())
+        return {"rss_python_bytes": rss_bytes(os.getpid()), "rss_trimmed_bytes": trimmed, "jvm_pid": pid,
                 "rss_jvm_bytes": rss_bytes(pid) if pid else None, **jvm_heap(self.spark),
                 "spark_app_id": self.state.spark_app_id}
 
