@@ -40,6 +40,7 @@ from sensors.reaper import (GRPC_INFO_TAG, HOST_TAG, PID_TAG, PROCESS_RUN_TAG, R
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 DATE = "2026-01-02"
+OTHER_DATE = "2026-01-03"  # the estate's other date of small files (`estate_table`)
 PHASE_TIMEOUT_S = 240
 
 
@@ -64,7 +65,7 @@ def ended(table="db.events", operation="compact", call_id="c1", decision="run") 
 
 def raw_audit(state_dir: Path) -> list[dict]:
     """The audit file's stored lines as they are (no folding)."""
-    path = state_dir / "audit" / "audit.jsonl"
+    path = audit_file(state_dir)
     if not path.exists():
         return []
     out = []
@@ -136,6 +137,41 @@ def wait_for(what: str, probe, proc: subprocess.Popen, log: Path, poll: float = 
             pytest.fail(f"icemaint exited ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
         time.sleep(poll)
     pytest.fail(f"icemaint never reached {what} in {PHASE_TIMEOUT_S}s:\n{log.read_text()[-3000:]}")
+
+
+def on_change(probe, *paths: Path):
+    """`probe`, asked again only when one of `paths` changed (a directory: its entries' names, sizes and times; a
+    file: its size and time), else its last answer. A wait polls every few milliseconds, and a catalog read
+    (pyiceberg parses the table's whole metadata) or an audit read that often took a core from the process being
+    waited for; a few stats do not. The paths are read before the probe, so a change during the probe is seen
+    at the next poll."""
+    last: list = [object(), None]
+
+    def signature(path: Path):
+        try:
+            if path.is_dir():
+                return frozenset((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(path))
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def gated():
+        seen = tuple(signature(p) for p in paths)
+        if seen != last[0]:
+            last[0], last[1] = seen, probe()
+        return last[1]
+
+    return gated
+
+
+def metadata_dir(config, table: str) -> Path:
+    """The table's metadata directory (the Hadoop catalog's): each commit and each ref change writes a file in it."""
+    return Path(config.catalog.warehouse, *table.split("."), "metadata")
+
+
+def audit_file(state_dir: Path) -> Path:
+    return state_dir / "audit" / "audit.jsonl"
 
 
 def freeze(proc: subprocess.Popen) -> None:
@@ -352,16 +388,27 @@ def test_lineage_check_finds_what_stage_prove_publish_cannot_produce(operation, 
 
 # -- real processes killed at a phase --------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def estate_table(spark) -> tuple[str, set[int]]:
+    """A day-partitioned table of many small files (and merge-on-read deletes), written once for the module's kill
+    tests (eleven commits each time): (its name, the writer's rows). Each test needs only what no other test takes
+    from it: the compaction kills compact DATE, the terminal's Ctrl-C compacts OTHER_DATE, and the expiry and orphan
+    kills need any state of it; each asserts on main's head and the rows as it found them."""
+    table = f"t.crash_estate_{uuid.uuid4().hex[:8]}"
+    writer = streaming_table(spark, "lake", table, batches=8, days=3, rows_per_day=15, delete_every=3)
+    return table, writer.ledger.expected_ids()
+
+
 @pytest.fixture
-def estate(spark, lake_root, tmp_path, table_name):
-    """A day-partitioned table of many small files (and merge-on-read deletes), with a config of its own
-    state dir, as an operator's `icemaint` would use it."""
+def estate(estate_table, lake_root, tmp_path):
+    """The module's table, with a config of the test's own state dir (claims, audit, Dagster instance), as an
+    operator's `icemaint` would use it."""
     from types import SimpleNamespace
 
-    writer = streaming_table(spark, "lake", table_name, batches=8, days=3, rows_per_day=15, delete_every=3)
+    table, expected = estate_table
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
-    return SimpleNamespace(table=table_name, path=path, config=load_config(path), state=tmp_path / "state",
-                           expected=writer.ledger.expected_ids(), tmp=tmp_path)
+    return SimpleNamespace(table=table, path=path, config=load_config(path), state=tmp_path / "state",
+                           expected=expected, tmp=tmp_path)
 
 
 def assert_recovered(estate, proc: subprocess.Popen, head_before: int, operation: str):
@@ -379,15 +426,23 @@ def assert_recovered(estate, proc: subprocess.Popen, head_before: int, operation
     return run, record
 
 
-def launch_queued_health_run(estate, workspace: Path, env: dict) -> str:
-    """A health run for the table submitted to the run queue (QueuedRunCoordinator), as the UI would."""
-    run_id = str(uuid.uuid4())
-    tags = json.dumps({"dagster/partition": estate.table, "icemaint/table": estate.table})
-    done = subprocess.run([str(BIN / "dagster"), "job", "launch", "-w", str(workspace), "-j", "health_job",
-                           "--tags", tags, "--run-id", run_id], cwd=workspace.parent, env=env,
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return run_id
+def submit_queued_health_run(config_path: Path, table: str, workspace: Path) -> str:
+    """A health run for the table submitted to the run queue (QueuedRunCoordinator) for the daemon's code location,
+    in this process, as an agent's run is (`MaintenanceRunner.submit`): `dagster job launch` cost two Python
+    processes of their own (the command's and its code server's), each loading Dagster and the definitions."""
+    from icemaint.app.queued_runs import code_location_origin
+    from icemaint.app.runner import JobCall, MaintenanceRunner
+
+    # reap=False: the dead runs are the daemon's reaper's to find, not this submitter's
+    runner = MaintenanceRunner(load_config(config_path), str(config_path), reap=False)
+    try:
+        key = runner.check_table(table)
+        run = runner.submit(JobCall("health_job", key, {}, {"icemaint/table": key}), code_location_origin(workspace),
+                            str(uuid.uuid4()))
+    finally:
+        runner.instance.dispose()
+    assert run.remote_job_origin.location_name == "maint_assets.definitions", run.remote_job_origin
+    return run.run_id
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -412,7 +467,8 @@ def test_compaction_killed_under_the_claim_and_while_staging_recovers_and_the_da
     log1 = estate.tmp / "kill-claim.log"
     first = icemaint(estate.path, "compact", table, "--date", DATE, log=log1)
     try:
-        wait_for("the started marker", lambda: started_markers(state, table, "compact"), first, log1, poll=0.005)
+        wait_for("the started marker", on_change(lambda: started_markers(state, table, "compact"), audit_file(state)),
+                 first, log1, poll=0.005)
         freeze(first)
         assert not staging_refs(config, table), "too late: staging had begun before the freeze"
         holder = open_claims(config).holder_of(table)
@@ -425,8 +481,8 @@ def test_compaction_killed_under_the_claim_and_while_staging_recovers_and_the_da
     log2 = estate.tmp / "kill-staging.log"
     second = icemaint(estate.path, "compact", table, "--date", DATE, log=log2)
     try:
-        wait_for("staged files on a branch", lambda: set(staging_refs(config, table).values()) - {head}, second,
-                 log2, poll=0.02)
+        wait_for("staged files on a branch", on_change(lambda: set(staging_refs(config, table).values()) - {head},
+                                                       metadata_dir(config, table)), second, log2, poll=0.02)
         freeze(second)
         branches = staging_refs(config, table)
         assert branches, "too late: the run discarded its branch before the freeze"
@@ -449,7 +505,7 @@ def test_compaction_killed_under_the_claim_and_while_staging_recovers_and_the_da
                                  scope={"include": [table]}, tables={table: {"enabled": False}})
     env = {**os.environ, "DAGSTER_HOME": str(config.dagster_home.resolve()), "ICEMAINT_CONFIG": str(daemon_config),
            "ICEMAINT_IDENTITY": "maint-test"}
-    queued = launch_queued_health_run(estate, workspace, env)
+    queued = submit_queued_health_run(daemon_config, table, workspace)
     instance = instance_for(config)
     assert instance.get_run_by_id(queued).status.value == "QUEUED"
     daemon_log = estate.tmp / "daemon" / "daemon.log"
@@ -513,10 +569,10 @@ def test_a_terminal_ctrl_c_while_proving_answers_in_one_line_and_leaves_the_tabl
     config, table = estate.config, estate.table
     head = main_chain(config, table)[0]
     log = estate.tmp / "ctrl-c.log"
-    proc = icemaint(estate.path, "compact", table, "--date", DATE, log=log)
+    proc = icemaint(estate.path, "compact", table, "--date", OTHER_DATE, log=log)
     try:
-        wait_for("staged files on a branch", lambda: set(staging_refs(config, table).values()) - {head}, proc, log,
-                 poll=0.02)
+        wait_for("staged files on a branch", on_change(lambda: set(staging_refs(config, table).values()) - {head},
+                                                       metadata_dir(config, table)), proc, log, poll=0.02)
         freeze(proc)
         assert main_chain(config, table)[0] == head, "too late: the rewrite was published before the freeze"
         group = subprocess.run(["ps", "-ww", "-o", "args=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
@@ -529,12 +585,28 @@ def test_a_terminal_ctrl_c_while_proving_answers_in_one_line_and_leaves_the_tabl
             kill(proc)
     text = log.read_text()
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
-    [line] = [ln for ln in text.splitlines() if ln.startswith(f"{table} {DATE}:")]
+    [line] = [ln for ln in text.splitlines() if ln.startswith(f"{table} {OTHER_DATE}:")]
     assert "failed: interrupted" in line and "main is unchanged" in line, line
     assert not staging_refs(config, table), text[-6000:]
     assert main_chain(config, table)[0] == head
     assert_rows(config, table, estate.expected)
     assert open_claims(config).holder_of(table) is None
+
+
+def three_files_a_date(spark, table: str, days: int) -> set[int]:
+    """The streaming writer's table (its schema and partitioning, its first three batches' rows) in one commit:
+    three small files on each date (one per task of a three-way round-robin split, which the write keeps: no
+    distribution by partition, fanout writers), as three batches leave it, which the tick finds due
+    (min_input_files 3). Returns the ids it holds. The writer commits a batch at a time: the tick test's six
+    tables took 18 commits, now 6."""
+    from icemaint.app.simulator import StreamingWriter, WorkloadSpec, _spark_schema, batch_rows
+
+    writer = StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=days, rows_per_day=8, delete_every=0))
+    writer.create_table()
+    rows = [row for batch in range(3) for row in batch_rows(writer.spec, batch)]
+    (spark.createDataFrame(rows, _spark_schema()).repartition(3).writeTo(writer.table_sql)
+     .option("distribution-mode", "none").option("fanout-enabled", "true").append())
+    return {row[0] for row in rows}
 
 
 def test_a_ctrl_c_stops_the_whole_tick_every_lane_and_every_later_run(spark, lake_root, tmp_path):
@@ -543,9 +615,10 @@ def test_a_ctrl_c_stops_the_whole_tick_every_lane_and_every_later_run(spark, lak
     stopped only the run that saw it: the other lane, both lanes' next runs and the next ticks went on."""
     import datetime as dt
 
-    writers = [streaming_table(spark, "lake", f"ctrlc_{uuid.uuid4().hex[:8]}.events", batches=3, days=2 + i,
-                               rows_per_day=8, delete_every=0) for i in range(6)]
-    tables = [w.name.key for w in writers]
+    expected = {f"ctrlc_{uuid.uuid4().hex[:8]}.events": None for _ in range(6)}
+    for i, table in enumerate(expected):
+        expected[table] = three_files_a_date(spark, table, days=2 + i)
+    tables = list(expected)
     state = tmp_path / "state"
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(state), max_runs_total=2,
                         scope={"include": tables})
@@ -554,8 +627,9 @@ def test_a_ctrl_c_stops_the_whole_tick_every_lane_and_every_later_run(spark, lak
     log = tmp_path / "tick.log"
     proc = icemaint(path, "tick", "--until-idle", log=log)
     try:
-        staged = wait_for("staged files on a branch", lambda: [t for t in tables if staging_refs(config, t)], proc, log,
-                          poll=0.02)
+        staging = [on_change(lambda t=t: staging_refs(config, t), metadata_dir(config, t)) for t in tables]
+        staged = wait_for("staged files on a branch", lambda: [t for t, refs in zip(tables, staging) if refs()], proc,
+                          log, poll=0.02)
         freeze(proc)
         interrupted_at = dt.datetime.now(dt.timezone.utc)
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends
@@ -576,9 +650,9 @@ def test_a_ctrl_c_stops_the_whole_tick_every_lane_and_every_later_run(spark, lak
     records = open_audit(config).records(operation="compact")
     assert any(r.decision == "interrupted" and r.table in staged for r in records), \
         [(r.table, r.decision, r.reason) for r in records]
-    for writer, table in zip(writers, tables):
+    for table in tables:
         assert not staging_refs(config, table), table
-        assert_rows(config, table, writer.ledger.expected_ids())
+        assert_rows(config, table, expected[table])
         assert_forward(config, table, heads[table])
         assert open_claims(config).holder_of(table) is None
         if table not in begun:
@@ -594,7 +668,8 @@ def test_expiry_killed_mid_act_recovers(estate, rerun):
     log = estate.tmp / "kill-expiry.log"
     proc = icemaint(estate.path, "expire", table, "--older-than", "0s", log=log)
     try:
-        wait_for("the started marker", lambda: started_markers(state, table, "expire"), proc, log, poll=0.005)
+        wait_for("the started marker", on_change(lambda: started_markers(state, table, "expire"), audit_file(state)),
+                 proc, log, poll=0.005)
         # the expiry commit (metadata) lands first, its file deletions follow: kill in between if we can
         deadline = time.monotonic() + 120
         while reader.metadata_location(table) == location and time.monotonic() < deadline and proc.poll() is None:
@@ -682,8 +757,8 @@ def test_revert_killed_mid_act_leaves_main_forward_and_the_rerun_reverts(spark, 
     try:
         # Frozen the moment its act begins (the claim taken, the marker written): a revert is metadata only
         # (its files exist), so its one commit lands whole or not at all; either way the rows are the same.
-        wait_for("the revert's started marker", lambda: started_markers(estate.state, table_name, "revert"), proc, log,
-                 poll=0.002)
+        wait_for("the revert's started marker", on_change(lambda: started_markers(estate.state, table_name, "revert"),
+                                                          audit_file(estate.state)), proc, log, poll=0.002)
         freeze(proc)
     finally:
         kill(proc)
