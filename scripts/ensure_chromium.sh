@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's headless-capable `chromium` for the UI tests (tests/test_ui.py), which render the
-# Dagster UI with `chromium --headless --dump-dom`. Idempotent: one line and exit 0 when it is present.
+# Dagster UI in one `chromium --headless` driven over its DevTools pipe. Idempotent: one line and exit 0 when it is present.
 set -euo pipefail
 
 if command -v chromium >/dev/null 2>&1; then
