@@ -11,15 +11,17 @@ deferred: tests/test_compaction.py and tests/test_sensors.py).
 Measured from the writer's last commit to the run's success (2026-11, 2 cores shared with other test runs,
 load average 7-8): 77, 97 and 116 s with one table, most of it waiting for the sensors' default minimum
 intervals (60 s for discovery, then 30 s for compaction); the run itself took 19-31 s, Spark's start included.
-Every sensor ticks as the daemon starts. Polling every 5 s, the compaction sensor's second tick met the tables
-while the discovery's health run was still in flight: it deferred them (a run in flight on the table) and looked
-again 60 s later (`RECHECK_CLAIM_BUSY_SECONDS`), and its ticks in between cost CPU for nothing. So the test's
-config (`automation.*_interval`, as an operator may set them) has the compaction sensor tick every 20 s, by when
-the health run is done, and the discovery and retention sensors only as the daemon starts: the tables are there
-by then, and nothing is due for expiry. The bound, 420 s, stays: CI machines vary. The daemon runs alone
-(`dagster-daemon run`, as a deployment runs it beside its webserver): nothing here asks the webserver anything,
-and `dagster dev`'s webserver and code-server proxy cost a tenth of the test's CPU. It and everything it started
-(its code server, run workers, their Spark JVMs) are stopped by process group, whatever happens.
+Every sensor ticks as the daemon starts, in no set order. Polling every 5 s, the compaction sensor met the
+tables while the discovery's health run was still in flight, whichever ticked first: it deferred them (a run in
+flight on the table), looked again 60 s later (`RECHECK_CLAIM_BUSY_SECONDS`), and its ticks in between cost CPU
+for nothing. So the test's config (`automation.*_interval`, as an operator may set them) has the compaction
+sensor tick every 20 s: when its first tick comes before the discovery's it finds no table, and its second finds
+them with the health run done (else it defers them as before); the discovery and retention sensors tick only
+as the daemon starts: the tables are there by then, and nothing is due for expiry. The bound, 420 s, stays: CI
+machines vary. The daemon runs alone (`dagster-daemon run`, as a deployment runs it beside its webserver):
+nothing here asks the webserver anything, and `dagster dev`'s webserver and code-server proxy cost a tenth of the
+test's CPU. It and everything it started (its code server, run workers, their Spark JVMs) are stopped by process
+group, whatever happens.
 """
 
 from __future__ import annotations
