@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_config
+from conftest import TEST_JAVA_OPTIONS, write_config
 from icemaint.engine import class_archive as ca
 
 REPO = Path(__file__).resolve().parent.parent
@@ -155,8 +155,8 @@ def test_a_later_session_maps_the_classes_an_earlier_one_recorded_and_nobody_see
 
     def session(java_options: str = "", env: dict | None = None, script: str = SESSION) -> str:
         spark = {"master": "local[1]", "conf": {"spark.ui.enabled": "false"}}
-        if java_options:
-            spark["conf"]["spark.driver.extraJavaOptions"] = java_options
+        if java_options:  # with the test JVMs' own (C1 only): replaced, the session's JVM took twice the CPU
+            spark["conf"]["spark.driver.extraJavaOptions"] = f"{TEST_JAVA_OPTIONS} {java_options}"
         path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"), spark=spark)
         proc = subprocess.run([sys.executable, "-c", script, str(path)], cwd=tmp_path, capture_output=True,
                               text=True, timeout=300,  # a crashed JVM leaves its hs_err files in the cwd
@@ -173,6 +173,7 @@ def test_a_later_session_maps_the_classes_an_earlier_one_recorded_and_nobody_see
     assert "options " in first and "Archive" not in first, first  # met once: nothing recorded, nothing mapped
     assert not list(cache.glob(f"{ca.ARCHIVE_DIR}/*.recording")) and list(cache.glob(f"{ca.ARCHIVE_DIR}/*.seen"))
     session()
+    agent = java_agent_jar(tmp_path / "agent")  # compiled while the JVM above writes its recording
     deadline, sizes = time.monotonic() + 120, []
     while time.monotonic() < deadline:  # the JVM writes its recording as it exits, after the Python process
         found = list(cache.glob(f"{ca.ARCHIVE_DIR}/*.recording"))
@@ -193,7 +194,6 @@ def test_a_later_session_maps_the_classes_an_earlier_one_recorded_and_nobody_see
     # it crashed JDK 17 (SIGSEGV in KlassFactory::check_shared_class_file_load_hook) in every such session. One
     # JVM with both (a recording from JAVA_TOOL_OPTIONS, an agent in the Java options): each alone keeps the
     # archive off (`java_agent`, tests/test_deployment_spark.py), and a crashed JVM never answers.
-    agent = java_agent_jar(tmp_path / "agent")
     session(f"-javaagent:{agent}" if agent is not None else "",
             env={"JAVA_TOOL_OPTIONS": f"-XX:StartFlightRecording=filename={tmp_path / 'r.jfr'}"})
 
