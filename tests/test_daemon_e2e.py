@@ -93,6 +93,12 @@ def dagster_dev(workdir: Path, config_path: Path, home: Path, module: str | None
     command = [dagster_executable(), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
     if not webserver:
         command = [str(Path(dagster_executable()).with_name("dagster-daemon")), "run", "-w", "workspace.yaml"]
+        # The instance's SQLite storage made here first, as `dagster dev` makes it before its processes start: a
+        # daemon and this process making it at once both stamped its schema version ("more than one head").
+        from dagster import DagsterInstance
+
+        with DagsterInstance.from_config(str(home)):
+            pass
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
