@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_config
+from conftest import TEST_JAVA_OPTIONS, write_config
 from icemaint.engine import class_archive as ca
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,33 +128,52 @@ SESSION = textwrap.dedent("""
     spark = get_spark(load_config(sys.argv[1]))
     print("rows", spark.sql("SELECT count(*) FROM range(10)").first()[0])
 """)
+# The settings `get_spark` would start its JVM with, and no JVM.
+SETTINGS = textwrap.dedent("""
+    import sys
+    from icemaint.config import load_config
+    from icemaint.engine.spark_session import session_conf
+    print("options", session_conf(load_config(sys.argv[1])).get("spark.driver.extraJavaOptions", ""))
+""")
 
 
 @pytest.mark.slow
 @pytest.mark.java
 def test_a_later_session_maps_the_classes_an_earlier_one_recorded_and_nobody_sees_it(tmp_path, lake_root):
-    """Three real JVMs on one cache: the first notes the class path, the second records its classes as it exits,
-    the third maps them (the JVM's own log says so: its dynamic archive mapped, no class path mismatch)."""
+    """On one cache: a first process's session settings note the class path (`session_conf`, what `get_spark`
+    starts its JVM with: no JVM needed to note it); a real JVM then records its classes as it exits, a third maps
+    them (the JVM's own log says so: its dynamic archive mapped, no class path mismatch), and a fourth, started
+    with a flight recording and a Java agent, leaves them unmapped and answers."""
+    import shutil
+
+    from icemaint.engine.local_fs import local_fs
+
     release = ca.java_release(ca.java_home())
     if (ca.java_major(release) or 0) < ca.MIN_JAVA:
         pytest.skip("this JDK cannot record a class archive")
     cache, log = tmp_path / "cache", tmp_path / "cds.log"
 
-    def session(java_options: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
+    def session(java_options: str = "", env: dict | None = None, script: str = SESSION) -> str:
         spark = {"master": "local[1]", "conf": {"spark.ui.enabled": "false"}}
-        if java_options:
-            spark["conf"]["spark.driver.extraJavaOptions"] = java_options
+        if java_options:  # with the test JVMs' own (C1 only): replaced, the session's JVM took twice the CPU
+            spark["conf"]["spark.driver.extraJavaOptions"] = f"{TEST_JAVA_OPTIONS} {java_options}"
         path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"), spark=spark)
-        proc = subprocess.run([sys.executable, "-c", SESSION, str(path)], cwd=tmp_path, capture_output=True,
+        proc = subprocess.run([sys.executable, "-c", script, str(path)], cwd=tmp_path, capture_output=True,
                               text=True, timeout=300,  # a crashed JVM leaves its hs_err files in the cwd
                               env={**os.environ, "ICEMAINT_CACHE_DIR": str(cache), **(env or {})})
-        assert proc.returncode == 0 and "rows 10" in proc.stdout, proc.stderr[-3000:]
+        assert proc.returncode == 0 and ("rows 10" in proc.stdout or script != SESSION), proc.stderr[-3000:]
         assert "[cds]" not in proc.stdout + proc.stderr and "[class,path]" not in proc.stdout + proc.stderr
-        return proc
+        return proc.stdout
 
-    session()
+    built = local_fs().jar  # the compiled local file system, on the class path: copied, not compiled again
+    if built is not None:
+        cache.mkdir()
+        shutil.copy2(built, cache / built.name)
+    first = session(script=SETTINGS)
+    assert "options " in first and "Archive" not in first, first  # met once: nothing recorded, nothing mapped
     assert not list(cache.glob(f"{ca.ARCHIVE_DIR}/*.recording")) and list(cache.glob(f"{ca.ARCHIVE_DIR}/*.seen"))
     session()
+    agent = java_agent_jar(tmp_path / "agent")  # compiled while the JVM above writes its recording
     deadline, sizes = time.monotonic() + 120, []
     while time.monotonic() < deadline:  # the JVM writes its recording as it exits, after the Python process
         found = list(cache.glob(f"{ca.ARCHIVE_DIR}/*.recording"))
@@ -172,11 +191,11 @@ def test_a_later_session_maps_the_classes_an_earlier_one_recorded_and_nobody_see
     assert list(cache.glob(f"{ca.ARCHIVE_DIR}/*.jsa")) and not list(cache.glob(f"{ca.ARCHIVE_DIR}/*.recording"))
 
     # With the archive in place, a JVM that starts a flight recording or a Java agent leaves it unmapped: mapping
-    # it crashed JDK 17 (SIGSEGV in KlassFactory::check_shared_class_file_load_hook) in every such session.
-    session(env={"JAVA_TOOL_OPTIONS": f"-XX:StartFlightRecording=filename={tmp_path / 'r.jfr'}"})
-    agent = java_agent_jar(tmp_path / "agent")
-    if agent is not None:
-        session(f"-javaagent:{agent}")  # each session asserts its JVM answered (a crashed one never does)
+    # it crashed JDK 17 (SIGSEGV in KlassFactory::check_shared_class_file_load_hook) in every such session. One
+    # JVM with both (a recording from JAVA_TOOL_OPTIONS, an agent in the Java options): each alone keeps the
+    # archive off (`java_agent`, tests/test_deployment_spark.py), and a crashed JVM never answers.
+    session(f"-javaagent:{agent}" if agent is not None else "",
+            env={"JAVA_TOOL_OPTIONS": f"-XX:StartFlightRecording=filename={tmp_path / 'r.jfr'}"})
 
 
 AGENT = """package probe;

@@ -1,20 +1,27 @@
 """The real daemon, end to end: a writer commits small files to two dates of two tables in scope, and with
-nobody calling anything, `dagster dev`'s daemon registers the tables (discovery sensor), its compaction
+nobody calling anything, the Dagster daemon registers the tables (discovery sensor), its compaction
 sensor launches one run over both tables' two dates (neighbouring tables due on the same dates share a run:
 one run worker and Spark start where each table had its own), and the run publishes each table-date's
 rewrite, each proven by three passing checks; no row is lost.
 
-The tables are written before `dagster dev` starts, so the discovery sensor registers both in one tick and
+The tables are written before the daemon starts, so the discovery sensor registers both in one tick and
 the compaction sensor finds both due in one tick (a writer still committing holds the table's claim and is
 deferred: tests/test_compaction.py and tests/test_sensors.py).
 
 Measured from the writer's last commit to the run's success (2026-11, 2 cores shared with other test runs,
 load average 7-8): 77, 97 and 116 s with one table, most of it waiting for the sensors' default minimum
 intervals (60 s for discovery, then 30 s for compaction); the run itself took 19-31 s, Spark's start included.
-The test's config polls every 5 s (`automation.discovery_interval` / `compaction_interval`), as an operator may
-set them: the sensors' own waits no longer dominate. The bound, 420 s, stays: CI machines vary. `dagster dev`
-and everything it started (code servers, run workers, their Spark JVMs) are stopped by process group, whatever
-happens.
+Every sensor ticks as the daemon starts, in no set order. Polling every 5 s, the compaction sensor met the
+tables while the discovery's health run was still in flight, whichever ticked first: it deferred them (a run in
+flight on the table), looked again 60 s later (`RECHECK_CLAIM_BUSY_SECONDS`), and its ticks in between cost CPU
+for nothing. So the test's config (`automation.*_interval`, as an operator may set them) has the compaction
+sensor tick every 20 s: when its first tick comes before the discovery's it finds no table, and its second finds
+them with the health run done (else it defers them as before); the discovery and retention sensors tick only
+as the daemon starts: the tables are there by then, and nothing is due for expiry. The bound, 420 s, stays: CI
+machines vary. The daemon runs alone (`dagster-daemon run`, as a deployment runs it beside its webserver):
+nothing here asks the webserver anything, and `dagster dev`'s webserver and code-server proxy cost a tenth of the
+test's CPU. It and everything it started (its code server, run workers, their Spark JVMs) are stopped by process
+group, whatever happens.
 """
 
 from __future__ import annotations
@@ -34,13 +41,13 @@ import yaml
 from conftest import write_config
 from icemaint.app.instance import ensure_dagster_home
 from icemaint.config import load_config
-from test_dagster_dev import REPO, dagster_executable, free_port, stop, wait_until_loaded
+from test_dagster_dev import REPO, STARTUP_TIMEOUT_S, dagster_executable, free_port, stop, wait_until_loaded
 
 pytestmark = pytest.mark.slow
 
 # Seconds from the writer's last commit to the run's success that the test accepts (see the docstring).
 LATENCY_BOUND_S = 420
-BATCHES, ROWS_PER_DAY = 4, 10
+BATCHES, ROWS_PER_DAY = 3, 10  # three small files a date (min_input_files), one batch of deletes
 DATES = ["2026-01-01", "2026-01-02"]  # WorkloadSpec's start date and the next: two consecutive day partitions
 CHECKS = {"row_count_parity", "sample_comparison", "column_aggregates"}
 
@@ -65,13 +72,14 @@ def processes_with_env(marker: str) -> list[int]:
 
 @contextlib.contextmanager
 def dagster_dev(workdir: Path, config_path: Path, home: Path, module: str | None = None,
-                env: dict | None = None) -> Iterator[tuple[subprocess.Popen, int, Path]]:
+                env: dict | None = None, webserver: bool = True) -> Iterator[tuple[subprocess.Popen, int, Path]]:
     """`dagster dev` (webserver + daemon) on a free loopback port for the instance `home`, serving the
     project's code location with ICEMAINT_CONFIG=`config_path` (`module`: a module of tests/ standing in for
     it under its name, `env`: more environment). Yields (process, port, log path) once the
     location has loaded; stops the whole process group on the way out, then makes sure nothing that
     carries this config in its environment is left (a run worker or JVM that left the group is killed,
-    and the test fails saying so)."""
+    and the test fails saying so). Without `webserver`: `dagster-daemon run` alone, yielded once its run queue
+    beats (the port is then unused)."""
     workdir.mkdir(parents=True, exist_ok=True)
     location = {"module_name": "maint_assets.definitions", "working_directory": str(REPO)}
     if module:
@@ -82,13 +90,24 @@ def dagster_dev(workdir: Path, config_path: Path, home: Path, module: str | None
     log_path = workdir / "dagster-dev.log"
     marker = f"ICEMAINT_CONFIG={config_path}"
     env = {**os.environ, **(env or {}), "ICEMAINT_CONFIG": str(config_path), "DAGSTER_HOME": str(home)}
+    command = [dagster_executable(), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
+    if not webserver:
+        command = [str(Path(dagster_executable()).with_name("dagster-daemon")), "run", "-w", "workspace.yaml"]
+        # The instance's SQLite storage made here first, as `dagster dev` makes it before its processes start: a
+        # daemon and this process making it at once both stamped its schema version ("more than one head").
+        from dagster import DagsterInstance
+
+        with DagsterInstance.from_config(str(home)):
+            pass
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([dagster_executable(), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1",
-                                 "-p", str(port)], cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     failed = False
     try:
-        wait_until_loaded(proc, port, log_path)
+        if webserver:
+            wait_until_loaded(proc, port, log_path)
+        else:
+            wait_until_beating(proc, home, log_path)
         yield proc, port, log_path
     except BaseException:
         failed = True
@@ -101,6 +120,22 @@ def dagster_dev(workdir: Path, config_path: Path, home: Path, module: str | None
                 os.kill(pid, signal.SIGKILL)
         if strays and not failed:
             pytest.fail(f"processes started by dagster dev outlived its process group: {strays}")
+
+
+def wait_until_beating(proc: subprocess.Popen, home: Path, log_path: Path) -> None:
+    """Until the daemon's run queue has beaten once on the instance `home` (its daemons are up by then)."""
+    from dagster import DagsterInstance
+
+    from icemaint.app.queued_runs import heartbeat_age
+
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    with DagsterInstance.from_config(str(home)) as instance:
+        while heartbeat_age(instance) is None:
+            if proc.poll() is not None:
+                pytest.fail(f"the daemon exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"the daemon did not beat in {STARTUP_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}")
+            time.sleep(1.0)
 
 
 def main_snapshot(spark, table_sql: str):
@@ -128,7 +163,8 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
     # over as many runs as the queue runs at once): the daemon leaves the shared warehouse's other tables alone.
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         scope={"include": [f"{namespace}.*"]}, max_runs_total=1,
-                        automation={"discovery_interval": "5s", "compaction_interval": "5s"})
+                        automation={"discovery_interval": "1d", "compaction_interval": "20s",
+                                    "retention_interval": "1d"})
     config = load_config(path)
     home = ensure_dagster_home(config)
     writers = {table: StreamingWriter(spark, "lake", WorkloadSpec(table=table, days=len(DATES),
@@ -142,14 +178,14 @@ def test_the_daemon_compacts_what_a_writer_committed(spark, tmp_path, lake_root,
     timings: dict[str, float] = {"writers done": time.monotonic() - started}
 
     with contextlib.ExitStack() as stack:
-        proc, port, log_path = stack.enter_context(dagster_dev(tmp_path / "dev", path, home))
-        timings["dagster dev loaded"] = time.monotonic() - started
+        proc, port, log_path = stack.enter_context(dagster_dev(tmp_path / "dev", path, home, webserver=False))
+        timings["daemon up"] = time.monotonic() - started
         instance = stack.enter_context(DagsterInstance.from_config(str(home)))
         deadline = time.monotonic() + LATENCY_BOUND_S
         registered_at, run, ours = None, None, []
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                pytest.fail(f"dagster dev exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+                pytest.fail(f"the daemon exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
             if registered_at is None and all(instance.has_dynamic_partition("table", t) for t in tables):
                 registered_at = time.time()
             ours = [r for r in instance.get_run_records(RunsFilter(job_name="compaction_job"))

@@ -1,15 +1,22 @@
 """The real run queue under `dagster dev`'s daemon, shared by the module's tests (one daemon start).
 
 One maintenance run per table (issue 13): a retention backfill of a table (its runs carry only Dagster's
-`dagster/partition` tag) and a compaction backfill of three of its dates are launched the way the UI launches
-them, with room for several runs at once; their runs never overlap in time, whatever launched them (the daemon's
-own sensors may add runs of the table).
+`dagster/partition` tag) and a compaction backfill of two of its dates are launched the way the UI launches
+them, with room for several runs at once; their runs never overlap in time, whatever launched them. The
+compaction and retention sensors tick once, as the daemon starts (their intervals are a day, the sensors' runs
+are tests/test_daemon_e2e.py's): each run is a process with its own Spark, and a sensor ticking every 30-60 s
+added one the tests did not look at (an expiry of `events` after its compaction). `events` keeps its last three
+snapshots (`retain_last`), the writer's three, so the retention sensor's one tick finds nothing due even when it
+comes after the discovery's; the retention backfill's run expires what the compaction's commits left behind when
+it runs after it, and otherwise finds nothing to expire: either way it holds the table's slot while it runs.
 
 An agent's requests (issue 45): an MCP client session (the SDK's own client, `icemaint mcp` over stdio) asks for
 compaction of two tables only the agent may maintain (`allowed_identities`: the daemon's sensors are refused on
 them); each request comes back at once with a run id and status QUEUED, the daemon runs it, and `run_status`
 reports what the run's records say: one proven and published, the other's proof failed (the test's code location,
 tests/queue_faults.py, changes one value in that table's staged file) with main, rows and refs as they were.
+The agent's session starts as soon as the daemon serves the queue, so its two runs share the machine with the
+backfills' (as an estate's runs do) instead of waiting for them: the module's wall time is about one test's.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -29,7 +37,7 @@ from test_dagster_dev import graphql
 
 pytestmark = pytest.mark.slow
 
-DATES = ("2026-01-01", "2026-01-02", "2026-01-03")
+DATES = ("2026-01-01", "2026-01-02")
 BOUND_S = 600
 AGENT = "ops-bot"
 AGENT_POLICY = {"allowed_identities": [AGENT], "agent_operations": ["compact"]}
@@ -53,10 +61,12 @@ def launch_backfill(port: int, asset: str, partitions: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def daemon(spark, lake_root, tmp_path_factory):
-    """Three tables with three small files on each date (`events` for the backfills; `asked` and `faulty` only
+def daemon(spark, lake_root, tmp_path_factory, request):
+    """Three tables with three small files on each of two dates (`events` for the backfills; `asked` and `faulty` only
     the agent may maintain), and `dagster dev` on their config, serving tests/queue_faults.py as the project's
-    code location (a staged rewrite of `faulty` gets one value changed before its proof)."""
+    code location (a staged rewrite of `faulty` gets one value changed before its proof). When the agent's test
+    is to run, its MCP session starts in a thread as soon as the daemon serves the queue (`ask_as_agent`): its
+    two runs (other tables; room for four runs at once) run beside the backfills' instead of after them."""
     from dagster import DagsterInstance
 
     from icemaint.app.queued_runs import heartbeat_age
@@ -80,7 +90,9 @@ def daemon(spark, lake_root, tmp_path_factory):
     path = write_config(root / "maintenance.yaml", lake_root, state_dir=str(root / "state"),
                         scope={"include": [f"{namespace}.*"]}, max_runs_total=4,
                         defaults={"snapshot_older_than": "0s"}, agents={AGENT: {}},
-                        tables={f"{namespace}.asked": AGENT_POLICY, f"{namespace}.faulty": AGENT_POLICY})
+                        automation={"compaction_interval": "1d", "retention_interval": "1d"},
+                        tables={f"{namespace}.asked": AGENT_POLICY, f"{namespace}.faulty": AGENT_POLICY,
+                                f"{namespace}.events": {"retain_last": 3}})
     fault = {"ICEMAINT_TEST_CORRUPT_TABLE": f"{namespace}.faulty", "ICEMAINT_TEST_CORRUPT_VALUE": str(victim)}
     with pytest.MonkeyPatch.context() as env, contextlib.ExitStack() as stack:
         env.setenv("DAGSTER_HOME", str(root / "unused"))  # restored after the module: ensure_dagster_home sets it
@@ -92,8 +104,22 @@ def daemon(spark, lake_root, tmp_path_factory):
         deadline = time.monotonic() + 120  # the run-queue daemon's first heartbeat: it serves the queue from then on
         while heartbeat_age(instance) is None and time.monotonic() < deadline:
             time.sleep(1.0)
-        yield SimpleNamespace(path=path, home=home, proc=proc, port=port, log_path=log_path, instance=instance,
-                              writers=writers, tables={n: w.name.key for n, w in writers.items()})
+        ns = SimpleNamespace(path=path, home=home, proc=proc, port=port, log_path=log_path, instance=instance,
+                             writers=writers, tables={n: w.name.key for n, w in writers.items()})
+        session = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="agent"))  # waited for on the way out
+        if any(item.name == AGENT_TEST for item in request.session.items):
+            ns.agent = session.submit(ask_as_agent, ns, before(spark, ns))
+        yield ns
+
+
+def requested_all(backfill) -> bool:
+    """Whether the backfill has submitted the runs of every partition it targets (or has completed): once those
+    runs have finished it launches no more (the backfill daemon marks it completed on its next pass, up to 30 s
+    later, which the test need not wait for)."""
+    data = backfill.asset_backfill_data
+    if backfill.status.value.startswith("COMPLETED"):
+        return True
+    return data is not None and not (data.target_subset - data.requested_subset).asset_keys
 
 
 def test_a_retention_backfill_and_a_date_backfill_of_one_table_never_overlap(spark, daemon):
@@ -118,7 +144,7 @@ def test_a_retention_backfill_and_a_date_backfill_of_one_table_never_overlap(spa
         backfills = [instance.get_backfill(b) for b in (retention, dates)]
         records = instance.get_run_records(RunsFilter(tags={TABLE_TAG: table}))
         ours = [r for r in records if r.dagster_run.tags.get("dagster/backfill") in (retention, dates)]
-        if all(b.status.value.startswith("COMPLETED") for b in backfills) and ours and \
+        if all(requested_all(b) for b in backfills) and ours and \
                 all(r.dagster_run.status in finished for r in records):
             break
         time.sleep(2.0)
@@ -155,35 +181,43 @@ def discovered(instance, tables: set[str]) -> bool:
     return tables <= covered and not tables & set(in_flight_jobs_by_table(instance))
 
 
-def test_an_agents_requests_wait_in_the_run_queue_and_run_status_reports_what_the_daemon_ran(spark, daemon):
-    """Over MCP: two requests, each answered at once with a run id and status QUEUED; the daemon runs them.
-    `asked`: SUCCESS, proof passed, published, 1 file left on the date, pyiceberg reads the writer's rows.
-    `faulty`: FAILURE reported to the agent with the failed proof; main, rows and staging refs unchanged.
-    Every audit record of both runs names the agent, trigger `agent` and its reason."""
-    import anyio
+AGENT_TEST = "test_an_agents_requests_wait_in_the_run_queue_and_run_status_reports_what_the_daemon_ran"
 
+
+def rows(config, table: str) -> list[int]:
+    """The table's event ids as pyiceberg's own scan reads them (not the Spark session that compacted)."""
     from icemaint.observe.catalog import CatalogReader
-    from icemaint.safety.audit import open_audit
-    from staged_faults import main_lineage, staging_refs
+
+    return sorted(CatalogReader(config).load(table).scan().to_arrow().column("event_id").to_pylist())
+
+
+def before(spark, daemon) -> SimpleNamespace:
+    """`faulty` as the agent's requests find it (the discovery's health run reads it, never writes)."""
+    from staged_faults import main_lineage
+
+    faulty = daemon.tables["faulty"]
+    return SimpleNamespace(main=main_lineage(spark, daemon.writers["faulty"].table_sql)[0]["snapshot_id"],
+                           rows=rows(load_config(daemon.path), faulty))
+
+
+def ask_as_agent(daemon, faulty_before: SimpleNamespace) -> SimpleNamespace:
+    """Over MCP: asks for compaction of `asked` and `faulty` on DATES[0], then polls `run_status` until both runs
+    have finished; what the agent was answered, and what it saw on the way."""
+    import anyio
+    from dagster import DagsterInstance
+
     from test_mcp import Seen, results, stdio
 
-    config = load_config(daemon.path)
-    reader = CatalogReader(config)
     asked, faulty = daemon.tables["asked"], daemon.tables["faulty"]
     day = DATES[0]
     reasons = {t: f"{t}: many small files on {day}" for t in (asked, faulty)}
-
-    def rows(table: str) -> list[int]:  # pyiceberg's own scan, not the Spark session that compacted
-        return sorted(reader.load(table).scan().to_arrow().column("event_id").to_pylist())
-
     # The daemon's discovery sensor registers the tables and runs their health once: a request meanwhile is rightly
     # deferred (a run in flight on the table), so ask once those runs are done.
-    deadline = time.monotonic() + BOUND_S
-    while not discovered(daemon.instance, {asked, faulty}):
-        assert time.monotonic() < deadline, f"the discovery sensor's health runs did not finish within {BOUND_S}s"
-        time.sleep(1.0)
-    faulty_main = main_lineage(spark, daemon.writers["faulty"].table_sql)[0]["snapshot_id"]
-    faulty_rows = rows(faulty)
+    with DagsterInstance.from_config(str(daemon.home)) as instance:  # this thread's own
+        deadline = time.monotonic() + BOUND_S
+        while not discovered(instance, {asked, faulty}):
+            assert time.monotonic() < deadline, f"the discovery sensor's health runs did not finish within {BOUND_S}s"
+            time.sleep(1.0)
 
     async def ask(call):
         answers = {t: results(await call("request_compaction", table=t, dates=[day], reason=reasons[t]))
@@ -203,10 +237,30 @@ def test_an_agents_requests_wait_in_the_run_queue_and_run_status_reports_what_th
 
     seen, started = Seen(), time.time()
     answers, statuses, seen_states = stdio(str(daemon.path), AGENT, ask, seen)
+    return SimpleNamespace(day=day, reasons=reasons, answers=answers, statuses=statuses, seen_states=seen_states,
+                           seen=seen, started=started, faulty_before=faulty_before)
+
+
+def test_an_agents_requests_wait_in_the_run_queue_and_run_status_reports_what_the_daemon_ran(spark, daemon):
+    """Over MCP: two requests, each answered at once with a run id and status QUEUED; the daemon runs them.
+    `asked`: SUCCESS, proof passed, published, 1 file left on the date, pyiceberg reads the writer's rows.
+    `faulty`: FAILURE reported to the agent with the failed proof; main, rows and refs as they were.
+    Every audit record of both runs names the agent, trigger `agent` and its reason. (The session ran in a
+    thread the module's fixture started, beside the backfills' runs: `ask_as_agent`.)"""
+    from icemaint.observe.catalog import CatalogReader
+    from icemaint.safety.audit import open_audit
+    from staged_faults import main_lineage, staging_refs
+
+    agent: Future = daemon.agent
+    got = agent.result(timeout=2 * BOUND_S + 120)
+    config = load_config(daemon.path)
+    reader = CatalogReader(config)
+    asked, faulty = daemon.tables["asked"], daemon.tables["faulty"]
+    day, reasons, answers, statuses, seen_states = got.day, got.reasons, got.answers, got.statuses, got.seen_states
     timeline = {t: daemon.instance.get_run_record_by_id(s["run_id"]) for t, s in statuses.items()}
     print("\n[agent queue] since the session's start: " + "; ".join(
-        f"{t}: created {r.create_timestamp.timestamp() - started:.0f}s, started {r.start_time - started:.0f}s, "
-        f"ended {r.end_time - started:.0f}s" for t, r in timeline.items() if r and r.start_time and r.end_time))
+        f"{t}: created {r.create_timestamp.timestamp() - got.started:.0f}s, started {r.start_time - got.started:.0f}s, "
+        f"ended {r.end_time - got.started:.0f}s" for t, r in timeline.items() if r and r.start_time and r.end_time))
     for [answer] in answers.values():
         assert answer["mode"] == "queued" and "run queue" in answer["mode_reason"], answer
     assert len(statuses) == 2, f"runs not finished within {BOUND_S}s: {statuses}; seen {seen_states}"
@@ -221,18 +275,18 @@ def test_an_agents_requests_wait_in_the_run_queue_and_run_status_reports_what_th
     [done] = ok["outcomes"]
     assert done["decision"] == "run" and done["validation_passed"] and done["published"], done
     assert {p.key: p.data_files for p in reader.health(asked).partitions}[day] == 1
-    assert rows(asked) == sorted(daemon.writers["asked"].ledger.expected_ids())
+    assert rows(config, asked) == sorted(daemon.writers["asked"].ledger.expected_ids())
 
     assert bad["status"] == "FAILURE" and bad["finished"], bad
     [failed] = bad["outcomes"]
     assert failed["decision"] == "not_published" and failed["validation_passed"] is False, failed
     assert not failed["published"] and bad["errors"], bad
-    assert main_lineage(spark, daemon.writers["faulty"].table_sql)[0]["snapshot_id"] == faulty_main
-    assert rows(faulty) == faulty_rows and staging_refs(config, faulty) == {}
+    assert main_lineage(spark, daemon.writers["faulty"].table_sql)[0]["snapshot_id"] == got.faulty_before.main
+    assert rows(config, faulty) == got.faulty_before.rows and staging_refs(config, faulty) == {}
 
     for table, status in statuses.items():
         records = [r for r in open_audit(config).records(table=table) if r.run_id == status["run_id"]]
         assert {r.decision for r in records} >= {"requested", "run" if table == asked else "not_published"}
         assert all(r.identity == AGENT and r.trigger == "agent" for r in records), records
         assert all((r.details.get("agent_reason")) == reasons[table] for r in records), records
-    seen.assert_no_secret()
+    got.seen.assert_no_secret()
