@@ -234,8 +234,8 @@ def render(result: dict) -> str:
         f"- Date: {result['when']}; command: `make bench-warm-vs-run` (`python -m benchmarks.warm_vs_per_run`); "
         f"machine: {m['cores']} cores, {m['memory_gib']} GiB, {m['cpu_model']}; Spark {m['spark']} local[2], "
         f"`spark.driver.memory` 3g; load average {result['load_before']} at the start, {result['load_after']} at the "
-        f"end, the 1-minute load {min(loads):.2f}-{max(loads):.2f} at the table-dates' starts. The machine was shared "
-        "with other sessions' tests and benchmarks: read the ratios, each from pairs run back to back.",
+        f"end, the 1-minute load {min(loads):.2f}-{max(loads):.2f} at the table-dates' starts (the two sides' own "
+        "processes count in it). Read the ratios, each from a pair run back to back.",
         f"- Estate: {result['tables']} tables (Hadoop catalog) of one date of {result['files']} small files "
         f"({result['rows_per_file']} rows each), two identical copies. *Per run*: `icemaint compact TABLE --date D` "
         "in a fresh process per table-date (the same Dagster job, executed in its own process with its own JVM, as "
@@ -247,7 +247,9 @@ def render(result: dict) -> str:
         "",
         "| per table-date (median) | a process per run | warm process | per run / warm (the median of each pair's "
         "ratio) |",
-        "|---|---|---|---|", *lines, ""])
+        "|---|---|---|---|", *lines, "",
+        "- What a deployment gets from each: docs/operations/serve.md (`serve` or a process per run), with the "
+        "trade-offs (isolation and a crash's blast radius against the per-run start).", ""])
 
 
 def main(argv: list[str] | None = None) -> int:
