@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +58,13 @@ def _malloc_trim() -> Any:
     return trim
 
 
-def trim_heap(pid: int) -> int | None:
-    """Hands the C heap's free pages back to the system; the resident bytes that released (None: no glibc, or the
-    resident set could not be read). Costs a walk of malloc's free lists: milliseconds, once a tick."""
+def trim_heap() -> int | None:
+    """Hands this process's free C heap pages back to the system; the resident bytes that released (None: no glibc,
+    or the resident set could not be read). Costs a walk of malloc's free lists: milliseconds, once a tick."""
     trim = _malloc_trim()
     if trim is None:
         return None
-    before = rss_bytes(pid)
+    before = rss_bytes(os.getpid())
     trim(0)
-    after = rss_bytes(pid)
+    after = rss_bytes(os.getpid())
     return None if before is None or after is None else max(before - after, 0)

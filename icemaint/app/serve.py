@@ -174,27 +174,26 @@ class Serve:
         with self.lock:
             self.state.last, self.state.ticks = record, record.number
         self.beat(ticking=None)
-        self.emit_tick(record, report)
+        trimmed = trim_heap()  # the pages the tick freed go back before its memory is read
+        self.emit_tick(record, report, trimmed)
 
     def measured(self) -> dict:
-        """This tick's memory, after the C heap's free pages went back (`trim_heap`): this process's and its JVM's
-        resident set, what the trim released, and which JVM it is."""
+        """This tick's memory: this process's and its JVM's resident set, and which JVM it is."""
         import os
 
         pid = jvm_pid(self.spark) if self.spark is not None else None
-        trimmed = trim_heap(os.getpid())
-        return {"rss_python_bytes": rss_bytes(os.getpid()), "rss_trimmed_bytes": trimmed, "jvm_pid": pid,
+        return {"rss_python_bytes": rss_bytes(os.getpid()), "jvm_pid": pid,
                 "rss_jvm_bytes": rss_bytes(pid) if pid else None, **jvm_heap(self.spark),
                 "spark_app_id": self.state.spark_app_id}
 
-    def emit_tick(self, record: TickRecord, report: dict | None) -> None:
+    def emit_tick(self, record: TickRecord, report: dict | None, trimmed: int | None) -> None:
         decisions = (report or {}).get("decisions", [])
         runs = len({d["run_id"] for d in decisions if d.get("run_id")})
         published = sum(1 for d in decisions if d.get("published"))
         line = {"event": "tick", "tick": record.number, "finished_at": record.finished_at,
                 "seconds": round(record.seconds, 3), "failed": record.failed or bool(record.raised),
                 "raised": record.raised, "error": record.error, "runs": runs, "published": published,
-                "stopping": interrupts.stopping(),
+                "stopping": interrupts.stopping(), "rss_trimmed_bytes": trimmed,
                 **self.measured()}
         if self.json_lines:
             self.emit(json.dumps(line))
