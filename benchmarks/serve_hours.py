@@ -83,9 +83,12 @@ def descendants(root: int) -> list[int]:
 
 
 def java_child(root: int) -> int | None:
+    """The Spark driver JVM under `root`: a java process running SparkSubmit. Not merely the first java process:
+    serve starts short-lived ones too, and a harness that kept one of those read no JVM for the whole run."""
     for pid in descendants(root):
         try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+            if (Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+                    and b"SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes()):
                 return pid
         except OSError:
             continue
@@ -171,7 +174,8 @@ def measure(args, stamp: str) -> dict:
                 time.sleep(min(1.0, next_sample - time.monotonic()))
                 continue
             next_sample += every
-            jvm = jvm or java_child(serve.pid)
+            if jvm is None or rss_bytes(jvm) is None:  # not found yet, or gone: look again
+                jvm = java_child(serve.pid)
             ticks = tick_lines(ticks_path)
             sample: dict = {"utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                             "elapsed_s": round(time.monotonic() - started, 1), "load1": os.getloadavg()[0],
