@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from cluster_stack import stack_module
+from conftest import TEST_JAVA_OPTIONS
 from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
 from icemaint.safety.audit import open_audit
@@ -36,6 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DATE = "2026-01-01"
 DAY = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CUTOFF_S = 45  # orphan removal's (forced) cutoff
+
+# Test-only settings of the applications the tests run on the cluster (never in examples/production.yaml, which
+# users get). The drivers and executors run the JIT's first tier only, as the other test JVMs do
+# (conftest.TEST_JAVA_OPTIONS: small jobs, none long enough for C2 to pay back its compiling); an executor
+# JVM took 12-28 CPU-s with C2. No driver web UI: nothing here reads it (the workers' logs say who ran tasks).
+TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
+                   "spark.executor.extraJavaOptions": TEST_JAVA_OPTIONS,
+                   "spark.ui.enabled": "false"}
 
 
 # -- the witnesses -----------------------------------------------------------------------------------
@@ -195,6 +204,7 @@ def deployment(production_stack, tmp_path, monkeypatch):
     doc = yaml.safe_load(stack.config.read_text())
     doc["state_dir"] = str(tmp_path / "state")
     doc["spark"]["conf"]["spark.jars"] = ",".join(stack.jars)
+    doc["spark"]["conf"].update(TEST_SPARK_CONF)
     doc["dagster"] = {"storage": "postgres", "dsn_env": "ICEMAINT_DAGSTER_DSN"}
     namespace = f"c{uuid.uuid4().hex[:8]}"
     doc["scope"] = {"include": [f"{namespace}.*"]}  # a reused stack holds other tests' tables
