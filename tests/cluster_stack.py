@@ -54,6 +54,9 @@ class ProductionStack:
     table_bucket: str
     jars: list[str]                   # the AWS SDK jars (absolute paths)
     started: list[str] = field(default_factory=list)  # pieces this fixture started (and will stop)
+    # What tests leave running on the stack for later tests (a process holding a Spark application on the cluster):
+    # each callable ends one, before the stack stops (or at the end of the session for a stack that was up).
+    on_stop: list = field(default_factory=list, compare=False)
 
     @property
     def pg_dsn(self) -> str:
@@ -116,8 +119,11 @@ def production_stack(request) -> Iterator[ProductionStack]:
                           daemon_java_options=DAEMON_JAVA_OPTIONS)
     started: list[str] = []
     plugin = None
+    described: ProductionStack | None = None
 
     def stop() -> None:
+        while described is not None and described.on_stop:
+            described.on_stop.pop()()
         if started:
             stack.down(layout, pieces=list(started))
             started.clear()
@@ -136,7 +142,8 @@ def production_stack(request) -> Iterator[ProductionStack]:
         if started and users:
             plugin = _StopAfterLastUser(users[-1], stop)
             request.config.pluginmanager.register(plugin, "icemaint-production-stack-stop")
-        yield _describe(stack, layout, started)
+        described = _describe(stack, layout, started)
+        yield described
     finally:
         if plugin is not None:
             request.config.pluginmanager.unregister(plugin)
