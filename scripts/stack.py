@@ -118,6 +118,9 @@ class Layout:
     dir: Path
     port_offset: int = 0
     yaml: Path = DEFAULT_YAML
+    # Extra JVM options of the Spark master and workers this layout's `up` starts (SPARK_DAEMON_JAVA_OPTS), e.g.
+    # the test suite's (tests/cluster_stack.py); none for `make stack-up`, the demo and the benchmark.
+    daemon_java_options: str = ""
 
     def ports(self, piece: str) -> dict[str, int]:
         return {role: port + self.port_offset for role, port in DEFAULT_PORTS[piece].items()}
@@ -670,6 +673,8 @@ def _spark_env(layout: Layout) -> dict[str, str]:
     home = spark_home()
     env.update(SPARK_HOME=str(home), SPARK_LOCAL_IP=HOST, SPARK_LOCAL_HOSTNAME=HOST,
                SPARK_DAEMON_MEMORY="512m", SPARK_CONF_DIR=str(layout.dir / "spark" / "conf"))
+    if layout.daemon_java_options:
+        env["SPARK_DAEMON_JAVA_OPTS"] = layout.daemon_java_options
     return env
 
 

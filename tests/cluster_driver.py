@@ -7,9 +7,10 @@ the date with the product's Compactor, and between staging and the proof changes
 staged file on S3 (same length: what bad memory or a buggy writer leaves), then waits until a writer's
 commit lands on `main`. Prints the outcome as one JSON line.
 
-`python tests/cluster_driver.py commands FD` runs `icemaint <argv>` through the CLI's `main` for each JSON list
-of arguments read from its standard input (and the fault above for `{"corrupt-proof": [CONFIG, TABLE, DATE]}`),
-one session for all of them, and answers each on file descriptor FD
+`python tests/cluster_driver.py commands FD` runs `icemaint <argv>` through the CLI's `main` for each JSON
+request `{"argv": [...], "env": {...}}` read from its standard input (and the fault above for
+`{"corrupt-proof": [CONFIG, TABLE, DATE], "env": {...}}`), with `env` set in os.environ for it (each test's own
+Dagster database), one session for all of them, and answers each on file descriptor FD
 with one JSON line (exit code, stdout, stderr; an exception's traceback as stderr with exit code 1, as a
 process of its own would end). A command of its own process pays a driver JVM and two
 executor JVMs (10-20 s on 2 cores); where the process boundary is not what a test is about, this pays them once.
@@ -84,24 +85,27 @@ def corrupt_proof(config_path: str, table: str, date: str) -> dict:
 
 
 def serve_commands(requests, answers) -> None:
-    """Each line of `requests` a JSON list of CLI arguments: run in this process, answered on `answers`."""
+    """Each line of `requests` a JSON request (CLI arguments or the fault): run in this process, answered on
+    `answers`."""
     import contextlib
     import io
+    import os
 
     from icemaint.app.cli import main
 
     for line in requests:
         request = json.loads(line)
+        os.environ.update(request.pop("env", {}))
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                if isinstance(request, dict):  # {"corrupt-proof": [CONFIG, TABLE, DATE]}: the fault, in this session
+                if "argv" in request:
+                    code = main(request["argv"])
+                else:  # {"corrupt-proof": [CONFIG, TABLE, DATE]}: the fault, in this session
                     [(name, args)] = request.items()
                     assert name == "corrupt-proof", f"unknown request {name!r}"
                     print(json.dumps(corrupt_proof(*args)))
                     code = 0
-                else:
-                    code = main(request)
             except SystemExit as exc:  # argparse's own exits
                 code = exc.code  # type: ignore[assignment]  # None or a message: reported as it is
             except Exception:  # noqa: BLE001  (a bug: reported as the command's own process would end)

@@ -2,7 +2,8 @@
 PostgreSQL, SeaweedFS (S3 + Iceberg REST catalog) and a Spark standalone cluster of two workers.
 
 A stack that is already up (`make stack-up`) is reused and left running; otherwise the fixture starts
-what is missing and stops exactly that at the end of the session, whatever happened. The stack lives
+what is missing and stops exactly that right after the last test that uses it (else at the end of the session,
+whatever happened). The stack lives
 in `$ICEMAINT_STACK_DIR`, default `.icemaint/stack` of the repository. Missing prerequisites (the
 PostgreSQL server packages, Java, the weed binary) skip the tests that use it.
 """
@@ -53,6 +54,9 @@ class ProductionStack:
     table_bucket: str
     jars: list[str]                   # the AWS SDK jars (absolute paths)
     started: list[str] = field(default_factory=list)  # pieces this fixture started (and will stop)
+    # What tests leave running on the stack for later tests (a process holding a Spark application on the cluster):
+    # each callable ends one, before the stack stops (or at the end of the session for a stack that was up).
+    on_stop: list = field(default_factory=list, compare=False)
 
     @property
     def pg_dsn(self) -> str:
@@ -86,14 +90,44 @@ def _describe(stack, layout, started: list[str]) -> ProductionStack:
         table_bucket=state["table_bucket"], jars=list(state["jars"]), started=list(started))
 
 
+# The Spark master's and workers' JVM options when this fixture starts them: the JIT's first tier only, as for the
+# other test JVMs (tests/conftest.py TEST_JAVA_OPTIONS). Tests only: `make stack-up` starts them with none.
+DAEMON_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+class _StopAfterLastUser:
+    """A plugin, registered while a stack this session started is up: stops it right after the last collected test
+    that uses it has finished, not when the session ends. tests/conftest.py runs those tests first, on one
+    pytest-xdist worker, which then goes on with other files for minutes while an idle stack still costs CPU on the
+    shared cores (SeaweedFS's polling, the Spark daemons' heartbeats)."""
+
+    def __init__(self, last_nodeid: str, stop):
+        self.last_nodeid, self.stop = last_nodeid, stop
+
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        if nodeid == self.last_nodeid:
+            self.stop()
+
+
 @pytest.fixture(scope="session")
-def production_stack() -> Iterator[ProductionStack]:
-    """The local production stack: reused when up, else started here and stopped at session end."""
+def production_stack(request) -> Iterator[ProductionStack]:
+    """The local production stack: reused when up, else started here and stopped after the last test using it."""
     stack = stack_module()
     stack_dir = Path(os.environ.get(STACK_DIR_ENV) or stack.DEFAULT_DIR).resolve()
     offset = stack.read_state(stack.Layout(stack_dir)).get("port_offset", 0)
-    layout = stack.Layout(stack_dir, offset, stack.default_yaml(stack_dir, offset))
+    layout = stack.Layout(stack_dir, offset, stack.default_yaml(stack_dir, offset),
+                          daemon_java_options=DAEMON_JAVA_OPTIONS)
     started: list[str] = []
+    plugin = None
+    described: ProductionStack | None = None
+
+    def stop() -> None:
+        while described is not None and described.on_stop:
+            described.on_stop.pop()()
+        if started:
+            stack.down(layout, pieces=list(started))
+            started.clear()
+
     try:
         all_up, _lines = stack.status(layout)
         if not all_up:
@@ -104,7 +138,13 @@ def production_stack() -> Iterator[ProductionStack]:
                     pytest.skip("production stack: " + "; ".join(exc.lines()))
                 pytest.fail("production stack did not start: " + "; ".join(exc.lines()), pytrace=False)
             started = result.started
-        yield _describe(stack, layout, started)
+        users = [item.nodeid for item in request.session.items if "production_stack" in item.fixturenames]
+        if started and users:
+            plugin = _StopAfterLastUser(users[-1], stop)
+            request.config.pluginmanager.register(plugin, "icemaint-production-stack-stop")
+        described = _describe(stack, layout, started)
+        yield described
     finally:
-        if started:
-            stack.down(layout, pieces=started)
+        if plugin is not None:
+            request.config.pluginmanager.unregister(plugin)
+        stop()

@@ -3,7 +3,8 @@ Spark standalone cluster of two workers, orchestrated by a Dagster instance on P
 audit on PostgreSQL. The ticks run as processes of their own (the CLI), the way a deployment runs them, and so
 does the compaction whose proof fails (tests/cluster_driver.py, for a fault the test cannot inject from outside);
 the retention commands after them run one after another in one process (tests/cluster_driver.py commands: one
-Spark application instead of six, each a driver and two executor JVMs).
+Spark application instead of six, each a driver and two executor JVMs), which tests/test_cluster_landing.py's
+ingests use too.
 
 A pyiceberg writer in this process appends and deletes without taking the claim; its ledger, a pyiceberg
 scan and an S3 listing (pyarrow, not the product's code) are the independent witnesses.
@@ -25,6 +26,7 @@ import pytest
 import yaml
 
 from cluster_stack import stack_module
+from conftest import TEST_JAVA_OPTIONS
 from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
 from icemaint.safety.audit import open_audit
@@ -36,6 +38,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DATE = "2026-01-01"
 DAY = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CUTOFF_S = 45  # orphan removal's (forced) cutoff
+
+# Test-only settings of the applications the tests run on the cluster (never in examples/production.yaml, which
+# users get). The drivers and executors run the JIT's first tier only, as the other test JVMs do
+# (conftest.TEST_JAVA_OPTIONS: small jobs, none long enough for C2 to pay back its compiling); an executor
+# JVM took 12-28 CPU-s with C2. No driver web UI: nothing here reads it (the workers' logs say who ran tasks).
+TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
+                   "spark.executor.extraJavaOptions": TEST_JAVA_OPTIONS,
+                   "spark.ui.enabled": "false"}
 
 
 # -- the witnesses -----------------------------------------------------------------------------------
@@ -118,7 +128,8 @@ class CommandsProcess:
     application on the cluster for all of them. Each answer is a CompletedProcess, as `cli` returns."""
 
     def __init__(self, config_path: Path, env: dict, log: Path):
-        self.config_path, self.log = config_path, log
+        self.config_path, self.env, self.log = config_path, env, log
+        self.broken = False  # a request went unanswered: a later answer would be read as another request's
         read_fd, write_fd = os.pipe()
         with open(log, "w") as log_fh:  # the process's own output (Spark's, the JVM's): not the commands'
             self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cluster_driver.py"), "commands",
@@ -128,7 +139,7 @@ class CommandsProcess:
         self.answers = os.fdopen(read_fd)
 
     def __call__(self, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return self.send(("--config", str(self.config_path), *argv), timeout)
+        return self.send({"argv": ["--config", str(self.config_path), *argv]}, timeout)
 
     def corrupt_proof(self, config_path: Path, table: str, date: str, timeout: float = 600) -> dict:
         """cluster_driver.corrupt_proof in this process's session: the fault's outcome, asserted to have run."""
@@ -136,15 +147,20 @@ class CommandsProcess:
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    def send(self, argv, timeout: float) -> subprocess.CompletedProcess:
+    def send(self, request: dict, timeout: float) -> subprocess.CompletedProcess:
+        """`request` run with the current test's `ICEMAINT_*` variables (its Dagster database's DSN)."""
         import select
 
-        self.proc.stdin.write(json.dumps(argv) + "\n")
+        argv = request.get("argv", request)
+        env = {k: v for k, v in self.env.items() if k.startswith("ICEMAINT_")}
+        self.proc.stdin.write(json.dumps({**request, "env": env}) + "\n")
         self.proc.stdin.flush()
         if not select.select([self.answers], [], [], timeout)[0]:
+            self.broken = True
             raise AssertionError(f"no answer to {argv} within {timeout} s: {self.log.read_text()[-3000:]}")
         line = self.answers.readline()
         if not line:
+            self.broken = True
             self.proc.wait(timeout=60)
             raise AssertionError(f"the commands process ended ({self.proc.returncode}) during {argv}: "
                                  f"{self.log.read_text()[-3000:]}")
@@ -195,6 +211,7 @@ def deployment(production_stack, tmp_path, monkeypatch):
     doc = yaml.safe_load(stack.config.read_text())
     doc["state_dir"] = str(tmp_path / "state")
     doc["spark"]["conf"]["spark.jars"] = ",".join(stack.jars)
+    doc["spark"]["conf"].update(TEST_SPARK_CONF)
     doc["dagster"] = {"storage": "postgres", "dsn_env": "ICEMAINT_DAGSTER_DSN"}
     namespace = f"c{uuid.uuid4().hex[:8]}"
     doc["scope"] = {"include": [f"{namespace}.*"]}  # a reused stack holds other tests' tables
@@ -210,14 +227,34 @@ def deployment(production_stack, tmp_path, monkeypatch):
         yield path, env, namespace
 
 
+_SHARED: dict[str, CommandsProcess] = {}
+
+
 @pytest.fixture
-def commands(deployment, tmp_path):
+def commands(production_stack, deployment, tmp_path_factory):
     """The failed proof's fault and the retention steps' commands in one process on the cluster (their outcomes,
-    not their process boundary, are under test here: the ticks run as processes of their own)."""
+    not their process boundary, are under test here: the ticks run as processes of their own).
+
+    One process for the tests of both cluster files (tests/test_cluster_landing.py's too; conftest keeps them on
+    one pytest-xdist worker): each process more is a Spark application more, a driver and two executor JVMs. Each
+    command names its test's config and carries its `ICEMAINT_*` variables (its Dagster database). It ends before the
+    stack stops."""
     config_path, env, _ = deployment
-    process = CommandsProcess(config_path, env, tmp_path / "commands.log")
+    process = _SHARED.get("commands")
+    if process is None or process.broken or process.proc.poll() is not None:
+        if process is not None:
+            process.close()
+        process = _SHARED["commands"] = CommandsProcess(config_path, env,
+                                                        tmp_path_factory.mktemp("commands") / "commands.log")
+
+        def close(process=process) -> None:
+            process.close()
+            if _SHARED.get("commands") is process:
+                del _SHARED["commands"]
+
+        production_stack.on_stop.append(close)
+    process.config_path, process.env = config_path, env
     yield process
-    process.close()
 
 
 def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_expiry_and_orphans(
