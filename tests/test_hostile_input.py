@@ -43,7 +43,17 @@ def estate(spark, lake_root, tmp_path_factory):
 
 
 def listing(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file under `root`: (size, mtime). One stat a file (os.walk knows files from directories without one):
+    the session's warehouse holds every table the worker's earlier test files made, thousands of files."""
+    import os
+
+    found = {}
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            stat = os.stat(path)
+            found[path] = (stat.st_size, stat.st_mtime_ns)
+    return found
 
 
 def state_of(estate) -> tuple:
