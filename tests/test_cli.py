@@ -33,7 +33,7 @@ def estate(spark, lake_root, tmp_path_factory):
     writer = StreamingWriter(spark, "lake", WorkloadSpec(table=f"{namespace}.events", days=3, rows_per_day=8,
                                                           delete_every=2, deletes_per_batch=3, seed=3))
     writer.create_table()
-    writer.run(4)
+    writer.run(3)  # 3 small files a date: the test config's min_input_files
     common = {"state_dir": str(root / "state"), "scope": {"include": [f"{namespace}.events"]}}
     path = write_config(root / "maintenance.yaml", lake_root, **common)
     read_only = write_config(root / "read-only.yaml", lake_root, **common,
@@ -79,7 +79,7 @@ def test_health_json_equals_the_pyiceberg_health_and_is_materialized(capsys, est
     # what compaction would decide now: every date is due on this streaming table
     assert printed.pop("compaction_now").startswith("2026-01-01: run: ")
     assert printed == expected
-    assert printed["delete_files"] > 0 and printed["data_files"] == 12
+    assert printed["delete_files"] > 0 and printed["data_files"] == 9
     # the CLI drove the code location: the materialization is in the state dir's instance
     records = get_instance(estate.config).fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("table_health"), asset_partitions=[estate.table]), limit=1).records
@@ -164,7 +164,7 @@ def test_compact_json_reports_the_proof_and_keeps_every_row(capsys, spark, estat
         assert key in outcome, key
     assert (outcome["table"], outcome["date"], outcome["decision"]) == (estate.table, date, "run"), outcome["reason"]
     assert outcome["validation"]["passed"] is True and outcome["published"] is True
-    assert outcome["files_before"] == 4 and outcome["files_after"] == 1
+    assert outcome["files_before"] == 3 and outcome["files_after"] == 1
     assert outcome["before_snapshot_id"] != outcome["after_snapshot_id"]
     assert CatalogReader(estate.config).load(estate.table).current_snapshot().snapshot_id == outcome["after_snapshot_id"]
     assert event_ids(spark, estate) == ids_before
@@ -227,8 +227,9 @@ def test_read_only_table_is_refused_with_a_failing_exit_code(capsys, estate):
 
 
 def test_tick_defers_while_the_writer_is_active_then_compacts_and_validates(capsys, spark, estate):
-    """An estate of one streaming table; the writer's last commit is within its 15 s idle window."""
-    idle = 15
+    """An estate of one streaming table; the writer's last commit is within its 15 s idle window. Then the window
+    the hint names is cut to 1 s (no 15 s wait): the next tick, on the same state, compacts."""
+    idle, later = 15, 1
     writer = StreamingWriter(spark, "lake", WorkloadSpec(table=f"{estate.namespace}.stream", days=1, rows_per_day=6,
                                                           delete_every=0, seed=9))
     writer.create_table()
@@ -254,7 +255,9 @@ def test_tick_defers_while_the_writer_is_active_then_compacts_and_validates(caps
     assert [r.decision for r in open_audit(config).records(table=writer.name.key, operation="compact")] == ["defer"]
     assert CatalogReader(config).health(writer.name.key).partition("2026-01-01").data_files == 3
 
-    time.sleep(max(0.0, idle + 0.5 - (dt.datetime.now(dt.timezone.utc) - last_commit).total_seconds()))
+    path = write_config(estate.root / "tick.yaml", estate.lake_root, state_dir=str(estate.root / "tick-state"),
+                        scope={"include": [writer.name.key]}, tables={writer.name.key: {"writer_idle": f"{later}s"}})
+    time.sleep(max(0.0, later + 0.5 - (dt.datetime.now(dt.timezone.utc) - last_commit).total_seconds()))
     code, out, err = run_cli(capsys, "--config", str(path), "tick", "--json")
     assert code == 0, err
     [ran] = [d for d in json.loads(out)["decisions"] if d.get("operation") == "compact"]
@@ -301,7 +304,7 @@ def test_a_run_that_fails_inside_spark_reaches_the_terminal_as_one_line_naming_t
     namespace = f"fail_{uuid.uuid4().hex[:8]}"
     sql = f"lake.{namespace}.t"
     spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP) USING iceberg PARTITIONED BY (days(ts))")
-    for i in range(4):
+    for i in range(3):  # the test config's min_input_files
         spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '2026-01-02 0{i}:00:00')")
     head = current_snapshot(spark, sql)
     victim = sorted(glob.glob(str(lake_root / "warehouse" / namespace / "t" / "data" / "*" / "*.parquet")))[0]
@@ -444,12 +447,10 @@ def test_a_dry_run_tick_decides_what_a_tick_would_and_writes_nothing(capsys, spa
     assert not (tmp_path / "state" / "tick_cursor.json").exists()
 
 
-def test_stored_text_is_printed_on_its_own_line_and_notes_are_bounded(capsys, tmp_path, lake_root, spark):
+def test_stored_text_is_printed_on_its_own_line_and_notes_are_bounded(capsys, tmp_path, lake_root, estate):
     """An approval's note and an identity are stored text: `explain` prints them escaped, as `audit` does (a note
     could forge an audit line or send terminal escapes), and a note is at most 1,000 characters."""
-    name = f"db.notes_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE TABLE lake.{name} (id BIGINT, ts TIMESTAMP) USING iceberg PARTITIONED BY (days(ts))")
-    spark.sql(f"INSERT INTO lake.{name} VALUES (1, TIMESTAMP '2026-01-01 10:00:00')")
+    name = estate.table  # approving writes to the state dir, its own here: the table is only read
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
     forged = "evil\n2026-01-01 00:00:00 db.events compact run FAKE\x1b[31m"
     code, out, err = run_cli(capsys, "--config", str(path), "approve", name, "--date", "2026-01-01",

@@ -1,5 +1,8 @@
 """`dagster dev` serves the code location: assets, partitions, checks and sensors over GraphQL, telemetry off,
-no warnings from our modules, and it stops when its process group is told to."""
+no warnings from our modules, and it stops when its process group is told to.
+
+One server for the module (a `dagster dev` start is ~10 CPU-seconds of webserver, daemon and code server): the
+one `icemaint ui` starts, which is `dagster dev` on the project's workspace.yaml."""
 
 from __future__ import annotations
 
@@ -15,13 +18,13 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from conftest import write_config
 from icemaint.config import load_config
-from icemaint.app.instance import ensure_dagster_home
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 120
@@ -117,73 +120,71 @@ def wait_until_loaded(proc: subprocess.Popen, port: int, log_path: Path) -> dict
                 f"{log_path.read_text()[-4000:]}")
 
 
-def test_dagster_dev_serves_the_location(tmp_path, lake_root, isolated_dagster_home):
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory, lake_root):
+    """`icemaint ui` (what `make ui` runs: `dagster dev` on the project's workspace.yaml), started once for the
+    module from a directory that is not the project's, with deprecation warnings shown outside __main__ too so
+    the log can prove there are none from our modules. The last test stops it."""
+    root = tmp_path_factory.mktemp("dev")
     # An empty namespace: the always-on sensors find nothing to run in the shared test warehouse.
-    path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
+    path = write_config(root / "maintenance.yaml", lake_root, state_dir=str(root / "state"),
                         scope={"include": [f"dev_{uuid.uuid4().hex[:8]}.*"]})
-    home = ensure_dagster_home(load_config(path))
-    settings = yaml.safe_load((home / "dagster.yaml").read_text())
-    assert settings["telemetry"] == {"enabled": False}
-
-    workdir = tmp_path / "dev"
-    workdir.mkdir()
-    (workdir / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [{"python_module": {
-        "module_name": "maint_assets.definitions", "working_directory": str(REPO)}}]}))
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
     port = free_port()
-    log_path = workdir / "dagster-dev.log"
-    # PYTHONWARNINGS=default: deprecations are shown outside __main__ too, so the log can prove there are none
-    env = {**os.environ, "ICEMAINT_CONFIG": str(path), "DAGSTER_HOME": str(home), "PYTHONWARNINGS": "default"}
+    log_path = root / "ui.log"
+    env = {**os.environ, "DAGSTER_HOME": str(root / "unused-dagster-home"), "PYTHONWARNINGS": "default"}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([dagster_executable(), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1",
-                                 "-p", str(port)], cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "icemaint"), "--config", str(path), "ui",
+                                 "--port", str(port)], cwd=elsewhere, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
         location = wait_until_loaded(proc, port, log_path)
-        entries = location["workspaceOrError"]["locationEntries"]
-        assert [e["locationOrLoadError"]["__typename"] for e in entries] == ["RepositoryLocation"], entries
-
-        nodes = {"/".join(n["assetKey"]["path"]): n for n in graphql(port, ASSETS_QUERY)["assetNodes"]}
-        assert {"table_health", "compaction", "validation_report"} <= set(nodes), sorted(nodes)
-        health = nodes["table_health"]["partitionDefinition"]
-        assert health["type"] == "DYNAMIC" and health["name"] == "table"
-        for asset in ("compaction", "validation_report"):
-            partitions = nodes[asset]["partitionDefinition"]
-            assert partitions["type"] == "MULTIPARTITIONED", asset
-            dims = {d["name"]: d for d in partitions["dimensionTypes"]}
-            assert dims["date"]["type"] == "TIME_WINDOW"
-            assert dims["table"]["type"] == "DYNAMIC" and dims["table"]["dynamicPartitionsDefinitionName"] == "table"
-        checks = {c["name"]: c["blocking"] for c in nodes["compaction"]["assetChecksOrError"]["checks"]}
-        assert checks == {"row_count_parity": True, "sample_comparison": True, "column_aggregates": True}
-
-        [repo] = graphql(port, SENSORS_QUERY)["repositoriesOrError"]["nodes"]
-        sensors = {s["name"]: s for s in repo["sensors"]}
-        assert {"table_discovery", "compaction_sensor"} <= set(sensors)
-        assert sensors["table_discovery"]["targets"][0]["pipelineName"] == "health_job"
-        assert sensors["compaction_sensor"]["targets"][0]["pipelineName"] == "compaction_job"
-        assert all(s["sensorState"]["status"] == "RUNNING" for s in sensors.values())
-        assert {"health_job", "compaction_job"} <= {j["name"] for j in repo["jobs"]}
+        yield SimpleNamespace(proc=proc, port=port, log_path=log_path, location=location,
+                              home=load_config(path).dagster_home.resolve())
     finally:
         stop(proc)
-    assert proc.returncode is not None and not group_alive(proc.pid)
-    text = log_path.read_text()
+
+
+def test_dagster_dev_serves_the_location(ui):
+    settings = yaml.safe_load((ui.home / "dagster.yaml").read_text())
+    assert settings["telemetry"] == {"enabled": False}
+    entries = ui.location["workspaceOrError"]["locationEntries"]
+    assert [e["locationOrLoadError"]["__typename"] for e in entries] == ["RepositoryLocation"], entries
+
+    nodes = {"/".join(n["assetKey"]["path"]): n for n in graphql(ui.port, ASSETS_QUERY)["assetNodes"]}
+    assert {"table_health", "compaction", "validation_report"} <= set(nodes), sorted(nodes)
+    health = nodes["table_health"]["partitionDefinition"]
+    assert health["type"] == "DYNAMIC" and health["name"] == "table"
+    for asset in ("compaction", "validation_report"):
+        partitions = nodes[asset]["partitionDefinition"]
+        assert partitions["type"] == "MULTIPARTITIONED", asset
+        dims = {d["name"]: d for d in partitions["dimensionTypes"]}
+        assert dims["date"]["type"] == "TIME_WINDOW"
+        assert dims["table"]["type"] == "DYNAMIC" and dims["table"]["dynamicPartitionsDefinitionName"] == "table"
+    checks = {c["name"]: c["blocking"] for c in nodes["compaction"]["assetChecksOrError"]["checks"]}
+    assert checks == {"row_count_parity": True, "sample_comparison": True, "column_aggregates": True}
+
+    [repo] = graphql(ui.port, SENSORS_QUERY)["repositoriesOrError"]["nodes"]
+    sensors = {s["name"]: s for s in repo["sensors"]}
+    assert {"table_discovery", "compaction_sensor"} <= set(sensors)
+    assert sensors["table_discovery"]["targets"][0]["pipelineName"] == "health_job"
+    assert sensors["compaction_sensor"]["targets"][0]["pipelineName"] == "compaction_job"
+    assert all(s["sensorState"]["status"] == "RUNNING" for s in sensors.values())
+    assert {"health_job", "compaction_job"} <= {j["name"] for j in repo["jobs"]}
+
+
+def test_icemaint_ui_serves_the_code_location_from_any_directory(ui):
+    """`make ui` is `icemaint ui`: it finds the project's workspace.yaml (it once looked inside icemaint/) and
+    serves the location, also when started from another directory (the fixture's)."""
+    keys = {"/".join(n["assetKey"]["path"]) for n in graphql(ui.port, ASSETS_QUERY)["assetNodes"]}
+    assert {"compaction", "table_health", "column_statistics"} <= keys, keys
+    assert f"Dagster UI on http://127.0.0.1:{ui.port}" in ui.log_path.read_text()
+
+
+def test_it_stops_when_its_process_group_is_told_to_and_warned_nothing_of_ours(ui):
+    stop(ui.proc)
+    assert ui.proc.returncode is not None and not group_alive(ui.proc.pid)
+    text = ui.log_path.read_text()
     assert "Serving dagster-webserver" in text
     assert not OUR_WARNING.findall(text), [line for line in text.splitlines() if OUR_WARNING.search(line)]
-
-
-def test_icemaint_ui_serves_the_code_location_from_any_directory(tmp_path, lake_root, isolated_dagster_home):
-    """`make ui` is `icemaint ui`: it finds the project's workspace.yaml (it once looked inside icemaint/) and
-    serves the location, also when started from another directory."""
-    config_path = write_config(tmp_path / "m.yaml", lake_root, state_dir=str(tmp_path / "state"))
-    port = free_port()
-    log_path = tmp_path / "ui.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([str(Path(sys.executable).parent / "icemaint"), "--config", str(config_path), "ui",
-                                 "--port", str(port)], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        wait_until_loaded(proc, port, log_path)
-        keys = {"/".join(n["assetKey"]["path"]) for n in graphql(port, ASSETS_QUERY)["assetNodes"]}
-        assert {"compaction", "table_health", "column_statistics"} <= keys, keys
-        assert f"Dagster UI on http://127.0.0.1:{port}" in log_path.read_text()
-    finally:
-        stop(proc)

@@ -9,6 +9,7 @@ that exists.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -42,7 +43,17 @@ def estate(spark, lake_root, tmp_path_factory):
 
 
 def listing(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file under `root`: (size, mtime). One stat a file (os.walk knows files from directories without one):
+    the session's warehouse holds every table the worker's earlier test files made, thousands of files."""
+    import os
+
+    found = {}
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            stat = os.stat(path)
+            found[path] = (stat.st_size, stat.st_mtime_ns)
+    return found
 
 
 def state_of(estate) -> tuple:
@@ -341,12 +352,35 @@ def test_a_password_in_the_catalog_uri_is_masked_in_everything_printed_or_record
     env = {k: v for k, v in os.environ.items() if not k.startswith("ICEMAINT_CATALOG_")}
     env["DAGSTER_HOME"] = str(tmp_path / "unused-dagster-home")
     shown = f"jdbc:postgresql://u:***@127.0.0.1:{port}/lake?user=u&password=***&sslmode=disable"
-    for argv in (["health", "db.events"], ["tick", "--json"], ["doctor", "--json"]):
-        proc = subprocess.run([str(Path(sys.executable).parent / "icemaint"), "--config", str(path), *argv],
-                              capture_output=True, text=True, timeout=300, env=env)
-        output = proc.stdout + proc.stderr
-        assert proc.returncode != 0 and "Traceback" not in output, (argv, output[-2000:])
-        assert not any(secret in output for secret in secrets), (argv, output[-2000:])
+    commands = [["health", "db.events"], ["tick", "--json"], ["doctor", "--json"]]
+    # One process runs the three commands one after another (a Python start with Dagster's imports is ~2 CPU-s),
+    # outside pytest so its logging is the command line's; a marker line closes each command's output on both
+    # streams, and whatever the process prints as it exits is checked with the last.
+    mark = f"--- {uuid.uuid4().hex} exit"
+    script = f"""
+import json, sys
+from icemaint.app.cli import main
+for argv in json.loads(sys.argv[1]):
+    try:
+        code = main(["--config", sys.argv[2], *argv])
+    except SystemExit as exc:
+        code = exc.code
+    for stream in (sys.stdout, sys.stderr):
+        print(f"\\n{mark} {{code}}", file=stream, flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(commands), str(path)], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not any(secret in proc.stdout + proc.stderr for secret in secrets), (proc.stdout + proc.stderr)[-2000:]
+    # each stream: the first command's output, then for each command its exit code's line and the next's output
+    outs, errs = proc.stdout.split(f"\n{mark} "), proc.stderr.split(f"\n{mark} ")
+    assert len(outs) == len(errs) == len(commands) + 1, proc.stderr[-2000:]
+    for i, argv in enumerate(commands):
+        code = int(errs[i + 1].split("\n", 1)[0])
+        output = "".join(part[i] if i == 0 else part[i].split("\n", 1)[1] for part in (outs, errs))
+        if i == len(commands) - 1:
+            output += outs[-1] + errs[-1]
+        assert code != 0 and "Traceback" not in output, (argv, output[-2000:])
         assert shown in output, (argv, output[-2000:])
     recorded = [p for p in state.rglob("*") if p.is_file() and any(s.encode() in p.read_bytes() for s in secrets)]
     assert recorded == [], "a password is recorded in the state dir (Dagster's events, the audit, the logs)"

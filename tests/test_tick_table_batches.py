@@ -115,12 +115,13 @@ def _tables(spark, prefix: str, count: int, dates: tuple[str, ...] = (DATE,)) ->
         table_sql = f"lake.{namespace}.t{t}"
         spark.sql(f"CREATE TABLE {table_sql} (id BIGINT, v STRING, ts TIMESTAMP) USING iceberg "
                   "PARTITIONED BY (days(ts))")
-        for f in range(FILES):
-            first = (t * FILES + f) * ROWS_PER_FILE
-            for date in dates:  # the file's rows spread over the dates (a row lies on one date)
-                spark.range(first, first + ROWS_PER_FILE, 1, 1).where(f"id % {len(dates)} = {dates.index(date)}") \
-                    .selectExpr("id", "concat('v', id) AS v", f"TIMESTAMP '{date} 03:00:00' AS ts") \
-                    .writeTo(table_sql).append()
+        # one commit: FILES write tasks of ROWS_PER_FILE ids each, a task's rows spread over the dates (a row lies
+        # on one date) and written unshuffled, so each task leaves one small file on each date
+        first = t * FILES * ROWS_PER_FILE
+        when = " ".join(f"WHEN {i} THEN TIMESTAMP '{date} 03:00:00'" for i, date in enumerate(dates))
+        spark.range(first, first + FILES * ROWS_PER_FILE, 1, FILES) \
+            .selectExpr("id", "concat('v', id) AS v", f"CASE id % {len(dates)} {when} END AS ts") \
+            .sortWithinPartitions("ts").writeTo(table_sql).option("distribution-mode", "none").append()
         names.append(key)
     return names
 

@@ -15,11 +15,12 @@ pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
 def three_due_dates(spark, lake_root, tmp_path, monkeypatch, tables: int = 1):
-    """Simulated tables with 3 due dates each, their config, and the sensor's budget cut to one run a tick
-    (`icemaint tick` runs a table's dates as one run, so the budget counts tables)."""
+    """Simulated tables with 3 due dates each (3 small files a date: the test config's min_input_files), their
+    config, and the sensor's budget cut to one run a tick (`icemaint tick` runs a table's dates as one run, so the
+    budget counts tables)."""
     import sensors.compaction
 
-    writers = [streaming_table(spark, "lake", f"idle_{uuid.uuid4().hex[:8]}.events", batches=4, rows_per_day=8,
+    writers = [streaming_table(spark, "lake", f"idle_{uuid.uuid4().hex[:8]}.events", batches=3, rows_per_day=8,
                                delete_every=0) for _ in range(tables)]
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         scope={"include": [w.name.key for w in writers]})
@@ -27,20 +28,26 @@ def three_due_dates(spark, lake_root, tmp_path, monkeypatch, tables: int = 1):
     return writers, path
 
 
-def test_until_idle_ticks_past_the_run_budget_until_every_due_date_is_compacted(capsys, spark, lake_root, tmp_path,
-                                                                               monkeypatch):
-    writers, path = three_due_dates(spark, lake_root, tmp_path, monkeypatch, tables=2)
+def test_until_idle_ticks_past_the_run_budget_fails_when_cut_short_and_stops_when_a_tick_publishes_nothing(
+        capsys, spark, lake_root, tmp_path, monkeypatch):
+    """Three tables, one a tick: cut short after two ticks (runs still publishing), the catch-up fails; run again,
+    it compacts the third and stops at the first tick that launches nothing."""
+    writers, path = three_due_dates(spark, lake_root, tmp_path, monkeypatch, tables=3)
 
+    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--max-ticks", "2", "--json")
+    assert code == 1 and "stopped after --max-ticks 2" in err and "not finished" in err
+    reports = json.loads(out)
+    assert len(reports) == 2
     code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--json")
     assert code == 0, err
-    reports = json.loads(out)
+    reports += json.loads(out)
     launched = [[d for d in r["decisions"] if d.get("run_id")] for r in reports]
     # one table a tick (the budget), its three dates in one run
-    assert [len(runs) for runs in launched] == [3, 3, 0], [r["lines"] for r in reports]
-    assert [len({d["table"] for d in runs}) for runs in launched[:2]] == [1, 1]
-    assert [len({d["run_id"] for d in runs}) for runs in launched[:2]] == [1, 1]
-    assert {runs[0]["table"] for runs in launched[:2]} == {w.name.key for w in writers}
-    for runs in launched[:2]:
+    assert [len(runs) for runs in launched] == [3, 3, 3, 0], [r["lines"] for r in reports]
+    assert [len({d["table"] for d in runs}) for runs in launched[:3]] == [1, 1, 1]
+    assert [len({d["run_id"] for d in runs}) for runs in launched[:3]] == [1, 1, 1]
+    assert {runs[0]["table"] for runs in launched[:3]} == {w.name.key for w in writers}
+    for runs in launched[:3]:
         assert sorted(d["date"] for d in runs) == ["2026-01-01", "2026-01-02", "2026-01-03"]
         assert all(d["published"] and d["validation"] and d["success"] for d in runs)
     reader = CatalogReader(load_config(path))
@@ -51,14 +58,6 @@ def test_until_idle_ticks_past_the_run_budget_until_every_due_date_is_compacted(
 
     code, out, _ = run_cli(capsys, "--config", str(path), "tick", "--json")  # without it: one report, as before
     assert code == 0 and isinstance(json.loads(out), dict)
-
-
-def test_until_idle_stops_when_a_tick_publishes_nothing_and_fails_when_cut_short(capsys, spark, lake_root, tmp_path,
-                                                                                 monkeypatch):
-    _, path = three_due_dates(spark, lake_root, tmp_path, monkeypatch, tables=3)
-    code, out, err = run_cli(capsys, "--config", str(path), "tick", "--until-idle", "--max-ticks", "2", "--json")
-    assert code == 1 and "stopped after --max-ticks 2" in err and "not finished" in err
-    assert len(json.loads(out)) == 2
 
 
 def test_max_ticks_must_be_a_positive_whole_number(capsys, tmp_path, lake_root):

@@ -23,12 +23,14 @@ from icemaint.safety.claims import open_claims
 from staged_faults import main_lineage
 
 EVENT_TYPES = ("click", "view", "buy", "cart", "search")
+# Commits per table: the fewest that leave every partition due (the test config's min_input_files is 3).
+BATCHES = 3
 
 
 pytestmark = pytest.mark.usefixtures("isolated_dagster_home")
 
 
-def notebook_events(spark, sql: str, batches: int = 12) -> None:
+def notebook_events(spark, sql: str, batches: int = BATCHES) -> None:
     """The notebook's streaming table: micro-batches appended to `partitionedBy("event_type")`."""
     spark.sql(f"CREATE TABLE {sql} (event_id BIGINT, user_id BIGINT, event_type STRING, amount DOUBLE) "
               "USING iceberg PARTITIONED BY (event_type)")
@@ -43,23 +45,23 @@ def upsert_target(spark, sql: str) -> None:
     spark.sql(f"CREATE TABLE {sql} (id BIGINT, name STRING, score INT) USING iceberg "
               "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
               "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')")
-    for b in range(10):
+    for b in range(BATCHES):
         spark.sql(f"INSERT INTO {sql} VALUES ({b * 10}, 'n{b}', {b}), ({b * 10 + 1}, 'm{b}', {b})")
-    for b in range(6):
+    for b in range(BATCHES):
         spark.sql(f"MERGE INTO {sql} t USING (SELECT {b * 10} AS id, 'u{b}' AS name, {100 + b} AS score) s "
                   "ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
 
 
 def bucket_only(spark, sql: str) -> None:
     spark.sql(f"CREATE TABLE {sql} (id BIGINT, v STRING) USING iceberg PARTITIONED BY (bucket(4, id))")
-    for b in range(6):
+    for b in range(BATCHES):
         spark.sql(f"INSERT INTO {sql} SELECT id, CONCAT('v', id) FROM range({b * 40}, {b * 40 + 40})")
 
 
 def identity_and_bucket(spark, sql: str) -> None:
     spark.sql(f"CREATE TABLE {sql} (id BIGINT, region STRING, v STRING) USING iceberg "
               "PARTITIONED BY (region, bucket(2, id))")
-    for b in range(5):
+    for b in range(BATCHES):
         spark.sql(f"INSERT INTO {sql} SELECT id, IF(id % 2 = 0, 'eu', 'us'), CONCAT('v', id) "
                   f"FROM range({b * 20}, {b * 20 + 20})")
 
@@ -88,12 +90,12 @@ def estate(spark, lake_root, tmp_path_factory):
 def test_health_reports_each_partition_of_the_layout_and_sums_to_the_table(estate):
     reader = CatalogReader(estate.config)
     events = reader.health(estate.tables["events"].key)
-    assert not events.dated and events.data_files == 60
+    assert not events.dated and events.data_files == BATCHES * len(EVENT_TYPES)
     assert [p.key for p in events.partitions] == sorted(f"event_type={t}" for t in EVENT_TYPES)
-    assert all(p.data_files == 12 and p.small_files == 12 for p in events.partitions)
+    assert all(p.data_files == BATCHES and p.small_files == BATCHES for p in events.partitions)
     upserts = reader.health(estate.tables["upserts"].key)
     assert [p.key for p in upserts.partitions] == [WHOLE_TABLE]
-    assert upserts.delete_files >= 6 and upserts.partitions[0].delete_files == upserts.delete_files
+    assert upserts.delete_files >= BATCHES and upserts.partitions[0].delete_files == upserts.delete_files
     for name in SHAPES:
         h = reader.health(estate.tables[name].key)
         for field in ("data_files", "records", "delete_files", "delete_records", "small_files"):
@@ -130,7 +132,7 @@ def test_an_operators_approval_lets_the_next_run_rewrite_a_partition_over_the_ce
     clone = f"{estate.namespace}_approve.flat"  # outside the estate's scope
     clone_sql = TableName.parse(clone).sql("lake")
     spark.sql(f"CREATE TABLE {clone_sql} (id BIGINT, v STRING) USING iceberg")
-    for b in range(6):
+    for b in range(BATCHES):
         spark.sql(f"INSERT INTO {clone_sql} SELECT id, CONCAT('v', id) FROM range({b * 10}, {b * 10 + 10})")
     path = write_config(estate.root / "approve.yaml", lake_root, state_dir=str(estate.root / "approve-state"),
                         defaults={"max_rewrite_bytes": "1KiB"})
@@ -171,7 +173,7 @@ def test_one_tick_with_the_default_policy_compacts_every_shape_with_a_passing_pr
     assert code == 0, err
     reader = CatalogReader(estate.config)
     events = reader.health(estate.tables["events"].key)
-    assert events.data_files == 5 and [p.data_files for p in events.partitions] == [1] * 5, "60 -> 5 files"
+    assert events.data_files == 5 and [p.data_files for p in events.partitions] == [1] * 5, f"{BATCHES * 5} -> 5 files"
     upserts = reader.health(estate.tables["upserts"].key)
     assert upserts.data_files == 1 and upserts.delete_files == 0, "the upsert table to one file, deletes applied"
 
