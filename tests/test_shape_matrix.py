@@ -16,7 +16,6 @@ table's metadata exactly where it was.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -30,6 +29,8 @@ from icemaint.operations.housekeeping import Housekeeper
 from icemaint.operations.manifests import ManifestRequest
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims
+
+from own_statements import own_statements
 
 pytestmark = pytest.mark.slow
 
@@ -261,23 +262,6 @@ def cases():
 
 
 # -- independent judges ----------------------------------------------------------------------------
-
-# The test's own Spark statements (building a shape, its digests) run without adaptive query execution, which
-# re-plans every stage of every query: these are tiny queries, where that costs more than it can win (measured
-# warm on 2 cores: a digest 0.17 -> 0.10 CPU-s, a CREATE with three INSERTs 0.37 -> 0.24). The product's own
-# runs (compaction, expiry, manifest rewrite) keep the session's settings: they are what is under test.
-ADAPTIVE = "spark.sql.adaptive.enabled"
-
-
-@contextmanager
-def own_statements(spark):
-    previous = spark.conf.get(ADAPTIVE)
-    spark.conf.set(ADAPTIVE, "false")
-    try:
-        yield
-    finally:
-        spark.conf.set(ADAPTIVE, previous)
-
 
 def canonical_rows(arrow) -> list[str]:
     """Every row as text, sorted (NaN reads as 'nan' on both sides; maps keep their entry order)."""
