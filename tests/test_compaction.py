@@ -16,6 +16,7 @@ from icemaint.domain.scope import InvalidDate
 from conftest import streaming_table
 from icemaint.engine.validation import full_row_hash
 from staged_faults import corrupt_long, main_lineage, uncompressed
+from own_statements import own_statements
 
 DATE = "2026-01-02"
 
@@ -31,7 +32,8 @@ def compactor(config, spark, **kwargs):
 def data_files(spark, config, table, date=None):
     sql = TableName.parse(table).sql(config.catalog.name)
     where = f" WHERE partition.ts_day = DATE '{date}'" if date else ""
-    return {(r.file_path, r.content) for r in spark.sql(f"SELECT file_path, content FROM {sql}.files{where}").collect()}
+    with own_statements(spark):
+        return {(r.file_path, r.content) for r in spark.sql(f"SELECT file_path, content FROM {sql}.files{where}").collect()}
 
 
 def current(spark, config, table):
@@ -39,7 +41,8 @@ def current(spark, config, table):
 
 
 def ids(spark, config, table):
-    return [r[0] for r in spark.sql(f"SELECT event_id FROM {TableName.parse(table).sql(config.catalog.name)}").collect()]
+    with own_statements(spark):
+        return [r[0] for r in spark.sql(f"SELECT event_id FROM {TableName.parse(table).sql(config.catalog.name)}").collect()]
 
 
 def test_happy_path_keeps_every_row_and_compacts_only_that_date(spark, config, table_name):
@@ -125,9 +128,12 @@ def test_failed_proof_publishes_nothing_and_keeps_a_writer_append(spark, config,
     lineage = main_lineage(spark, sql)
     assert lineage[0]["parent_id"] == before_snapshot and lineage[0]["operation"] == "append"
     assert seen[0].staged_snapshot_id not in {s["snapshot_id"] for s in lineage}
-    for snap in lineage:
-        assert spark.sql(f"SELECT count(*) FROM {sql} VERSION AS OF {snap['snapshot_id']} "
-                         "WHERE event_id = 77000001").first()[0] == 0, "a corrupted value reached main"
+    # every snapshot of main in one Spark job (a job each cost 0.1-0.2 CPU-s, and main has about ten)
+    with own_statements(spark):
+        corrupted = spark.sql(" UNION ALL ".join(
+            f"SELECT {int(snap['snapshot_id'])} AS snapshot_id, count(*) AS n FROM {sql} "
+            f"VERSION AS OF {int(snap['snapshot_id'])} WHERE event_id = 77000001" for snap in lineage)).collect()
+    assert len(corrupted) == len(lineage) and not [r for r in corrupted if r["n"]], "a corrupted value reached main"
     rows = ids(spark, config, table_name)
     assert sorted(rows) == sorted(writer.ledger.expected_ids() | {990001, 990002})
     assert spark.sql(f"SELECT count(*) FROM {sql}.refs WHERE name LIKE 'icemaint_stage_%'").first()[0] == 0
@@ -186,18 +192,17 @@ def test_writer_appending_during_compaction_loses_and_duplicates_nothing(spark, 
     assert set(rows) == writer.ledger.expected_ids(), "lost or extra rows"
 
 
-def test_held_claim_defers_naming_the_holder_and_changes_nothing(spark, config, table_name):
-    simulate(spark, config, table_name, batches=4)
+def test_held_claim_defers_naming_the_holder_and_changes_nothing(spark, config, untouched):
     reader = CatalogReader(config)
-    location = reader.metadata_location(table_name)
-    with table_claim(config, table_name, holder="nightly-ingest"):
-        outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    location = reader.metadata_location(untouched.key)
+    with table_claim(config, untouched.key, holder="nightly-ingest"):
+        outcome = compactor(config, spark).run(CompactionRequest(untouched.key, DATE))
         with pytest.raises(ClaimBusy, match="nightly-ingest"):
-            open_claims(config).acquire(table_name, "someone-else")
+            open_claims(config).acquire(untouched.key, "someone-else")
     assert outcome.decision == "defer"
     assert "nightly-ingest" in outcome.reason
-    assert reader.metadata_location(table_name) == location
-    assert open_audit(config).records(table=table_name)[-1].decision == "defer"
+    assert reader.metadata_location(untouched.key) == location
+    assert open_audit(config).records(table=untouched.key)[-1].decision == "defer"
 
 
 def test_stale_plan_is_replanned_on_the_current_snapshot(spark, config, table_name):
@@ -213,7 +218,12 @@ def test_stale_plan_is_replanned_on_the_current_snapshot(spark, config, table_na
     assert 880001 in ids(spark, config, table_name)
 
 
-def test_publish_conflicts_are_replanned_then_deferred(spark, config, table_name):
+def test_publish_conflicts_are_replanned_then_deferred(spark, lake_root, tmp_path, table_name):
+    """A writer's conflicting commit is planned again; one retry (the table's `max_commit_retries`: every
+    attempt stages and proves a rewrite again) shows both the re-plan and the defer when conflicts go on."""
+    from conftest import make_config
+
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"max_commit_retries": 1}})
     writer = simulate(spark, config, table_name, batches=4)
     sql = TableName.parse(table_name).sql(config.catalog.name)
     deleted = []
@@ -239,6 +249,7 @@ def test_publish_conflicts_are_replanned_then_deferred(spark, config, table_name
     first_deleted = set(deleted)
     deleted.clear()
     retries = config.policy(table_name).max_commit_retries
+    assert retries == 1
     outcome = compactor(config, spark, sleep=lambda s: None,
                         after_stage=lambda staged: writer_deletes_a_row_of_the_date(staged, 99)).run(
         CompactionRequest(table_name, "2026-01-03"))
@@ -254,7 +265,8 @@ def test_publish_conflicts_are_replanned_then_deferred(spark, config, table_name
 @pytest.fixture(scope="module")
 def untouched(spark, config):
     """One table for the tests whose subject is that nothing is changed: each compares the table's metadata
-    location before and after its own refused or dry run, so a run that did change it fails there."""
+    location (or, where a run stages and then discards a rewrite, main's snapshot) before and after its own
+    refused, deferred or dry run, so a run that did change it fails there."""
     from types import SimpleNamespace
 
     name = f"t.untouched_{uuid.uuid4().hex[:8]}"
@@ -414,11 +426,11 @@ def test_a_sort_the_rows_cannot_take_fails_before_the_staging_branch(spark, lake
     assert set(ids(spark, config, untouched.key)) == untouched.expected
 
 
-def test_a_proof_that_cannot_run_publishes_nothing(spark, config, table_name, monkeypatch):
+def test_a_proof_that_cannot_run_publishes_nothing(spark, config, untouched, monkeypatch):
     """Fault injection into our own validation step (e.g. GX crashing): an unproven rewrite never reaches main."""
     import icemaint.engine.validation
 
-    writer = simulate(spark, config, table_name, batches=4)
+    table_name = untouched.key
     before = current(spark, config, table_name)
 
     def crashing_validation(*args, **kwargs):
@@ -429,7 +441,7 @@ def test_a_proof_that_cannot_run_publishes_nothing(spark, config, table_name, mo
     assert outcome.decision == "not_published" and outcome.validation.passed is False
     assert "injected" in outcome.to_dict()["validation"]["commits"][0]["error"] and "injected" in outcome.reason
     assert current(spark, config, table_name) == before
-    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    assert set(ids(spark, config, table_name)) == untouched.expected
     assert CatalogReader(config).health(table_name).partition(DATE).data_files == 4
 
 
@@ -470,20 +482,20 @@ def test_a_run_a_person_launched_waits_for_the_claim_then_runs(spark, lake_root,
     ("sensor", "30s", "claim busy: held by nightly-ingest"),            # automatic: the next tick decides again
     ("manual", "2s", "claim busy after waiting 2s (claim_wait): held by nightly-ingest"),
 ])
-def test_a_claim_busy_beyond_the_wait_defers_naming_the_holder(spark, lake_root, tmp_path, table_name, trigger, wait,
+def test_a_claim_busy_beyond_the_wait_defers_naming_the_holder(spark, lake_root, tmp_path, untouched, trigger, wait,
                                                                 reason):
     from conftest import make_config
 
-    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"claim_wait": wait}})
-    simulate(spark, config, table_name, batches=4)
-    location = CatalogReader(config).metadata_location(table_name)
+    config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={untouched.key: {"claim_wait": wait}})
+    location = CatalogReader(config).metadata_location(untouched.key)
     slept = []
-    with table_claim(config, table_name, holder="nightly-ingest"):
-        outcome = compactor(config, spark, sleep=slept.append).run(CompactionRequest(table_name, DATE, trigger=trigger))
+    with table_claim(config, untouched.key, holder="nightly-ingest"):
+        outcome = compactor(config, spark, sleep=slept.append).run(CompactionRequest(untouched.key, DATE,
+                                                                                     trigger=trigger))
     assert outcome.decision == "defer" and outcome.reason == reason
     # a sensor's run does not wait at all; a person's waits out the whole claim_wait
     assert sum(slept) == (0 if trigger == "sensor" else 2.0) and bool(slept) == (trigger != "sensor")
-    assert CatalogReader(config).metadata_location(table_name) == location
+    assert CatalogReader(config).metadata_location(untouched.key) == location
 
 
 def test_a_run_interrupted_in_the_middle_of_a_java_call_still_removes_the_staging_branch(spark, config, table_name,

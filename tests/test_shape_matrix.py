@@ -2,7 +2,8 @@
 through compaction of one date, snapshot expiry and a manifest rewrite with the product's own classes.
 
 Each shape is judged independently of the code under test, before and after:
-- a whole-table digest (`full_row_hash`: row count and an order-independent hash of every row);
+- a whole-table digest (`full_row_hash`'s: row count and an order-independent hash of every row), every
+  snapshot pictured at one moment in one Spark job;
 - pyiceberg's read of the table (`CatalogReader.load(...).scan().to_arrow()`, not Spark): row count,
   sorted ids and every row;
 - time travel to the snapshot before compaction still reads the old rows (checked right after the
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from icemaint.domain.names import TableName
-from icemaint.engine.validation import full_row_hash
+from icemaint.engine.digest import row_hash_args
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.compaction import CompactionRequest, Compactor
 from icemaint.operations.expiry import ExpiryRequest
@@ -29,8 +30,7 @@ from icemaint.operations.manifests import ManifestRequest
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims
 
-from conftest import current_snapshot
-from staged_faults import main_lineage
+from own_statements import own_statements
 
 pytestmark = pytest.mark.slow
 
@@ -278,10 +278,47 @@ class Picture:
     canonical: list[str]
 
 
-def picture(spark, config, table: str, sql: str, snapshot_id: int, id_column: str) -> Picture:
-    arrow = CatalogReader(config).load(table).scan(snapshot_id=snapshot_id).to_arrow()
-    ids = sorted(arrow.column(id_column).to_pylist(), key=lambda v: (v is None, v if v is not None else 0))
-    return Picture(full_row_hash(spark, sql, snapshot_id), arrow.num_rows, ids, canonical_rows(arrow))
+def digests(spark, sql: str, versions) -> list[tuple[int, int]]:
+    """`full_row_hash` (row count, order-independent hash of every row) of each version, a snapshot id or a ref's
+    name, in one Spark job: one query per snapshot pictured cost a job each, and a shape pictures up to five."""
+    parts = []
+    for i, version in enumerate(versions):
+        source = f"SELECT * FROM {sql} VERSION AS OF {version if isinstance(version, int) else repr(version)}"
+        schema = spark.sql(source).schema  # the version's own schema (a snapshot's, after schema evolution)
+        parts.append(f"SELECT {i} AS k, count(*) AS n, "
+                     f"sum(CAST(xxhash64({row_hash_args(schema)}) AS DECIMAL(38,0))) AS h FROM ({source})")
+    with own_statements(spark):
+        rows = {r["k"]: (int(r["n"]), int(r["h"] or 0)) for r in spark.sql(" UNION ALL ".join(parts)).collect()}
+    return [rows[i] for i in range(len(versions))]
+
+
+def pictures(spark, config, table: str, sql: str, snapshot_ids, id_column: str, ref_names=()) -> list:
+    """Each snapshot as both judges see it, Spark's digest (one job for all) and pyiceberg's rows; then the
+    digest of each ref named in `ref_names`, read by its name (in the same job)."""
+    loaded = CatalogReader(config).load(table)
+    out: list = []
+    found = digests(spark, sql, [*snapshot_ids, *ref_names])
+    for snapshot_id, digest in zip(snapshot_ids, found):
+        arrow = loaded.scan(snapshot_id=snapshot_id).to_arrow()
+        ids = sorted(arrow.column(id_column).to_pylist(), key=lambda v: (v is None, v if v is not None else 0))
+        out.append(Picture(digest, arrow.num_rows, ids, canonical_rows(arrow)))
+    return out + found[len(snapshot_ids):]
+
+
+def refs(config, table: str) -> dict[str, int]:
+    """The table's branches and tags (`main` too): name -> snapshot id, read by pyiceberg (Spark's `refs` metadata
+    table cost a job, 0.1 CPU-s, and a shape read it five times)."""
+    return {name: ref.snapshot_id for name, ref in CatalogReader(config).load(table).metadata.refs.items()}
+
+
+def main_lineage(config, table: str) -> list[tuple[int, str]]:
+    """`main`'s snapshots, newest first: (snapshot id, operation), read by pyiceberg."""
+    loaded = CatalogReader(config).load(table)
+    out, cursor = [], loaded.metadata.refs["main"].snapshot_id
+    while cursor is not None and (snap := loaded.snapshot_by_id(cursor)) is not None:
+        out.append((snap.snapshot_id, snap.summary.operation.value))
+        cursor = snap.parent_snapshot_id
+    return out
 
 
 def assert_health_adds_up(config, table: str, time_column: bool):
@@ -300,30 +337,29 @@ def assert_one_line(outcome, what: str):
     assert reason and "\n" not in reason and "Traceback" not in reason, f"{what}: reason is not one line: {reason!r}"
 
 
-def ref_snapshots(spark, sql: str) -> dict[str, int]:
-    return {r["name"]: r["snapshot_id"] for r in spark.sql(f"SELECT name, snapshot_id FROM {sql}.`refs`").collect()}
-
-
 # -- the matrix ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape", cases())
 def test_shape_compact_expire_rewrite_manifests(spark, config, table_name, shape: Shape):
     sql = TableName.parse(table_name).sql(config.catalog.name)
-    for statement in shape.statements:
-        spark.sql(statement.format(t=sql))
+    with own_statements(spark):
+        for statement in shape.statements:
+            spark.sql(statement.format(t=sql))
 
     reader = CatalogReader(config)
     health = assert_health_adds_up(config, table_name, shape.time_column)
-    before_snapshot = current_snapshot(spark, sql)
+    refs_at_start = refs(config, table_name)
+    before_snapshot = refs_at_start["main"]
     location = reader.metadata_location(table_name)
-    before = picture(spark, config, table_name, sql, before_snapshot, shape.id_column)
+    ref_names = sorted(shape.refs)
+    assert set(refs_at_start) - {"main"} == set(ref_names), refs_at_start
+    before, *ref_pictures = pictures(spark, config, table_name, sql,
+                                     [before_snapshot, *(refs_at_start[n] for n in ref_names)], shape.id_column)
     assert before.rows > 0 and before.digest[0] == before.rows
     if shape.date_files is not None:
         part = health.partition(shape.date)
         assert part is not None and (part.data_files, part.small_files) == shape.date_files, part
-    refs_before = {name: (sid, picture(spark, config, table_name, sql, sid, shape.id_column))
-                   for name, sid in ref_snapshots(spark, sql).items() if name in shape.refs}
-    assert set(refs_before) == set(shape.refs)
+    refs_before = {name: (refs_at_start[name], seen) for name, seen in zip(ref_names, ref_pictures)}
 
     # 1. compaction of one date
     compactor = Compactor(config, spark, reader, open_claims(config), open_audit(config))
@@ -341,18 +377,18 @@ def test_shape_compact_expire_rewrite_manifests(spark, config, table_name, shape
             assert outcome.files_after == shape.files_after, outcome.to_dict()
         if shape.applies_deletes:
             assert outcome.delete_files_before >= 1 and outcome.delete_files_after == 0, outcome.to_dict()
-        after_snapshot = current_snapshot(spark, sql)
+        lineage = main_lineage(config, table_name)
+        after_snapshot = lineage[0][0]
         assert after_snapshot != before_snapshot
-        lineage = main_lineage(spark, sql)
-        assert before_snapshot in [s["snapshot_id"] for s in lineage], "main moved forward from the snapshot S"
-        assert lineage[0]["operation"] == "replace"
+        assert before_snapshot in [sid for sid, _ in lineage], "main moved forward from the snapshot S"
+        assert lineage[0][1] == "replace", lineage
         # time travel to the snapshot before compaction still reads the old rows (before expiry removes it)
-        assert picture(spark, config, table_name, sql, before_snapshot, shape.id_column) == before
-        assert picture(spark, config, table_name, sql, after_snapshot, shape.id_column) == before
+        assert pictures(spark, config, table_name, sql, [before_snapshot, after_snapshot], shape.id_column) \
+            == [before, before]
     else:
         assert not outcome.published and not outcome.committed_snapshot_ids
         assert reader.metadata_location(table_name) == location, "a declined compaction changed the metadata"
-        assert current_snapshot(spark, sql) == before_snapshot
+        assert refs(config, table_name)["main"] == before_snapshot
     if shape.period_key:
         assert outcome.period_key == shape.period_key, outcome.reason
     assert_health_adds_up(config, table_name, shape.time_column)
@@ -368,16 +404,18 @@ def test_shape_compact_expire_rewrite_manifests(spark, config, table_name, shape
     assert_one_line(manifests, "manifests")
     assert manifests.decision in ("run", "noop"), manifests.reason
 
-    # the table reads exactly the rows it held before, by both judges
-    final = current_snapshot(spark, sql)
-    assert picture(spark, config, table_name, sql, final, shape.id_column) == before
+    # the table reads exactly the rows it held before, by both judges; branches and tags still exist, at the
+    # same snapshots, and read their rows (by id, and by name through Spark)
+    refs_after = refs(config, table_name)
+    for name, (sid, _) in refs_before.items():
+        assert refs_after.get(name) == sid, f"ref {name} moved or vanished: {refs_after}"
+    final, *rest = pictures(spark, config, table_name, sql, [refs_after["main"], *(sid for sid, _ in refs_before.values())],
+                            shape.id_column, ref_names)
+    ref_pictures, by_name = rest[:len(ref_names)], rest[len(ref_names):]
+    assert final == before
     arrow = CatalogReader(config).load(table_name).scan().to_arrow()
     assert arrow.num_rows == before.rows and canonical_rows(arrow) == before.canonical
     assert_health_adds_up(config, table_name, shape.time_column)
-
-    # branches and tags still exist, at the same snapshots, and read their rows
-    refs_after = ref_snapshots(spark, sql)
-    for name, (sid, seen) in refs_before.items():
-        assert refs_after.get(name) == sid, f"ref {name} moved or vanished: {refs_after}"
-        assert picture(spark, config, table_name, sql, sid, shape.id_column) == seen, f"ref {name} reads other rows"
-        assert spark.sql(f"SELECT count(*) FROM {sql} VERSION AS OF '{name}'").first()[0] == seen.rows
+    for (name, (_, seen)), now, (rows_by_name, _) in zip(refs_before.items(), ref_pictures, by_name):
+        assert now == seen, f"ref {name} reads other rows"
+        assert rows_by_name == seen.rows, f"ref {name} read by name: {rows_by_name} rows, not {seen.rows}"
