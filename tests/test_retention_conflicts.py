@@ -329,7 +329,7 @@ def test_manifest_rewrites_under_a_claimless_writer_run_or_defer_and_lose_nothin
     keeper = housekeeper(config, spark)
     heads, outcomes = [lineage(spark, config, table_name)[0]], []
     with WriterThread(claimless(spark, writer, other_catalog, delete_every=2)) as thread:
-        for i in range(10):
+        for i in range(6):
             outcome = keeper.rewrite_manifests(ManifestRequest(table_name, force=True, trigger="sensor",
                                                                run_id=f"under-writer-{i}"))
             outcomes.append(outcome)
@@ -366,7 +366,7 @@ def test_expiry_under_a_claimless_writer_runs_or_defers_and_lose_nothing(spark, 
     keeper = housekeeper(config, spark)
     outcomes = []
     with WriterThread(claimless(spark, writer, other_catalog, delete_every=2)) as thread:
-        for _ in range(6):
+        for _ in range(4):
             outcome = keeper.expire(ExpiryRequest(table_name, older_than_seconds=0, retain_last=2, trigger="sensor"))
             outcomes.append(outcome)
             # the snapshot it planned on (main's head then) survives, and main still descends from it
