@@ -289,11 +289,13 @@ def test_expiry_with_an_unknown_commit_state_reads_the_table_to_decide(spark, ow
 # -- a real writer, running throughout ------------------------------------------------------------
 
 class WriterThread:
-    """Commits batches through the other catalog, without the claim, until stopped; its own failed
-    commits (it meets ours too) are retried as a streaming job would, and counted."""
+    """Commits batches through the other catalog, without the claim, until stopped, a batch every `pause`
+    seconds at most (a streaming job's trigger interval: without one the writer spends the suite's CPU on
+    batches no assertion needs); its own failed commits (it meets ours too) are retried as a streaming job
+    would, and counted."""
 
-    def __init__(self, other: StreamingWriter):
-        self.other = other
+    def __init__(self, other: StreamingWriter, pause: float = 0.25):
+        self.other, self.pause = other, pause
         self.stop = threading.Event()
         self.failures: list[str] = []
         self.fatal: list[BaseException] = []
@@ -308,6 +310,7 @@ class WriterThread:
                 return
             except Exception as exc:  # a commit that did not land; the ledger only records what did
                 self.failures.append(java_exception_class(exc) or type(exc).__name__)
+            self.stop.wait(self.pause)
 
     def __enter__(self):
         self.thread.start()

@@ -391,7 +391,8 @@ def reap(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
-    proc.stdout.close()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 @pytest.mark.slow
