@@ -267,8 +267,10 @@ def test_the_cli_runs_the_landed_batches_asset_and_the_sensor_requests_a_due_sou
     assert CatalogReader(config).metadata_location(TABLE) == location
 
 
+# One process (one JVM) runs an ingest per (source, step) argument, each in its own thread; once every run has
+# reached its step, the process kills itself with SIGKILL: every run dies there, as a killed process's would.
 KILLED_RUN = """
-import os, signal, sys
+import os, signal, sys, threading
 from icemaint.config import load_config
 from icemaint.engine.spark_session import get_spark
 from icemaint.observe.catalog import CatalogReader
@@ -277,21 +279,34 @@ from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims
 
 config = load_config(sys.argv[1])
-step = sys.argv[3]
+spark = get_spark(config)
+spark.sql(f"SHOW NAMESPACES IN {config.catalog.name}").collect()  # the catalog loads once, not in two threads at once
+runs = [arg.split("=", 1) for arg in sys.argv[2:]]
+arrived = threading.Barrier(len(runs), timeout=240)
 
-def hook(name):
-    if name == step:
-        os.kill(os.getpid(), signal.SIGKILL)
+def run(source, step):
+    def hook(name):
+        if name == step:
+            arrived.wait()  # every run at its step
+            os.kill(os.getpid(), signal.SIGKILL)
 
-Ingestor(config, get_spark(config), CatalogReader(config), open_claims(config), open_audit(config),
-         hook=hook).run(IngestRequest(sys.argv[2], force=True))
+    Ingestor(config, spark, CatalogReader(config), open_claims(config), open_audit(config),
+             hook=hook).run(IngestRequest(source, force=True))
+
+threads = [threading.Thread(target=run, args=pair) for pair in runs]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+sys.exit(3)  # not killed: a run ended (or failed) before its step
 """
 
 
 @pytest.mark.slow
 def test_kill_9_before_and_after_the_commit_leaves_every_row_exactly_once(spark, estate, lake_root, tmp_path):
-    """Two processes killed with SIGKILL, one just before the append's commit, one just after it (before any file
-    moved); the next run appends the first batch, only moves the second, and every landed row is in its table once."""
+    """Two runs killed with SIGKILL (one process, one JVM), one just before the append's commit, one just after it
+    (before any file moved); the next run appends the first batch, only moves the second, and every landed row is in
+    its table once."""
     import subprocess
     import sys
     import textwrap
@@ -312,10 +327,11 @@ def test_kill_9_before_and_after_the_commit_leaves_every_row_exactly_once(spark,
     main_before = {name: sorted(CatalogReader(config).load(s["table"]).scan().to_arrow()["id"].to_pylist())
                    for name, s in sources.items()}
     repo = Path(__file__).parent.parent
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(KILLED_RUN), str(path), name, step], cwd=repo,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for name, step in (("before", "before_commit"), ("after", "after_commit"))]
-    assert [p.wait(timeout=300) for p in procs] == [-9, -9]
+    log = tmp_path / "killed.log"
+    with open(log, "w") as out:
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(KILLED_RUN), str(path), "before=before_commit",
+                               "after=after_commit"], cwd=repo, stdout=out, stderr=subprocess.STDOUT, timeout=300)
+    assert proc.returncode == -9, log.read_text()[-3000:]
 
     def rows(name):
         return sorted(CatalogReader(config).load(sources[name]["table"]).scan().to_arrow()["id"].to_pylist())

@@ -192,14 +192,21 @@ def test_expiry_cleans_up_in_the_driver_up_to_its_limits_and_on_the_executors_ab
 
 # Both places an expiry's cleanup can run delete exactly what was predicted, checked against the disk.
 CLEANUPS = pytest.mark.parametrize("cleanup", ["driver", "distributed"])
-# Both ways the prediction reads the manifest lists (the driver's JVM, or Spark's aggregate of all_manifests
-# for tables with more entries than DRIVER_PREDICTION_MAX_ENTRIES) predict the same files.
-PREDICTIONS = pytest.mark.parametrize("prediction", ["driver", "spark"])
 
 
-def predict_on(monkeypatch, prediction: str) -> None:
-    if prediction == "spark":
-        monkeypatch.setattr("icemaint.engine.expiry_release.DRIVER_PREDICTION_MAX_ENTRIES", 0)
+def previewed_both_ways(monkeypatch, spark, config, table_name: str, plan, cleanup: str):
+    """The dry run's prediction, read both ways the manifest lists can be read (the driver's JVM, or Spark's
+    aggregate of all_manifests for tables with more entries than DRIVER_PREDICTION_MAX_ENTRIES): both predict the
+    same files. A dry run changes nothing, so one table serves both (each cleanup's test checks the prediction
+    against what goes: with both predictions equal, every pairing of prediction and cleanup is covered)."""
+    import icemaint.engine.expiry_release as expiry_release
+
+    by_driver = expire(spark, config, table_name, plan, dry_run=True, cleanup=cleanup)
+    monkeypatch.setattr(expiry_release, "DRIVER_PREDICTION_MAX_ENTRIES", 0)
+    by_spark = expire(spark, config, table_name, plan, dry_run=True, cleanup=cleanup)
+    monkeypatch.undo()
+    assert by_spark == by_driver
+    return by_driver
 
 
 def procedure_counted(result, vanished_data: int) -> None:
@@ -268,18 +275,18 @@ def now_utc() -> datetime:
 
 @CLEANUPS
 def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(spark, config, table_name, cleanup):
-    create_table(spark, table_name, commits=10)
+    create_table(spark, table_name, commits=5)  # each commit writes to each of the 3 days
     res = spark.sql(f"CALL lake.system.rewrite_data_files(table => '{table_name}', "
                     "options => map('min-input-files', '2'))").collect()[0]
     assert res["rewritten_data_files_count"] > res["added_data_files_count"] > 0
     spark.sql(f"INSERT INTO lake.{table_name} VALUES (999, TIMESTAMP '2024-01-02 05:00:00', 'late')")
     root = table_dir(config, table_name)
     snaps, refs = read_snapshots(spark, "lake", table_name)
-    assert len(snaps) == 12
+    assert len(snaps) == 7
 
     plan = plan_expiry(snaps, refs, now_utc(), TablePolicy(snapshot_min_age_seconds=0), older_than_seconds=0,
                        retain_last=2)
-    assert len(plan.expiring_snapshot_ids) == 10
+    assert len(plan.expiring_snapshot_ids) == 5
     retained = [s.snapshot_id for s in snaps if s.snapshot_id not in plan.expiring_snapshot_ids]
     rows_before = {sid: rows_at(spark, table_name, sid) for sid in retained}
     files_before, pointer_before = listing(root), metadata_pointer(root)
@@ -293,14 +300,14 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
     assert preview.cleanup == result.cleanup == cleanup
     vanished = set(tables_files_before) - set(listing(root, checksums=False))
     assert result.expired_snapshot_ids == plan.expiring_snapshot_ids
-    assert (result.snapshots_before, result.snapshots_after) == (12, 2)
+    assert (result.snapshots_before, result.snapshots_after) == (7, 2)
     assert {s.snapshot_id for s in read_snapshots(spark, "lake", table_name)[0]} == set(retained)
     # the small files the compaction superseded are physically gone, and measured exactly
     vanished_data = {p for p in vanished if "/data/" in p}
     assert len(vanished_data) == result.data_files_deleted == res["rewritten_data_files_count"]
     assert result.bytes_reclaimed == sum(tables_files_before[p][0] for p in vanished) > 0
     assert result.data_files_deleted + result.manifests_deleted + result.manifest_lists_deleted == len(vanished)
-    assert result.manifest_lists_deleted == 10
+    assert result.manifest_lists_deleted == 5
     procedure_counted(result, len(vanished_data))
     # the dry run predicted exactly this
     assert (preview.data_files_deleted, preview.manifests_deleted, preview.manifest_lists_deleted,
@@ -309,14 +316,12 @@ def test_compaction_then_expiry_deletes_superseded_files_and_keeps_time_travel(s
         result.bytes_reclaimed, result.snapshots_after)
     for sid in retained:
         assert rows_at(spark, table_name, sid) == rows_before[sid]
-    assert len(rows_before[retained[-1]]) == 51
+    assert len(rows_before[retained[-1]]) == 26
 
 
 @CLEANUPS
-@PREDICTIONS
 def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snapshots(spark, config, table_name,
-                                                                                     cleanup, prediction,
-                                                                                     monkeypatch):
+                                                                                     cleanup, monkeypatch):
     """Append, append, rewrite, append, rewrite, append, rewrite; the first five expire. The files released are
     the live files of the manifests only they reference (the appends', the first rewrite's output and the third
     append's, the second rewrite's output), each holding files the others do not, minus what the two retained
@@ -340,8 +345,7 @@ def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snap
     rows_before = {sid: rows_at_id(spark, table_name, sid) for sid in ids[5:]}
     root = table_dir(config, table_name)
 
-    predict_on(monkeypatch, prediction)
-    preview = expire(spark, config, table_name, plan, dry_run=True, cleanup=cleanup)
+    preview = previewed_both_ways(monkeypatch, spark, config, table_name, plan, cleanup)
     before = listing(root, checksums=False)
     result = expire(spark, config, table_name, plan, cleanup=cleanup)
     vanished = set(before) - set(listing(root, checksums=False))
@@ -359,8 +363,7 @@ def test_expiry_predicts_exactly_what_goes_when_released_files_span_several_snap
 
 
 @CLEANUPS
-@PREDICTIONS
-def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, config, table_name, cleanup, prediction,
+def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, config, table_name, cleanup,
                                                                     monkeypatch):
     """Three appends, their manifests rewritten into one, an append; the first three expire. Their manifests
     are released, but every file in them is live in the rewritten manifest: no data file goes, the preview
@@ -376,8 +379,7 @@ def test_expiry_after_a_manifest_rewrite_predicts_no_data_file_goes(spark, confi
                        retain_last=2)
     assert len(plan.expiring_snapshot_ids) == 3
     root = table_dir(config, table_name)
-    predict_on(monkeypatch, prediction)
-    preview = expire(spark, config, table_name, plan, dry_run=True, cleanup=cleanup)
+    preview = previewed_both_ways(monkeypatch, spark, config, table_name, plan, cleanup)
     before = listing(root, checksums=False)
     result = expire(spark, config, table_name, plan, cleanup=cleanup)
     vanished = set(before) - set(listing(root, checksums=False))

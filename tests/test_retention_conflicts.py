@@ -289,11 +289,13 @@ def test_expiry_with_an_unknown_commit_state_reads_the_table_to_decide(spark, ow
 # -- a real writer, running throughout ------------------------------------------------------------
 
 class WriterThread:
-    """Commits batches through the other catalog, without the claim, until stopped; its own failed
-    commits (it meets ours too) are retried as a streaming job would, and counted."""
+    """Commits batches through the other catalog, without the claim, until stopped, a batch every `pause`
+    seconds at most (a streaming job's trigger interval: without one the writer spends the suite's CPU on
+    batches no assertion needs); its own failed commits (it meets ours too) are retried as a streaming job
+    would, and counted."""
 
-    def __init__(self, other: StreamingWriter):
-        self.other = other
+    def __init__(self, other: StreamingWriter, pause: float = 0.25):
+        self.other, self.pause = other, pause
         self.stop = threading.Event()
         self.failures: list[str] = []
         self.fatal: list[BaseException] = []
@@ -308,6 +310,7 @@ class WriterThread:
                 return
             except Exception as exc:  # a commit that did not land; the ledger only records what did
                 self.failures.append(java_exception_class(exc) or type(exc).__name__)
+            self.stop.wait(self.pause)
 
     def __enter__(self):
         self.thread.start()
@@ -329,7 +332,7 @@ def test_manifest_rewrites_under_a_claimless_writer_run_or_defer_and_lose_nothin
     keeper = housekeeper(config, spark)
     heads, outcomes = [lineage(spark, config, table_name)[0]], []
     with WriterThread(claimless(spark, writer, other_catalog, delete_every=2)) as thread:
-        for i in range(10):
+        for i in range(6):
             outcome = keeper.rewrite_manifests(ManifestRequest(table_name, force=True, trigger="sensor",
                                                                run_id=f"under-writer-{i}"))
             outcomes.append(outcome)
@@ -366,7 +369,7 @@ def test_expiry_under_a_claimless_writer_runs_or_defers_and_lose_nothing(spark, 
     keeper = housekeeper(config, spark)
     outcomes = []
     with WriterThread(claimless(spark, writer, other_catalog, delete_every=2)) as thread:
-        for _ in range(6):
+        for _ in range(4):
             outcome = keeper.expire(ExpiryRequest(table_name, older_than_seconds=0, retain_last=2, trigger="sensor"))
             outcomes.append(outcome)
             # the snapshot it planned on (main's head then) survives, and main still descends from it

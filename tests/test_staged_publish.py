@@ -8,6 +8,7 @@ Every scenario is judged twice, independently of the code under test:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -46,11 +47,11 @@ REPO = Path(__file__).resolve().parent.parent
 # -- the claim-ignoring writer -------------------------------------------------------------------
 
 class ClaimIgnoringWriter:
-    """Appends 2-3 rows with unique ids every ~0.5 s with `INSERT INTO` on the shared SparkSession,
+    """Appends 2-3 rows with unique ids every ~1 s with `INSERT INTO` on the shared SparkSession,
     mostly on the compacted date (every other batch also one row on another date). Never takes the
     table's claim. `ledger` holds the ids of every INSERT that returned successfully."""
 
-    def __init__(self, spark, sql: str, first_id: int = WRITER_IDS, interval: float = 0.5):
+    def __init__(self, spark, sql: str, first_id: int = WRITER_IDS, interval: float = 1.0):
         self.spark, self.sql, self.first_id, self.interval = spark, sql, first_id, interval
         self.ledger: set[int] = set()
         self.failed: list[tuple[list[int], str]] = []
@@ -267,13 +268,15 @@ def test_corrupted_staged_value_is_never_published_and_the_writer_loses_nothing(
     # the fault was real: the staged snapshot holds the corrupted value...
     assert spark.sql(f"SELECT count(*) FROM {sql} VERSION AS OF {staged.staged_snapshot_id} "
                      f"WHERE event_id = {CORRUPT}").first()[0] == 1
-    # ...and no snapshot of main's lineage ever did; nothing of ours was committed after S
+    # ...and no snapshot of main's lineage ever did; nothing of ours was committed after S. Only S and the
+    # snapshots after it need reading: the older ones were committed before the staged files were written, and
+    # the corruption changed nothing but those files.
     lineage = main_lineage(spark, sql)
     assert staged.staged_snapshot_id not in {s["snapshot_id"] for s in lineage}
-    for snap in lineage:
+    newer = newer_than(lineage, staged.base_snapshot_id)
+    for snap in newer + [lineage[len(newer)]]:
         assert spark.sql(f"SELECT count(*) FROM {sql} VERSION AS OF {snap['snapshot_id']} "
                          f"WHERE event_id = {CORRUPT}").first()[0] == 0, f"corrupted value in {snap}"
-    newer = newer_than(lineage, staged.base_snapshot_id)
     assert newer and all(s["operation"] == "append" for s in newer)
     assert_not_ours(newer)
     assert not staging_refs(config, table_name)
@@ -383,6 +386,15 @@ DYING_RUN = textwrap.dedent("""
 """)
 
 
+def reap(proc: subprocess.Popen) -> None:
+    """Kills the subprocess if it still runs (a failed assertion) and closes its output."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 @pytest.mark.slow
 def test_kill_9_between_staging_and_publish_leaves_main_untouched_and_is_cleaned_up(spark, lake_root, tmp_path,
                                                                                  table_name):
@@ -394,26 +406,24 @@ def test_kill_9_between_staging_and_publish_leaves_main_untouched_and_is_cleaned
     script.write_text(DYING_RUN)
     claims = open_claims(config)
 
-    with ClaimIgnoringWriter(spark, sql) as writer:
+    # The claim-ignoring writer starts once the dying run has staged (while its JVM starts and it plans, the
+    # writer's commits would only cost CPU): it commits while the dying run holds its staged rewrite, after the
+    # kill, and throughout the next run.
+    with contextlib.ExitStack() as stack:
         proc = subprocess.Popen([sys.executable, str(script), str(config_path), table_name, DATE, str(report), str(go)],
                                 cwd=REPO, env={**os.environ, "ICEMAINT_IDENTITY": "maint-test"},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            deadline = time.monotonic() + 180
-            while not report.exists() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert report.exists(), f"the subprocess never staged (rc {proc.poll()}): {proc.stdout.read()[-3000:]}"
-            staged = json.loads(report.read_text())
-            holder = claims.holder_of(table_name)
-            assert holder is not None and holder.pid == proc.pid == staged["pid"], holder  # it holds the claim
-            writer.wait_for_more(1)  # the writer commits while the dying run holds its staged rewrite
-            go.touch()
-            assert proc.wait(timeout=60) == -signal.SIGKILL
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
+        stack.callback(reap, proc)
+        deadline = time.monotonic() + 180
+        while not report.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert report.exists(), f"the subprocess never staged (rc {proc.poll()}): {proc.stdout.read()[-3000:]}"
+        staged = json.loads(report.read_text())
+        holder = claims.holder_of(table_name)
+        assert holder is not None and holder.pid == proc.pid == staged["pid"], holder  # it holds the claim
+        writer = stack.enter_context(ClaimIgnoringWriter(spark, sql))  # its first commit lands meanwhile
+        go.touch()
+        assert proc.wait(timeout=60) == -signal.SIGKILL
 
         # main untouched by the dead run: only the writer's appends since S
         lineage = main_lineage(spark, sql)
@@ -518,7 +528,7 @@ def test_partial_progress_with_groups_too_small_for_two_files_says_so(spark, lak
     """Its reason said the date had no two small files (it had six): it names max_file_group_size_bytes now."""
     config = make_config(lake_root, state_dir=str(tmp_path / "state"),
                          tables={table_name: {"partial_progress": True, "max_file_group_size_bytes": "1B"}})
-    streaming_table(spark, config.catalog.name, table_name, batches=6, rows_per_day=10, delete_every=0)
+    streaming_table(spark, config.catalog.name, table_name, batches=3, rows_per_day=10, delete_every=0)
     location = CatalogReader(config).metadata_location(table_name)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert outcome.decision == "noop" and "no file group of at most max_file_group_size_bytes 1 B holds two of" \
