@@ -47,11 +47,11 @@ REPO = Path(__file__).resolve().parent.parent
 # -- the claim-ignoring writer -------------------------------------------------------------------
 
 class ClaimIgnoringWriter:
-    """Appends 2-3 rows with unique ids every ~1 s with `INSERT INTO` on the shared SparkSession,
+    """Appends 2-3 rows with unique ids every ~0.5 s with `INSERT INTO` on the shared SparkSession,
     mostly on the compacted date (every other batch also one row on another date). Never takes the
     table's claim. `ledger` holds the ids of every INSERT that returned successfully."""
 
-    def __init__(self, spark, sql: str, first_id: int = WRITER_IDS, interval: float = 1.0):
+    def __init__(self, spark, sql: str, first_id: int = WRITER_IDS, interval: float = 0.5):
         self.spark, self.sql, self.first_id, self.interval = spark, sql, first_id, interval
         self.ledger: set[int] = set()
         self.failed: list[tuple[list[int], str]] = []
