@@ -321,7 +321,7 @@ def test_the_cli_materializes_column_statistics_and_says_no_in_one_line(spark, t
 
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
     config = load_config(path)
-    simulate(spark, config, table_name)
+    simulate(spark, config, table_name, batches=1)
     reader = CatalogReader(config)
     location = reader.metadata_location(table_name)
     base = ("--config", str(path), "statistics", table_name)
