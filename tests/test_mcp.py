@@ -117,7 +117,7 @@ async def launched_and_finished(call, tool: str, **arguments) -> tuple[dict, dic
         status = (await call("run_status", run_id=launched["run_id"])).structured_content
         if status["finished"]:
             return launched, status
-        await anyio.sleep(2)
+        await anyio.sleep(0.5)
     raise AssertionError(f"run {launched['run_id']} did not finish")
 
 
@@ -136,9 +136,21 @@ def test_a_request_over_the_ceiling_runs_after_a_persons_approval_and_publishes_
         explained = await call("explain", table=estate.table, date=D1)
         allowed = await call("agent_permissions", table=estate.table)
         first = await call("request_compaction", table=estate.table, dates=[D1], reason="many small files on D1")
-        return listed, health, explained, allowed, first
+        [waiting] = results(first)
+        assert waiting["decision"] == "defer" and waiting["awaiting_approval"] and "icemaint approve" in \
+            waiting["approval"]
+        assert location(estate, estate.ceiling) == before  # nothing ran
+        # a person approves (the agent cannot) while the agent's session stays open; the agent asks again
+        monkeypatch.setenv("ICEMAINT_IDENTITY", "ops-person")
+        code, _, err = run_cli(capsys, "--config", estate.ceiling, "approve", estate.table, "--date", D1)
+        assert code == 0, err
+        launched, status = await launched_and_finished(call, "request_compaction", table=estate.table, dates=[D1],
+                                                       reason="approved by ops: compact D1")
+        trail = await call("audit_trail", table=estate.table, limit=10)
+        return listed, health, explained, allowed, launched, status, trail
 
-    listed, health, explained, allowed, first = stdio(estate.ceiling, "bot", ask, seen)
+    # one session (a stdio server costs ~15 s to start): the approval is read from the audit at each request
+    listed, health, explained, allowed, launched, status, trail = stdio(estate.ceiling, "bot", ask, seen)
     assert [t["table"] for t in listed.structured_content["tables"]] == [estate.table]
     assert listed.structured_content["tables"][0]["small_files"] >= 3
     # the hostile property reaches the agent only as data under `untrusted`, never in the text for the model
@@ -150,21 +162,6 @@ def test_a_request_over_the_ceiling_runs_after_a_persons_approval_and_publishes_
     assert gates["cost"] == "blocks" and gates["thresholds"] == "pass"
     ops = allowed.structured_content["operations"]
     assert ops["compact"]["allowed"] and not ops["orphans"]["allowed"] and not ops["statistics"]["allowed"]
-    [waiting] = results(first)
-    assert waiting["decision"] == "defer" and waiting["awaiting_approval"] and "icemaint approve" in waiting["approval"]
-    assert location(estate, estate.ceiling) == before  # nothing ran
-
-    monkeypatch.setenv("ICEMAINT_IDENTITY", "ops-person")  # a person approves; the agent cannot
-    code, _, err = run_cli(capsys, "--config", estate.ceiling, "approve", estate.table, "--date", D1)
-    assert code == 0, err
-
-    async def run(call):
-        launched, status = await launched_and_finished(call, "request_compaction", table=estate.table, dates=[D1],
-                                                       reason="approved by ops: compact D1")
-        trail = await call("audit_trail", table=estate.table, limit=10)
-        return launched, status, trail
-
-    launched, status, trail = stdio(estate.ceiling, "bot", run, seen)
     assert status["status"] == "SUCCESS" and status["trigger"] == "agent" and status["agent"] == "bot"
     [done] = status["outcomes"]
     assert done["decision"] == "run" and done["validation_passed"] and done["published"], done
@@ -222,17 +219,20 @@ def test_a_writer_active_on_the_date_defers_and_hostile_input_changes_nothing(es
 
 
 def test_an_identity_the_policy_does_not_allow_is_refused_and_a_runaway_agent_is_rate_limited(estate):
-    seen, before = Seen(), location(estate, estate.strict)
+    """The server's desk in this process (a stdio server costs ~15 s to start; the protocol is the other tests')."""
+    from icemaint.app.agent_desk import AgentDesk
 
-    async def ask(call):
-        return [await call("request_compaction", table=estate.table, dates=[D2], reason=f"try {n}") for n in range(3)]
-
-    first, second, third = stdio(estate.strict, "limited", ask, seen)
-    for answer in (first, second):
-        [r] = results(answer)
+    config, before = load_config(estate.strict), location(estate, estate.strict)
+    desk = AgentDesk(config, estate.strict)
+    try:
+        answers = [desk.request_compaction(config.agents["limited"], estate.table, f"try {n}", [D2])["results"]
+                   for n in range(3)]
+    finally:
+        desk.close()
+    for [r] in answers[:2]:
         assert r["decision"] == "refuse" and r["kind"] == "policy"
         assert "identity 'limited' is not allowed by policy (allowed_identities: someone-else)" in r["reason"]
-    [r] = results(third)
+    [r] = answers[2]
     assert r["decision"] == "refuse" and r["kind"] == "rate_limited"
     assert r["reason"].startswith("rate limit: agent 'limited' made 2 requests in the last hour (requests_per_hour 2)")
     assert location(estate, estate.strict) == before
@@ -273,10 +273,16 @@ def test_an_agents_snapshot_expiry_is_decided_by_policy_runs_and_is_audited_as_t
     rows_before, snapshots_before = rows(), len(table_before.metadata.snapshots)
     assert snapshots_before > 2
 
-    async def refused(call):
-        return await call("request_snapshot_expiry", table=estate.table, reason="history is long")
+    # the refusal by the server's desk in this process (a stdio server costs ~15 s to start; a retention request
+    # refused by policy over the protocol is test_a_writer_active_on_the_date_defers_and_hostile_input_...'s)
+    from icemaint.app.agent_desk import AgentDesk
 
-    [r] = results(stdio(estate.no_expiry, "bot", refused, seen))
+    no_expiry = load_config(estate.no_expiry)
+    desk = AgentDesk(no_expiry, estate.no_expiry)
+    try:
+        [r] = desk.request_retention(no_expiry.agents["bot"], "expire", estate.table, "history is long")["results"]
+    finally:
+        desk.close()
     assert r["decision"] == "refuse" and r["kind"] == "policy" and "not given to agents" in r["reason"], r
     assert location(estate, estate.no_expiry) == before
 

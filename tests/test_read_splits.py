@@ -38,9 +38,10 @@ def test_equal_small_files_compact_into_the_files_their_bytes_call_for(spark, la
     # Random bytes, so the writer's in-memory size estimate (it rolls files by it) is what lands on disk.
     spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP, v BINARY) USING iceberg PARTITIONED BY (days(ts)) "
               "TBLPROPERTIES ('format-version'='2')")
-    for k in range(FILES):
-        spark.sql(f"INSERT INTO {sql} SELECT id, TIMESTAMP '{DATE} 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id % 80000), "
-                  f"unhex(sha2(CAST(id AS STRING), 256)) FROM range({k * ROWS}, {(k + 1) * ROWS}, 1, 1)")
+    # One append of FILES tasks of ROWS rows each, written as they come (no shuffle): one file per task.
+    (spark.sql(f"SELECT id, TIMESTAMP '{DATE} 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id % 80000) AS ts, "
+               f"unhex(sha2(CAST(id AS STRING), 256)) AS v FROM range(0, {FILES * ROWS}, 1, {FILES})")
+     .writeTo(sql).option("distribution-mode", "none").append())
     sizes = sizes_on(spark, sql)
     assert len(sizes) == FILES
     target = -(-sum(sizes) * 10 // 48)  # 4.8 files' worth: 5 outputs

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -65,6 +66,14 @@ def own_config(lake_root, tmp_path):
     return build
 
 
+@pytest.fixture(scope="module")
+def untouched(spark, config) -> str:
+    """One table for the checks that change nothing (deferrals, refusals, bad input); each checks it stays put."""
+    table = f"t.retention_untouched_{uuid.uuid4().hex[:8]}"
+    simulate(spark, config, table, batches=3)
+    return table
+
+
 def test_expiry_after_compaction_reclaims_superseded_files_and_keeps_every_row(spark, config, table_name):
     writer = simulate(spark, config, table_name, batches=4)
     sql = TableName.parse(table_name).sql(config.catalog.name)
@@ -116,8 +125,8 @@ def test_expiry_dry_run_and_noop_change_nothing(spark, config, table_name):
 
 
 @pytest.mark.parametrize("operation", ["expire", "orphans", "manifests"])
-def test_busy_claim_defers_naming_the_holder(spark, config, table_name, operation):
-    simulate(spark, config, table_name, batches=2)
+def test_busy_claim_defers_naming_the_holder(spark, config, untouched, operation):
+    table_name = untouched
     reader = CatalogReader(config)
     location = reader.metadata_location(table_name)
     request = {"expire": ExpiryRequest(table_name, older_than_seconds=0),
@@ -138,9 +147,9 @@ def test_busy_claim_defers_naming_the_holder(spark, config, table_name, operatio
     ({"allowed_operations": ["compact"]}, "is not allowed by policy"),
     ({"allowed_identities": ["someone-else"]}, "identity 'maint-test' is not allowed"),
 ])
-def test_policy_refusals_change_nothing(spark, own_config, table_name, policy, message):
+def test_policy_refusals_change_nothing(spark, own_config, untouched, policy, message):
+    table_name = untouched
     config = own_config(**{table_name: policy})
-    simulate(spark, config, table_name, batches=3)
     reader = CatalogReader(config)
     location, files = reader.metadata_location(table_name), table_files(config, table_name)
     keeper = housekeeper(config, spark)
@@ -154,9 +163,9 @@ def test_policy_refusals_change_nothing(spark, own_config, table_name, policy, m
         ("expire", "refuse"), ("orphans", "refuse"), ("manifests", "refuse")]
 
 
-def test_expiry_inside_the_owners_window_is_refused(spark, own_config, table_name):
+def test_expiry_inside_the_owners_window_is_refused(spark, own_config, untouched):
+    table_name = untouched
     config = own_config(**{table_name: {"snapshot_min_age": "10d"}})
-    simulate(spark, config, table_name, batches=2)
     location = CatalogReader(config).metadata_location(table_name)
     outcome = housekeeper(config, spark).expire(ExpiryRequest(table_name, older_than_seconds=86400))
     assert outcome.decision == "refuse" and "inside the owner's retention window" in outcome.reason
@@ -164,9 +173,9 @@ def test_expiry_inside_the_owners_window_is_refused(spark, own_config, table_nam
     assert records(config, table_name, "expire")[-1].decision == "refuse"
 
 
-def test_bad_input_is_refused_before_anything_is_touched(spark, own_config, table_name):
+def test_bad_input_is_refused_before_anything_is_touched(spark, own_config, untouched):
+    table_name = untouched
     config = own_config()
-    simulate(spark, config, table_name, batches=2)
     keeper = housekeeper(config, spark)
     with pytest.raises(RetentionError, match="retain_last=0"):
         ExpiryRequest(table_name, retain_last=0)

@@ -4,6 +4,7 @@ cannot be reverted safely is refused in one line with nothing changed."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
@@ -30,16 +31,20 @@ def independent_rows(config, table: str) -> list[tuple]:
     return sorted(zip(arrow.column("id").to_pylist(), arrow.column("v").to_pylist()))
 
 
-@pytest.fixture
-def small_files(spark, table_name) -> str:
+def write_small_files(spark, table: str) -> str:
     """A merge-on-read table with 4 small files (2 rows each) on one date; its SQL name."""
-    sql = TableName.parse(table_name).sql("lake")
+    sql = TableName.parse(table).sql("lake")
     spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP, v STRING) USING iceberg PARTITIONED BY (days(ts)) "
               "TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
     for i in range(4):
         spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '{DAY} 0{i}:00:00', 'v{i}'), "
                   f"({i + 10}, TIMESTAMP '{DAY} 0{i}:30:00', 'w{i}')")
     return sql
+
+
+@pytest.fixture
+def small_files(spark, table_name) -> str:
+    return write_small_files(spark, table_name)
 
 
 def publish(config, spark, table: str) -> int:
@@ -50,14 +55,27 @@ def publish(config, spark, table: str) -> int:
     return outcome.after_snapshot_id
 
 
+def compact_small_files(spark, sql: str, config_file, table: str) -> dict:
+    config = load_config(config_file)
+    before = rows(spark, sql)
+    files_before = sorted(r[0] for r in spark.sql(f"SELECT file_path FROM {sql}.files").collect())
+    return dict(sql=sql, table=table, path=str(config_file), config=config, before=before,
+                files_before=files_before, published=publish(config, spark, table))
+
+
 @pytest.fixture
 def compacted(spark, small_files, config_file, table_name):
     """`small_files` compacted and published; its path, config and the publish snapshot."""
-    config = load_config(config_file)
-    before = rows(spark, small_files)
-    files_before = sorted(r[0] for r in spark.sql(f"SELECT file_path FROM {small_files}.files").collect())
-    return dict(sql=small_files, table=table_name, path=str(config_file), config=config, before=before,
-                files_before=files_before, published=publish(config, spark, table_name))
+    return compact_small_files(spark, small_files, config_file, table_name)
+
+
+@pytest.fixture(scope="module")
+def refused_on(spark, lake_root, tmp_path_factory):
+    """One `compacted` table for the refusals that change nothing (each checks its metadata stays put)."""
+    root = tmp_path_factory.mktemp("revert_refusals")
+    table = f"t.revert_refusals_{uuid.uuid4().hex[:8]}"
+    path = write_config(root / "maintenance.yaml", lake_root, state_dir=str(root / "state"))
+    return compact_small_files(spark, write_small_files(spark, table), path, table)
 
 
 def test_a_published_rewrite_is_reverted_forward_with_its_proof(capsys, spark, compacted):
@@ -141,7 +159,8 @@ def test_a_row_deleted_since_the_rewrite_is_never_resurrected(capsys, spark, com
     ("writer", "not a proven icemaint rewrite"),
     ("missing", "is not in"),
 ])
-def test_what_is_not_a_proven_rewrite_is_refused_with_nothing_changed(capsys, spark, compacted, which, words):
+def test_what_is_not_a_proven_rewrite_is_refused_with_nothing_changed(capsys, spark, refused_on, which, words):
+    compacted = refused_on
     sql, table = compacted["sql"], compacted["table"]
     snapshot = main_lineage(spark, sql)[-1]["snapshot_id"] if which == "writer" else 123456789
     location = CatalogReader(compacted["config"]).metadata_location(table)
@@ -160,7 +179,8 @@ def test_a_rewrite_that_applied_deletes_is_refused(capsys, spark, small_files, c
     assert CatalogReader(config).metadata_location(table_name) == location
 
 
-def test_a_snapshot_id_beyond_64_bits_is_bad_input(capsys, spark, compacted):
+def test_a_snapshot_id_beyond_64_bits_is_bad_input(capsys, spark, refused_on):
+    compacted = refused_on
     table = compacted["table"]
     location = CatalogReader(compacted["config"]).metadata_location(table)
     code, out, err = run_cli(capsys, "--config", compacted["path"], "revert", table, "--snapshot", str(2**63))

@@ -232,7 +232,7 @@ def test_statistics_go_stale_with_changed_rows_not_with_a_rewrite(spark, stats_c
 def test_writers_committing_meanwhile_keep_their_rows_and_the_statistics_land_on_top(spark, stats_config, table_name,
                                                                                     other_catalog):
     config = stats_config(max_commit_retries=3)
-    writer = simulate(spark, config, table_name)
+    writer = simulate(spark, config, table_name, batches=1)  # one commit: the statistics' snapshot to outrun
     other = claimless(spark, writer, other_catalog)
     planned = lineage(spark, config, table_name)[0]
     calls = []
@@ -259,7 +259,7 @@ def test_writers_committing_meanwhile_keep_their_rows_and_the_statistics_land_on
 
 def test_outrun_by_writers_it_defers_and_leaves_no_file(spark, stats_config, table_name, other_catalog):
     config = stats_config(max_commit_retries=1)
-    writer = simulate(spark, config, table_name)
+    writer = simulate(spark, config, table_name, batches=1)
     other = claimless(spark, writer, other_catalog)
 
     outcome = housekeeper(config, spark, before_commit=lambda op, attempt: commit_a_batch(other, delete_oldest=False)
@@ -275,7 +275,7 @@ def test_outrun_by_writers_it_defers_and_leaves_no_file(spark, stats_config, tab
 
 def test_a_refused_column_or_policy_changes_nothing(spark, stats_config, table_name):
     config = stats_config()
-    simulate(spark, config, table_name)
+    simulate(spark, config, table_name, batches=1)
     location = CatalogReader(config).metadata_location(table_name)
     bad = housekeeper(config, spark).compute_statistics(StatisticsRequest(table_name, columns=("event_id", "nope")))
     assert bad.decision == REFUSE and "no column 'nope'" in bad.reason
@@ -321,7 +321,7 @@ def test_the_cli_materializes_column_statistics_and_says_no_in_one_line(spark, t
 
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
     config = load_config(path)
-    simulate(spark, config, table_name)
+    simulate(spark, config, table_name, batches=1)
     reader = CatalogReader(config)
     location = reader.metadata_location(table_name)
     base = ("--config", str(path), "statistics", table_name)

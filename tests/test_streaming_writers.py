@@ -74,7 +74,7 @@ def reader_ids(path, table: str) -> list[int]:
 def test_cold_dates_are_compacted_while_a_writer_keeps_committing_to_today(capsys, spark, lake_root, tmp_path,
                                                                           table_name):
     idle = 3.0
-    history = streaming_table(spark, "lake", table_name, batches=4, days=2, rows_per_day=6, delete_every=0)
+    history = streaming_table(spark, "lake", table_name, batches=3, days=2, rows_per_day=6, delete_every=0)
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"),
                         scope={"include": [table_name]}, defaults={"writer_idle": f"{idle:g}s"})
     table_wide = write_config(tmp_path / "table-scope.yaml", lake_root, state_dir=str(tmp_path / "state-table"),
@@ -159,7 +159,7 @@ def test_a_compaction_makes_two_table_commits_stage_and_publish(spark, config, t
     from test_staged_publish import DATE, compactor, simulate
     from icemaint.operations.compaction import CompactionRequest
 
-    simulate(spark, config, table_name)
+    simulate(spark, config, table_name, batches=3)  # min_input_files 3
     before = _metadata_versions(config, table_name)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert outcome.published and len(outcome.staged) == 1, outcome.reason
@@ -193,7 +193,7 @@ def test_a_publish_that_lost_a_race_is_committed_again_reusing_its_rewrite(spark
     from icemaint.engine.staging import StagingArea
     from icemaint.operations.compaction import CompactionRequest
 
-    sim = simulate(spark, config, table_name)
+    sim = simulate(spark, config, table_name, batches=3)  # min_input_files 3
     sql = sql_of(config, table_name)
     built, windows, heads = [], [], []
     real_build = StagingArea._pending_publish
@@ -242,7 +242,7 @@ def test_a_conflicting_delete_after_a_lost_race_still_fails_the_publish(spark, l
     from icemaint.operations.compaction import CompactionRequest
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"max_commit_retries": 0}})
-    sim = simulate(spark, config, table_name)
+    sim = simulate(spark, config, table_name, batches=3)  # min_input_files 3
     sql = sql_of(config, table_name)
     deleted = []
 
