@@ -63,6 +63,18 @@ def run_json_script(script: str, *args: str, env: dict | None = None, timeout: f
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def files_under(root) -> dict[str, tuple[int, int]]:
+    """Every file under `root`: (size, mtime in ns), one stat a file (os.walk tells files from directories without
+    one). What a refused command must leave as it was: a warehouse or a state dir."""
+    found = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            stat = os.stat(path)
+            found[path] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
 def current_snapshot(spark, table_sql: str) -> int:
     """The snapshot the table's `main` branch points at."""
     return spark.sql(f"SELECT snapshot_id FROM {table_sql}.`refs` WHERE name = 'main'").first()[0]

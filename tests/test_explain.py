@@ -4,29 +4,17 @@ and nothing written anywhere (metadata locations, audit log, claims and the stat
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import pytest
 
-from conftest import run_cli, streaming_table, write_config
+from conftest import files_under, run_cli, streaming_table, write_config
 from icemaint.config import load_config
 from icemaint.domain.names import TableName
 from icemaint.observe.catalog import CatalogReader
 from icemaint.operations.compaction import CompactionRequest, Compactor
 from icemaint.safety.audit import open_audit
 from icemaint.safety.claims import open_claims, table_claim
-
-
-def state_files(root) -> dict:
-    """Every file under the state dir with its size and modification time."""
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            stat = os.stat(path)
-            out[path] = (stat.st_size, stat.st_mtime_ns)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +112,7 @@ def test_explain_shows_a_run_in_flight_as_the_wait_before_the_claim(capsys, esta
 def test_plan_ranks_the_next_tick_and_writes_nothing(capsys, estate):
     reader = CatalogReader(estate["config"])
     locations = {t: reader.metadata_location(t) for t in (estate["busy"], estate["done"], estate["flat"])}
-    before = state_files(estate["root"] / "state")
+    before = files_under(estate["root"] / "state")
     code, out, err = run_cli(capsys, "--config", estate["path"], "plan", "--json")
     assert code == 0, err
     result = json.loads(out)
@@ -132,7 +120,7 @@ def test_plan_ranks_the_next_tick_and_writes_nothing(capsys, estate):
     assert [r["table"] for r in result["runs"] if r["operation"] == "compact"] == [estate["flat"]]
     held = {(h["table"], h["scope"]) for h in result["held"]}
     assert all(table == estate["busy"] for table, _ in held if _ != "(table)"), held
-    assert state_files(estate["root"] / "state") == before, "plan wrote under the state dir"
+    assert files_under(estate["root"] / "state") == before, "plan wrote under the state dir"
     assert {t: reader.metadata_location(t) for t in locations} == locations
     code, text, _ = run_cli(capsys, "--config", estate["path"], "plan")
     assert "due at the next tick: 1 compaction and" in text and f"1. {estate['flat']} (table) compact" in text

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import run_cli, streaming_table, write_config
+from conftest import files_under, run_cli, streaming_table, write_config
 from icemaint.config import load_config
 from icemaint.config.parse import ConfigError
 from icemaint.config.yaml_reader import MAX_CONFIG_BYTES
@@ -42,23 +42,9 @@ def estate(spark, lake_root, tmp_path_factory):
                            warehouse=Path(lake_root) / "warehouse")
 
 
-def listing(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under `root`: (size, mtime). One stat a file (os.walk knows files from directories without one):
-    the session's warehouse holds every table the worker's earlier test files made, thousands of files."""
-    import os
-
-    found = {}
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            stat = os.stat(path)
-            found[path] = (stat.st_size, stat.st_mtime_ns)
-    return found
-
-
 def state_of(estate) -> tuple:
     """What a rejected command must leave as it was: the table's metadata, every warehouse file, the audit log."""
-    return (CatalogReader(estate.config).metadata_location(estate.table), listing(estate.warehouse),
+    return (CatalogReader(estate.config).metadata_location(estate.table), files_under(estate.warehouse),
             estate.audit.read_bytes())
 
 
@@ -276,7 +262,7 @@ CONFIG_FILES = [
 def test_hostile_config_files_are_rejected_in_one_line(tmp_path, capsys, content, mention):
     path = tmp_path / "maintenance.yaml"
     path.write_bytes(content)
-    before = listing(tmp_path)
+    before = files_under(tmp_path)
 
     with pytest.raises(ConfigError) as info:
         load_config(path)
@@ -286,7 +272,7 @@ def test_hostile_config_files_are_rejected_in_one_line(tmp_path, capsys, content
     code, out, err = run_cli(capsys, "--config", str(path), "audit")
     line = assert_rejected(code, out, err, str(path), mention)
     assert line == f"error: {message}"
-    assert listing(tmp_path) == before  # no state dir, no warehouse, nothing
+    assert files_under(tmp_path) == before  # no state dir, no warehouse, nothing
 
 
 @pytest.mark.parametrize("where", ["catalog.warehouse", "state_dir"])
@@ -296,11 +282,11 @@ def test_a_path_that_is_a_file_is_rejected(tmp_path, capsys, lake_root, where):
     overrides = ({"catalog": {"warehouse": str(a_file)}} if where == "catalog.warehouse"
                  else {"state_dir": str(a_file)})
     path = write_config(tmp_path / "maintenance.yaml", lake_root, **overrides)
-    before = listing(tmp_path)
+    before = files_under(tmp_path)
     for argv in (["health", "t.events"], ["manifests", "t.events"], ["audit"]):
         code, out, err = run_cli(capsys, "--config", str(path), *argv)
         assert_rejected(code, out, err, where, "is a file, not a directory")
-    assert listing(tmp_path) == before and a_file.read_text() == "I am a file\n"
+    assert files_under(tmp_path) == before and a_file.read_text() == "I am a file\n"
 
 
 @pytest.mark.parametrize("target", ["missing", "directory"])
