@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: setup java demo ui lint docs test test-mid test-fast bench bench-quick bench-backfill bench-peer bench-streaming bench-landing bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve bench-serve-memory bench-warm-vs-run bench-warm-profile bench-cost clean
+.PHONY: setup java demo ui lint docs test test-mid test-fast test-throttled bench bench-quick bench-backfill bench-peer bench-streaming bench-landing bench-nightly bench-concurrent bench-daemon bench-jvm bench-statistics bench-settings bench-publish bench-metrics bench-serve bench-serve-memory bench-warm-vs-run bench-warm-profile bench-cost clean
 
 setup: $(STAMP)
 
@@ -67,6 +67,12 @@ NOJAVA := .icemaint/nojava-bin
 test-fast: setup
 	@mkdir -p $(NOJAVA) && for t in sh bash env git; do ln -sf "$$(command -v $$t)" $(NOJAVA)/$$t; done
 	env -u JAVA_HOME PATH="$(CURDIR)/$(BIN):$(CURDIR)/$(NOJAVA)" $(BIN)/pytest $(XDIST) -m "not java and not postgres" $(PYTEST_ARGS)
+
+# `make test` within a CPU quota (scripts/throttled.sh), every process it starts included: CPUS=0.5 is this
+# machine's two cores four times slower, as CI's machines have been. Needs root and a writable cgroup.
+CPUS ?= 0.5
+test-throttled: setup java
+	CPUS=$(CPUS) bash scripts/throttled.sh $(MAKE) --no-print-directory test
 
 bench: setup java
 	$(BIN)/python -m benchmarks.run
