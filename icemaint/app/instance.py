@@ -65,7 +65,10 @@ def get_instance(config: MaintenanceConfig, *, reap: bool = True):
     slot in the run queue, until a tick's reaper came by, and a person's `compact` waited behind it."""
     from dagster import DagsterInstance
 
+    from icemaint.app.migration_scripts import pin_migration_scripts
+
     ensure_dagster_home(config)
+    pin_migration_scripts()  # a run's SQLite event log would otherwise leave two exit stacks behind for good
     instance = DagsterInstance.get()
     if reap:
         from sensors.reaper import reap_dead_runs

@@ -20,6 +20,7 @@ run worker, the daemon, the webserver) parsed with PyYAML's pure-Python loader, 
 from __future__ import annotations
 
 from dagster._core.run_coordinator.queued_run_coordinator import QueuedRunCoordinator
+from icemaint.app.migration_scripts import pin_migration_scripts
 
 from maint_assets.partitions import (
     PARTITION_TABLE_TAG, RANGE_START_TAG, SLOT_TAG_PREFIX, TABLE_DIMENSION, TABLE_SLOTS, TABLE_TAG, TABLES_TAG,
@@ -56,6 +57,9 @@ class TableTaggingRunCoordinator(QueuedRunCoordinator):
     the per-table limits on them (after any the coordinator's own config names)."""
 
     def __init__(self, *args, tag_concurrency_limits=None, **kwargs):
+        # Every process of the instance builds its coordinator (the daemon's and the UI's, which open each run's
+        # SQLite event log too): from here on, no run leaves alembic's exit stacks behind in them either.
+        pin_migration_scripts()
         super().__init__(*args, tag_concurrency_limits=[*(tag_concurrency_limits or ()), *table_limits()], **kwargs)
 
     def submit_run(self, context):
