@@ -21,7 +21,9 @@ from own_statements import own_statements
 DATE = "2026-01-02"
 
 
-def simulate(spark, config, table, batches=6, **spec):
+def simulate(spark, config, table, batches=3, **spec):
+    """A streaming table of `batches` commits: the default three leave three small files on each date (the test
+    config's min_input_files) and the writer's first merge-on-read delete (two of its rows on DATE)."""
     return streaming_table(spark, config.catalog.name, table, batches=batches, **spec)
 
 
@@ -61,7 +63,7 @@ def test_happy_path_keeps_every_row_and_compacts_only_that_date(spark, config, t
     assert outcome.decision == "run", outcome.reason
     assert outcome.validation.passed is True
     assert outcome.before_snapshot_id == before_snapshot
-    assert outcome.files_before == 6 and outcome.files_after < config.policy(table_name).min_input_files
+    assert outcome.files_before == 3 and outcome.files_after < config.policy(table_name).min_input_files
     after_snapshot = current(spark, config, table_name)
     assert after_snapshot == outcome.after_snapshot_id != before_snapshot
     # every row, with position deletes applied, is identical before and after
@@ -73,7 +75,7 @@ def test_happy_path_keeps_every_row_and_compacts_only_that_date(spark, config, t
     assert not {f for f in data_files(spark, config, table_name, DATE) if f[1] == 1}
     assert reader.health(table_name).partition(DATE).small_files == outcome.files_after
     # evidence
-    assert outcome.rewritten_files == 6 and outcome.rewritten_bytes > 0
+    assert outcome.rewritten_files == 3 and outcome.rewritten_bytes > 0
     assert outcome.read_before.rows == outcome.read_after.rows > 0
     record = open_audit(config).records(table=table_name, operation="compact")[-1]
     assert record.decision == "run" and record.after_snapshot_id == after_snapshot
@@ -86,7 +88,7 @@ def test_after_a_failed_proof_automation_holds_the_date_and_a_person_may_run_it(
     person's own `icemaint compact` is their decision and runs."""
     from icemaint.safety.audit import AuditRecord
 
-    writer = simulate(spark, config, table_name, batches=4)
+    writer = simulate(spark, config, table_name)
     before = current(spark, config, table_name)
     open_audit(config).append(AuditRecord(table=table_name, operation="compact", decision="not_published", date=DATE,
                                           trigger="sensor", run_id="run-1", reason="proof failed: aggregates differ"))
@@ -143,7 +145,7 @@ def test_failed_proof_publishes_nothing_and_keeps_a_writer_append(spark, config,
 
 
 def test_writer_appending_during_compaction_loses_and_duplicates_nothing(spark, config, table_name):
-    writer = simulate(spark, config, table_name, batches=5)
+    writer = simulate(spark, config, table_name)
     writer.claim_factory = lambda: table_claim(config, table_name, holder="ingest", wait_seconds=120)
     sql = TableName.parse(table_name).sql(config.catalog.name)
     errors, stop = [], threading.Event()
@@ -206,7 +208,7 @@ def test_held_claim_defers_naming_the_holder_and_changes_nothing(spark, config, 
 
 
 def test_stale_plan_is_replanned_on_the_current_snapshot(spark, config, table_name):
-    simulate(spark, config, table_name, batches=4)
+    simulate(spark, config, table_name)
     sql = TableName.parse(table_name).sql(config.catalog.name)
     planned = current(spark, config, table_name)
     spark.sql(f"INSERT INTO {sql} VALUES (880001, 1, TIMESTAMP '{DATE} 08:00:00', 0.5, 'moved')")
@@ -224,7 +226,7 @@ def test_publish_conflicts_are_replanned_then_deferred(spark, lake_root, tmp_pat
     from conftest import make_config
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"max_commit_retries": 1}})
-    writer = simulate(spark, config, table_name, batches=4)
+    writer = simulate(spark, config, table_name)
     sql = TableName.parse(table_name).sql(config.catalog.name)
     deleted = []
 
@@ -266,11 +268,11 @@ def test_publish_conflicts_are_replanned_then_deferred(spark, lake_root, tmp_pat
 def untouched(spark, config):
     """One table for the tests whose subject is that nothing is changed: each compares the table's metadata
     location (or, where a run stages and then discards a rewrite, main's snapshot) before and after its own
-    refused, deferred or dry run, so a run that did change it fails there."""
+    refused, deferred, dry or interrupted run, so a run that did change it fails there."""
     from types import SimpleNamespace
 
     name = f"t.untouched_{uuid.uuid4().hex[:8]}"
-    writer = simulate(spark, config, name, batches=4)
+    writer = simulate(spark, config, name)
     return SimpleNamespace(key=name, expected=writer.ledger.expected_ids())
 
 
@@ -297,7 +299,7 @@ def test_dry_run_changes_nothing(spark, config, untouched):
     location = reader.metadata_location(untouched.key)
     outcome = compactor(config, spark).run(CompactionRequest(untouched.key, DATE, dry_run=True))
     assert outcome.decision == "run" and outcome.dry_run and "dry-run" in outcome.reason
-    assert outcome.files_before == 4 and outcome.after_snapshot_id is None
+    assert outcome.files_before == 3 and outcome.after_snapshot_id is None
     assert reader.metadata_location(untouched.key) == location
 
 
@@ -305,7 +307,7 @@ def test_cost_ceiling_waits_for_approval_then_runs_and_audits_the_approval(spark
     from conftest import make_config
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"max_rewrite_bytes": 100}})
-    simulate(spark, config, table_name, batches=4)
+    simulate(spark, config, table_name)
     reader = CatalogReader(config)
     location = reader.metadata_location(table_name)
     waiting = compactor(config, spark).run(CompactionRequest(table_name, DATE))
@@ -326,13 +328,13 @@ def test_the_approval_its_own_reason_names_is_honoured_by_the_next_run(spark, la
     from icemaint.safety.approvals import approve
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"max_rewrite_bytes": 100}})
-    writer = simulate(spark, config, table_name, batches=4)
+    writer = simulate(spark, config, table_name)
     assert compactor(config, spark).run(CompactionRequest(table_name, DATE)).decision == "defer"
     approve(config, open_audit(config), table_name, DATE, "one-off backfill")
     approved = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert approved.decision == "run" and approved.validation.passed is True, approved.reason
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
-    writer.run(4)  # the approval was used up by that run: new files over the ceiling wait again
+    writer.run(2)  # the approval was used up by that run: new files over the ceiling (three with its own) wait again
     again = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert again.decision == "defer" and "awaiting approval" in again.reason
 
@@ -357,7 +359,7 @@ def test_sort_and_zorder_strategies_rewrite_with_proof(spark, lake_root, tmp_pat
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"),
                          tables={table_name: {"strategy": strategy, "sort_order": sort_order}})
-    writer = simulate(spark, config, table_name, batches=4)
+    writer = simulate(spark, config, table_name)
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert outcome.decision == "run" and outcome.validation.passed is True
     assert outcome.files_after == 1
@@ -381,8 +383,10 @@ def test_zorder_over_a_column_with_nan_infinities_and_the_widest_range_keeps_eve
     spark.sql(f"CREATE TABLE {sql} (id BIGINT, ts TIMESTAMP, d DOUBLE) USING iceberg PARTITIONED BY (days(ts))")
     values = ["1.0D", "-1.7976931348623157E308D", "1.7976931348623157E308D", "CAST('NaN' AS DOUBLE)",
               "CAST('Infinity' AS DOUBLE)", "CAST('-Infinity' AS DOUBLE)", "NULL", "-0.0D", "0.0D"]
-    for i, value in enumerate(values):  # one small file each
-        spark.sql(f"INSERT INTO {sql} VALUES ({i}, TIMESTAMP '{DATE} 0{i}:00:00', {value})")
+    rows = ", ".join(f"({i}L, TIMESTAMP '{DATE} 0{i}:00:00', {value})" for i, value in enumerate(values))
+    # three small files (min_input_files) in one commit: a round-robin split of three rows each, kept by the write
+    (spark.sql(f"SELECT * FROM VALUES {rows} AS v(id, ts, d)").repartition(3).writeTo(sql)
+     .option("distribution-mode", "none").append())
     before = full_row_hash(spark, sql, current(spark, config, table_name))
     outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
     assert outcome.decision == "run" and outcome.validation.passed is True, outcome.reason
@@ -442,7 +446,7 @@ def test_a_proof_that_cannot_run_publishes_nothing(spark, config, untouched, mon
     assert "injected" in outcome.to_dict()["validation"]["commits"][0]["error"] and "injected" in outcome.reason
     assert current(spark, config, table_name) == before
     assert set(ids(spark, config, table_name)) == untouched.expected
-    assert CatalogReader(config).health(table_name).partition(DATE).data_files == 4
+    assert CatalogReader(config).health(table_name).partition(DATE).data_files == 3
 
 
 def test_read_only_refuses_even_while_a_writer_holds_the_claim(spark, lake_root, tmp_path, untouched):
@@ -460,7 +464,7 @@ def test_a_run_a_person_launched_waits_for_the_claim_then_runs(spark, lake_root,
     from conftest import make_config
 
     config = make_config(lake_root, state_dir=str(tmp_path / "state"), tables={table_name: {"claim_wait": "30s"}})
-    writer = simulate(spark, config, table_name, batches=4)
+    writer = simulate(spark, config, table_name)
     held, messages = threading.Event(), []
 
     def writer_holds_the_claim_for_a_while():
@@ -498,7 +502,7 @@ def test_a_claim_busy_beyond_the_wait_defers_naming_the_holder(spark, lake_root,
     assert CatalogReader(config).metadata_location(untouched.key) == location
 
 
-def test_a_run_interrupted_in_the_middle_of_a_java_call_still_removes_the_staging_branch(spark, config, table_name,
+def test_a_run_interrupted_in_the_middle_of_a_java_call_still_removes_the_staging_branch(spark, config, untouched,
                                                                                        monkeypatch):
     """A run's termination (Dagster's interrupt, raised where the run is: here inside a Py4J call waiting for the JVM,
     in the proof) ends the run; the staging branch is removed over a fresh connection (Py4J drops its connection
@@ -511,7 +515,7 @@ def test_a_run_interrupted_in_the_middle_of_a_java_call_still_removes_the_stagin
 
     import icemaint.engine.validation
 
-    writer = simulate(spark, config, table_name, batches=4)
+    table_name = untouched.key
     before = current(spark, config, table_name)
 
     def interrupted_proof(*args, **kwargs):
@@ -532,7 +536,7 @@ def test_a_run_interrupted_in_the_middle_of_a_java_call_still_removes_the_stagin
     tbl = CatalogReader(config).load(table_name)
     assert set(tbl.metadata.refs) == {"main"}, tbl.metadata.refs
     assert current(spark, config, table_name) == before
-    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    assert set(ids(spark, config, table_name)) == untouched.expected
     assert spark.sql("SELECT 41 + 1").first()[0] == 42
 
 
@@ -543,7 +547,7 @@ def test_a_run_interrupted_right_after_its_publish_records_what_landed(spark, co
     from icemaint.engine.staging import StagingArea
     from icemaint.safety import interrupts
 
-    writer = simulate(spark, config, table_name, batches=4)
+    writer = simulate(spark, config, table_name)
     before = current(spark, config, table_name)
     real_publish = StagingArea.publish
 
@@ -583,7 +587,7 @@ def test_a_run_interrupted_right_after_its_publish_records_what_landed(spark, co
     assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
 
 
-def test_a_ctrl_c_whose_exception_was_swallowed_still_stops_the_run_before_its_publish(spark, config, table_name,
+def test_a_ctrl_c_whose_exception_was_swallowed_still_stops_the_run_before_its_publish(spark, config, untouched,
                                                                                        monkeypatch):
     """Python drops an interrupt raised inside a finalizer ("Exception ignored in ..."): the run went on, published
     and exited 0. The signal itself is seen on the wakeup pipe the CLI installs, and the run stops at its next step
@@ -594,7 +598,7 @@ def test_a_ctrl_c_whose_exception_was_swallowed_still_stops_the_run_before_its_p
     from icemaint.engine.staging import StagingArea
     from icemaint.safety import interrupts
 
-    writer = simulate(spark, config, table_name, batches=4)
+    table_name = untouched.key
     before = current(spark, config, table_name)
     assert interrupts.install()
     interrupts.requested()  # nothing pending from earlier tests
@@ -624,6 +628,6 @@ def test_a_ctrl_c_whose_exception_was_swallowed_still_stops_the_run_before_its_p
     assert not interrupts.requested()  # acted upon once
     assert current(spark, config, table_name) == before
     assert set(CatalogReader(config).load(table_name).metadata.refs) == {"main"}
-    assert set(ids(spark, config, table_name)) == writer.ledger.expected_ids()
+    assert set(ids(spark, config, table_name)) == untouched.expected
     [record] = open_audit(config).records(table=table_name, operation="compact")[-1:]
     assert record.decision == "interrupted" and "InterruptLost" in record.reason, record

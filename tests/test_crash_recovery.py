@@ -390,12 +390,13 @@ def test_lineage_check_finds_what_stage_prove_publish_cannot_produce(operation, 
 
 @pytest.fixture(scope="module")
 def estate_table(spark) -> tuple[str, set[int]]:
-    """A day-partitioned table of many small files (and merge-on-read deletes), written once for the module's kill
-    tests (eleven commits each time): (its name, the writer's rows). Each test needs only what no other test takes
-    from it: the compaction kills compact DATE, the terminal's Ctrl-C compacts OTHER_DATE, and the expiry and orphan
-    kills need any state of it; each asserts on main's head and the rows as it found them."""
+    """A day-partitioned table of small files (and a merge-on-read delete), written once for the module's kill
+    tests: three small files on each date (min_input_files), in four commits. Returns (its name, the writer's rows).
+    Each test needs only what no other test takes from it: the compaction kills compact DATE, the terminal's Ctrl-C
+    compacts OTHER_DATE, and the expiry and orphan kills need any state of it; each asserts on main's head and the
+    rows as it found them."""
     table = f"t.crash_estate_{uuid.uuid4().hex[:8]}"
-    writer = streaming_table(spark, "lake", table, batches=8, days=3, rows_per_day=15, delete_every=3)
+    writer = streaming_table(spark, "lake", table, batches=3, days=3, rows_per_day=15, delete_every=3)
     return table, writer.ledger.expected_ids()
 
 
@@ -740,7 +741,7 @@ def test_revert_killed_mid_act_leaves_main_forward_and_the_rerun_reverts(spark, 
     the claim free, the call `interrupted`; the next revert of the same rewrite does it (or finds it done)."""
     from types import SimpleNamespace
 
-    writer = streaming_table(spark, "lake", table_name, batches=6, days=2, rows_per_day=15, delete_every=0)
+    writer = streaming_table(spark, "lake", table_name, batches=3, days=2, rows_per_day=15, delete_every=0)
     path = write_config(tmp_path / "maintenance.yaml", lake_root, state_dir=str(tmp_path / "state"))
     estate = SimpleNamespace(table=table_name, path=path, config=load_config(path), state=tmp_path / "state",
                              expected=writer.ledger.expected_ids(), tmp=tmp_path)
@@ -791,7 +792,7 @@ def test_an_unproven_rewrite_on_main_is_reported_loudly_by_the_next_run(spark, l
     from icemaint.engine.spark_session import iceberg_table
     from icemaint.operations.compaction import CompactionRequest, Compactor
 
-    writer = streaming_table(spark, "lake", table_name, batches=6, days=3, rows_per_day=10, delete_every=0)
+    writer = streaming_table(spark, "lake", table_name, batches=3, days=3, rows_per_day=10, delete_every=0)
     config = make_config(lake_root, state_dir=str(tmp_path / "state"))
 
     def compact(date: str, run_id: str):
