@@ -1,10 +1,18 @@
 """`icemaint.observe.manifest_reader.live_entries` and `live_files` against pyiceberg's own
 `fetch_manifest_entry`, on tables of several manifest shapes read one after the other (the reader it keeps
 per Avro schema must never serve a file of another schema): format v1 and v2, partitioned two ways and
-unpartitioned, a spec that evolved, position deletes, and manifests a rewrite left with deleted entries."""
+unpartitioned, a spec that evolved, position deletes, and manifests a rewrite left with deleted entries.
+On the same tables, `icemaint.engine.manifest_list`'s Spark-free read of a manifest list against the
+`manifests` metadata table."""
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
+
+from icemaint.domain.names import TableName
+from icemaint.engine import manifest_list
 from icemaint.observe import manifest_reader
 from icemaint.observe.catalog import CatalogReader
 from icemaint.observe.manifest_reader import live_entries, live_files
@@ -31,14 +39,22 @@ def _tables(spark, base: str) -> list[str]:
     table("v2_none", "(id BIGINT, ts TIMESTAMP, v STRING) USING iceberg TBLPROPERTIES ('format-version'='2')",
           rows, rows, "CALL lake.system.rewrite_data_files(table => '{n}', options => map('min-input-files', '2'))",
           rows)
+    # Data and delete manifests of two specs: the delete reaches files written before and after the evolution.
     table("v2_evolved", "(id BIGINT, ts TIMESTAMP, v STRING) USING iceberg PARTITIONED BY (months(ts)) "
-          "TBLPROPERTIES ('format-version'='2')",
-          rows, "ALTER TABLE {t} REPLACE PARTITION FIELD months(ts) WITH days(ts)", rows)
+          "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')",
+          rows, "ALTER TABLE {t} REPLACE PARTITION FIELD months(ts) WITH days(ts)", rows,
+          "DELETE FROM {t} WHERE id = 1")
+    table("empty", "(id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2')")  # no snapshot
     return names
 
 
-def test_live_entries_equal_pyiceberg_on_every_manifest_shape(spark, config, table_name):
-    names = _tables(spark, table_name)
+@pytest.fixture(scope="module")
+def shapes(spark) -> list[str]:
+    return _tables(spark, f"t.manifest_shapes_{uuid.uuid4().hex[:8]}")
+
+
+def test_live_entries_equal_pyiceberg_on_every_manifest_shape(spark, config, shapes):
+    names = shapes
     reader = CatalogReader(config)
     manifests = []
     for name in names:
@@ -60,3 +76,22 @@ def test_live_entries_equal_pyiceberg_on_every_manifest_shape(spark, config, tab
     assert 4 <= len(manifest_reader._readers) < len(manifests)
     assert sum(len(live_entries(m, t.io)) for t, m in manifests) == sum(
         len(m.fetch_manifest_entry(t.io)) for t, m in manifests) > 0
+
+
+def test_manifest_list_read_equals_the_manifests_metadata_table(spark, shapes):
+    seen = set()
+    for name in shapes:
+        table = TableName.parse(name)
+        current = manifest_list.read_current_manifests(spark, "lake", table)
+        listed = tuple(manifest_list.ManifestStat(r["path"], r["content"], r["partition_spec_id"], r["length"])
+                       for r in spark.sql(f"SELECT path, content, partition_spec_id, length "
+                                          f"FROM {table.sql('lake')}.`manifests`").collect())
+        assert current.manifests == listed, name
+        snapshot = current.table.currentSnapshot()
+        assert current.snapshot_id == (None if snapshot is None else snapshot.snapshotId()), name
+        if snapshot is not None:  # the Java snapshot's own list, the read for encrypted or list-less snapshots
+            assert current.manifests == manifest_list.java_snapshot_manifests(
+                spark._jvm, current.table.io(), snapshot), name
+        seen |= {(name.rsplit("_", 1)[-1], m.content, m.partition_spec_id) for m in current.manifests}
+    assert {("evolved", 0, 0), ("evolved", 0, 1), ("evolved", 1, 0), ("evolved", 1, 1)} <= seen
+    assert not manifest_list.read_current_manifests(spark, "lake", TableName.parse(shapes[-1])).manifests

@@ -188,6 +188,22 @@ def test_bad_input_is_refused_before_anything_is_touched(spark, own_config, unto
     assert records(config, table_name) == []
 
 
+def test_a_table_with_gc_disabled_is_refused_expiry_and_orphan_removal(spark, own_config, table_name):
+    config = own_config()
+    sql = TableName.parse(table_name).sql(config.catalog.name)
+    spark.sql(f"CREATE TABLE {sql} (id BIGINT) USING iceberg TBLPROPERTIES ('gc.enabled'='FALSE')")
+    spark.sql(f"INSERT INTO {sql} VALUES (1)")
+    spark.sql(f"INSERT INTO {sql} VALUES (2)")
+    location = CatalogReader(config).metadata_location(table_name)
+    keeper = housekeeper(config, spark)
+    expiry = keeper.expire(ExpiryRequest(table_name, older_than_seconds=0, retain_last=1))
+    orphans = keeper.remove_orphans(OrphanRequest(table_name))
+    for outcome in (expiry, orphans):
+        assert outcome.decision == "refuse" and "has gc.enabled=false" in outcome.reason, outcome.reason
+    assert CatalogReader(config).metadata_location(table_name) == location
+    assert len(read_snapshots(spark, "lake", table_name)[0]) == 2
+
+
 def test_orphans_removed_quarantined_forced_and_dry_run(spark, own_config, table_name):
     config = own_config()
     writer = simulate(spark, config, table_name, batches=2)

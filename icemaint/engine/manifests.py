@@ -13,10 +13,10 @@ from icemaint.domain.health import MAINTENANCE_TAG
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import _ms
 from icemaint.engine.retention import (
-    _SEARCH_MARGIN_MS, COMMIT_TOKEN_KEY, BeforeCommit, _catalog, _commit, _marked_snapshot, _metadata_table, _table,
+    _SEARCH_MARGIN_MS, COMMIT_TOKEN_KEY, BeforeCommit, _catalog, _commit, _marked_snapshot, _table,
 )
 from icemaint.engine.java import GUAVA_LISTS, java_class
-from icemaint.engine.spark_session import iceberg_table
+from icemaint.engine.manifest_list import CurrentManifests, read_current_manifests, snapshot_manifests
 
 # Iceberg's default `commit.manifest.target-size-bytes`, used only to estimate a dry run.
 _MANIFEST_TARGET_BYTES = 8 * 2**20
@@ -37,18 +37,14 @@ class ManifestResult:
     state_was_unknown: bool = False
 
 
-def _manifest_stats(spark, catalog: str, table: TableName) -> list:
-    return spark.sql(f"SELECT content, partition_spec_id, length FROM "
-                     f"{_metadata_table(catalog, table, 'manifests')}").collect()
-
-
 def _count(jvm, java_iterable) -> int:
     return int(java_class(jvm, GUAVA_LISTS).newArrayList(java_iterable).size())
 
 
 def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: bool = False,
                       properties: Mapping[str, str] | None = None,
-                      before_commit: BeforeCommit | None = None) -> ManifestResult:
+                      before_commit: BeforeCommit | None = None,
+                      current: CurrentManifests | None = None) -> ManifestResult:
     """Rewrites the current snapshot's manifests into fewer, larger ones (Iceberg's RewriteManifests action,
     what the `rewrite_manifests` procedure runs).
 
@@ -63,21 +59,27 @@ def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: b
     A dry run reports the current manifests and an estimate of the count afterwards (data
     manifests merged per partition spec up to 8 MiB each; delete manifests are not rewritten).
 
+    `current` is the table as the caller loaded it and decided on (`read_current_manifests`): the rewrite plans on
+    that snapshot and reports its manifests as the figures before; loaded now when not given. The figures after
+    are the committed snapshot's manifests (a writer's later commits are not counted).
+
     Raises:
         RetentionConflict: Iceberg refused the commit because of a writer's commit; nothing changed.
         RetentionCommitUnknown: The commit state is unknown and the commit is not on `main` after a re-read.
     """
     table = _table(table)
     _catalog(catalog)
-    before = _manifest_stats(spark, catalog, table)
+    if current is None:
+        current = read_current_manifests(spark, catalog, table)
+    before = current.manifests
     base = dict(table=table.key, dry_run=dry_run, manifests_before=len(before),
-                bytes_before=sum(int(r["length"]) for r in before))
+                bytes_before=sum(m.length for m in before))
     if dry_run or not before:
         by_spec: dict[int, int] = {}
-        for r in before:
-            if r["content"] == 0:
-                by_spec[r["partition_spec_id"]] = by_spec.get(r["partition_spec_id"], 0) + int(r["length"])
-        estimate = sum(1 for r in before if r["content"] != 0) + sum(
+        for m in before:
+            if m.content == 0:
+                by_spec[m.partition_spec_id] = by_spec.get(m.partition_spec_id, 0) + m.length
+        estimate = sum(1 for m in before if m.content != 0) + sum(
             max(1, math.ceil(total / _MANIFEST_TARGET_BYTES)) for total in by_spec.values())
         return ManifestResult(**base, manifests_after=estimate if before else 0,
                               bytes_after=None if before else 0)
@@ -85,7 +87,7 @@ def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: b
     token = str(marker[COMMIT_TOKEN_KEY])
     since_ms = _ms(datetime.now(timezone.utc)) - _SEARCH_MARGIN_MS
     jvm = spark._jvm
-    planned = iceberg_table(spark, catalog, table)  # S: the action plans on this object's snapshot
+    planned = current.table  # S: the action plans on this object's snapshot
 
     def call():
         actions = java_class(jvm, "org.apache.iceberg.spark.actions.SparkActions").get(spark._jsparkSession)
@@ -106,8 +108,9 @@ def rewrite_manifests(spark, catalog: str, table: TableName | str, *, dry_run: b
         rewritten = added = 0
     else:
         rewritten, added = _count(jvm, result.rewrittenManifests()), _count(jvm, result.addedManifests())
-    after = _manifest_stats(spark, catalog, table)
-    return ManifestResult(**base, manifests_after=len(after), bytes_after=sum(int(r["length"]) for r in after),
+    # The committed snapshot's own list (no rewrite committed: S's manifests are still the table's).
+    after = before if committed is None else snapshot_manifests(jvm, planned.io(), committed)
+    return ManifestResult(**base, manifests_after=len(after), bytes_after=sum(m.length for m in after),
                           rewritten_manifests=rewritten, added_manifests=added,
                           snapshot_id=None if committed is None else int(committed.snapshotId()),
                           state_was_unknown=state_was_unknown)

@@ -70,8 +70,8 @@ def remove_orphan_files(spark, catalog: str, table: TableName | str, *, older_th
             f"a cutoff of {format_duration((now - older_than).total_seconds())} ({older_than.isoformat()}) is less "
             "than 24 h before now: files of commits still in flight would look orphaned and be deleted; use a "
             "cutoff of 24 h or more, or force it (--force, `force: true`) when no writer can be active")
-    _check_gc_enabled(spark, catalog, table)
     jtable = iceberg_table(spark, catalog, table)
+    _check_gc_enabled(table, jtable)
     files = Files(spark, catalog, table_io=jtable.io())
     location = files.qualify(str(jtable.location()))
     prefix_listing = not files.on_hadoop(location)

@@ -159,8 +159,9 @@ def set_table_properties(spark, catalog: str, table: TableName | str, properties
     spark.sql(f"ALTER TABLE {table.sql(catalog)} SET TBLPROPERTIES ({pairs})")
 
 
-def _check_gc_enabled(spark, catalog: str, table: TableName) -> None:
-    if _table_properties(spark, catalog, table).get("gc.enabled", "true").lower() == "false":
+def _check_gc_enabled(table: TableName, jtable) -> None:
+    """Refuses a table whose `gc.enabled` is false (`jtable`: its Java table, as loaded for the work)."""
+    if str(jtable.properties().get("gc.enabled") or "true").lower() == "false":
         raise GcDisabled(f"table {table.key} has gc.enabled=false: Iceberg refuses to expire snapshots "
                              "or remove files (they may belong to other tables)")
 
@@ -313,8 +314,8 @@ def expire_snapshots(spark, catalog: str, table: TableName | str, plan: ExpiryPl
     catalog_sql = _catalog(catalog)
     check_retain_last(plan.retain_last, "plan.retain_last")
     _aware(plan.older_than, "plan.older_than")
-    _check_gc_enabled(spark, catalog, table)
-    jtable = iceberg_table(spark, catalog, table)  # one load: the check and the prediction read the same state
+    jtable = iceberg_table(spark, catalog, table)  # one load: the checks and the prediction read the same state
+    _check_gc_enabled(table, jtable)
     snapshots, refs = _snapshots_of(spark, jtable)
     expiring = _check_plan_current(plan, snapshots, refs, table)
     released, manifests = files_released(spark, catalog, jtable, _metadata_table(catalog, table, "all_manifests"),

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from icemaint.domain.verdicts import DEFER, NOOP, RUN
 from icemaint.domain.names import TableName
 from icemaint.domain.retention import manifests_due
+from icemaint.engine.manifest_list import read_current_manifests
 from icemaint.engine.manifests import rewrite_manifests
-from icemaint.engine.retention import RetentionCommitUnknown, RetentionConflict, read_snapshots
+from icemaint.engine.retention import RetentionCommitUnknown, RetentionConflict
 from icemaint.engine.staging import RUN_ID_KEY
 from icemaint.operations.retention_outcome import MANIFESTS, RetentionOutcome, commit_seam, plan_again
 
@@ -36,13 +37,12 @@ def act_manifests(keeper, name: TableName, policy, request: ManifestRequest, out
     while True:
         attempt += 1
         outcome.attempts = attempt
-        refs = read_snapshots(keeper.spark, keeper.catalog, name)[1]
-        main = refs.get("main")
-        planned_on = main.snapshot_id if main else None
+        # One load and one read of main's manifest list: the decision, the figures before and the rewrite's plan.
+        current = read_current_manifests(keeper.spark, keeper.catalog, name)
+        planned_on = current.snapshot_id
         if attempt == 1:
             outcome.before_snapshot_id = outcome.after_snapshot_id = planned_on
-        lengths = [int(r["length"]) for r in keeper.spark.sql(
-            f"SELECT length FROM {name.sql(keeper.catalog)}.`manifests`").collect()]
+        lengths = [m.length for m in current.manifests]
         small = sum(1 for n in lengths if n < policy.manifest_small_bytes)
         due, why = manifests_due(len(lengths), small, policy)
         outcome.evidence.update({"due": due, "why": why, "small_manifests": small,
@@ -57,7 +57,7 @@ def act_manifests(keeper, name: TableName, policy, request: ManifestRequest, out
         t0 = time.perf_counter()
         try:
             result = rewrite_manifests(keeper.spark, keeper.catalog, name, dry_run=request.dry_run,
-                                       properties=_properties(request),
+                                       properties=_properties(request), current=current,
                                        before_commit=commit_seam(keeper.before_commit, MANIFESTS, attempt))
         except RetentionConflict as exc:
             if plan_again("manifest rewrite", name, policy, outcome, attempt, planned_on, exc, keeper.sleep):
