@@ -37,6 +37,7 @@ from icemaint.app.instance import ensure_dagster_home
 from icemaint.config import load_config
 from test_daemon_e2e import dagster_dev
 from test_dagster_dev import REPO, graphql, group_alive
+from waiting import Patience, Stalled
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +56,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 # They are written into the tmp dir and checked; ICEMAINT_UPDATE_SCREENSHOTS=1 also copies them into the docs.
 SCREENSHOTS = REPO / "docs" / "images"
 UPDATE_SCREENSHOTS = os.environ.get("ICEMAINT_UPDATE_SCREENSHOTS") == "1"
+# A page, or an answer of the browser, that does not come: fails after 300 s without progress (the page's DOM, the
+# browser's output), or after 3x RENDER_TIMEOUT_S in all (tests/waiting.py: a slow machine is not a broken one).
 RENDER_TIMEOUT_S = 120
 POLL_S = 0.5
 GROUP_QUERY = """{ assetNodes(group: {groupName: "%s", repositoryName: "%s", repositoryLocationName: "%s"})
@@ -181,7 +184,7 @@ class Browser:
         if session:
             message["sessionId"] = session
         os.write(self.cmd_write, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + RENDER_TIMEOUT_S
+        patience, received = Patience(f"chromium answering {method}", cap_s=3 * RENDER_TIMEOUT_S), 0
         while True:
             while b"\0" in self.pending:
                 raw, _, self.pending = self.pending.partition(b"\0")
@@ -189,12 +192,12 @@ class Browser:
                 if reply.get("id") == self.last_id:  # else an event, or the answer to a call that timed out
                     assert "error" not in reply, f"chromium: {method}: {reply['error']}"
                     return reply["result"]
-            left = deadline - time.monotonic()
-            assert left > 0, f"chromium did not answer {method} in {RENDER_TIMEOUT_S}s"
-            if select.select([self.out_read], [], [], left)[0]:
+            patience.check(received)
+            if select.select([self.out_read], [], [], 5.0)[0]:
                 chunk = os.read(self.out_read, 1 << 20)
                 assert chunk, f"chromium exited (rc {self.proc.poll()}) before answering {method}"
                 self.pending += chunk
+                received += len(chunk)
 
     def close(self) -> None:
         """Kills the browser's process group (its renderer and zygote processes too): its profile is a throwaway,
@@ -228,10 +231,10 @@ def browser(chromium: str, workdir: Path) -> Iterator[Browser]:
 
 
 def render(browser: Browser, url: str, keep_as: Path, ready, shot: str | None = None) -> Element:
-    """The DOM Chromium built for `url`, once `ready(dom)` holds (read again every POLL_S, up to RENDER_TIMEOUT_S:
-    a busy machine can leave a page's data loading for a while). The last DOM is kept in `keep_as` for whoever reads
-    a failure. With `shot`, a screenshot of the ready page, `ui-<shot>.png` beside `keep_as` (and into docs/images
-    when ICEMAINT_UPDATE_SCREENSHOTS=1); the DOM returned is read after it."""
+    """The DOM Chromium built for `url`, once `ready(dom)` holds (read again every POLL_S while it changes, up to 3x
+    RENDER_TIMEOUT_S: a busy machine can leave a page's data loading for a while). The last DOM is kept in `keep_as`
+    for whoever reads a failure. With `shot`, a screenshot of the ready page, `ui-<shot>.png` beside `keep_as` (and
+    into docs/images when ICEMAINT_UPDATE_SCREENSHOTS=1); the DOM returned is read after it."""
     context = browser.call("Target.createBrowserContext")["browserContextId"]
     target = browser.call("Target.createTarget", url="about:blank", browserContextId=context)["targetId"]
     try:
@@ -246,9 +249,13 @@ def render(browser: Browser, url: str, keep_as: Path, ready, shot: str | None = 
             html = found.get("value") or ""
             return html, parse(html)
 
-        deadline = time.monotonic() + RENDER_TIMEOUT_S
+        patience = Patience(f"{url} ready", cap_s=3 * RENDER_TIMEOUT_S)
         html, dom = dom_now()
-        while not ready(dom) and time.monotonic() < deadline:
+        while not ready(dom):
+            try:
+                patience.check(html)
+            except Stalled:
+                break  # the assertions on the last DOM say what it lacks
             time.sleep(POLL_S)
             html, dom = dom_now()
         if shot and ready(dom):
@@ -357,15 +364,16 @@ def sensor_ticks(port: int, sensor: str) -> list[dict]:
     return graphql(port, query)["sensorOrError"]["sensorState"]["ticks"]
 
 
-def wait_for_ticks(port: int, proc, log_path: Path, done, timeout_s: float = 240.0) -> dict[str, list[dict]]:
-    """Each sensor's ticks once `done(ticks)` holds (the daemon ticks a sensor a few seconds after it loads)."""
-    deadline = time.monotonic() + timeout_s
+def wait_for_ticks(port: int, proc, log_path: Path, done, cap_s: float = 720.0) -> dict[str, list[dict]]:
+    """Each sensor's ticks once `done(ticks)` holds (the daemon ticks a sensor a few seconds after it loads); fails
+    when no new tick came for 300 s, or after `cap_s` (3x the 240 s bound it replaced)."""
+    patience = Patience("the sensors' ticks showing it", cap_s=cap_s)
     while True:
         assert proc.poll() is None, f"dagster dev exited:\n{log_path.read_text()[-4000:]}"
         ticks = {s: sensor_ticks(port, s) for s in ("compaction_sensor", "retention_sensor")}
         if done(ticks):
             return ticks
-        assert time.monotonic() < deadline, f"the sensors' ticks never showed it: {ticks}"
+        patience.check(repr(ticks), ticks)
         time.sleep(3)
 
 
