@@ -37,7 +37,7 @@ from icemaint.app.instance import ensure_dagster_home
 from icemaint.config import load_config
 from test_daemon_e2e import dagster_dev
 from test_dagster_dev import REPO, graphql, group_alive
-from waiting import Patience, Stalled
+from waiting import CPU_STEP_S, Patience, Stalled, tree_cpu_seconds
 
 pytestmark = pytest.mark.slow
 
@@ -192,7 +192,8 @@ class Browser:
                 if reply.get("id") == self.last_id:  # else an event, or the answer to a call that timed out
                     assert "error" not in reply, f"chromium: {method}: {reply['error']}"
                     return reply["result"]
-            patience.check(received)
+            # progress: output from the browser, or CPU its processes used (a starved renderer answers late)
+            patience.check((received, tree_cpu_seconds(self.proc.pid) // CPU_STEP_S))
             if select.select([self.out_read], [], [], 5.0)[0]:
                 chunk = os.read(self.out_read, 1 << 20)
                 assert chunk, f"chromium exited (rc {self.proc.poll()}) before answering {method}"
@@ -253,7 +254,7 @@ def render(browser: Browser, url: str, keep_as: Path, ready, shot: str | None = 
         html, dom = dom_now()
         while not ready(dom):
             try:
-                patience.check(html)
+                patience.check((html, tree_cpu_seconds(browser.proc.pid) // CPU_STEP_S))  # the page, or its JS, moved
             except Stalled:
                 break  # the assertions on the last DOM say what it lacks
             time.sleep(POLL_S)
