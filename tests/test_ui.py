@@ -236,8 +236,8 @@ def browser(chromium: str, workdir: Path) -> Iterator[Browser]:
 
 
 def render(browser: Browser, url: str, keep_as: Path, ready, shot: str | None = None) -> Element:
-    """The DOM Chromium built for `url`, once `ready(dom)` holds (read again every POLL_S while it changes, up to 3x
-    RENDER_TIMEOUT_S: a busy machine can leave a page's data loading for a while). The last DOM is kept in `keep_as`
+    """The DOM Chromium built for `url`, once `ready(dom)` holds (read again every POLL_S while it progresses, up to
+    RENDER_CAP_S: a busy machine can leave a page's data loading for a while). The last DOM is kept in `keep_as`
     for whoever reads a failure. With `shot`, a screenshot of the ready page, `ui-<shot>.png` beside `keep_as` (and
     into docs/images when ICEMAINT_UPDATE_SCREENSHOTS=1); the DOM returned is read after it."""
     context = browser.call("Target.createBrowserContext")["browserContextId"]
