@@ -24,6 +24,9 @@ def test_instance_limits_runs_per_table_and_in_total(tmp_path, lake_root, monkey
     for key in ("icemaint/table", "dagster/partition/table"):
         assert limits[key]["limit"] == 1 and limits[key]["value"] == {"applyLimitPerUniqueValue": True}
     assert type(instance.run_coordinator).__name__ == "TableTaggingRunCoordinator"  # a QueuedRunCoordinator
+    # A run worker slow to start on a loaded machine is neither failed at launch nor by monitoring within minutes.
+    assert type(instance.run_launcher).__name__ == "PatientRunLauncher"
+    assert instance.run_monitoring_start_timeout_seconds >= 600 and instance.code_server_process_startup_timeout >= 600
 
 
 @pytest.mark.postgres

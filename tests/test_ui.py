@@ -37,6 +37,7 @@ from icemaint.app.instance import ensure_dagster_home
 from icemaint.config import load_config
 from test_daemon_e2e import dagster_dev
 from test_dagster_dev import REPO, graphql, group_alive
+from waiting import CPU_STEP_S, Patience, Stalled, tree_cpu_seconds
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,12 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 # They are written into the tmp dir and checked; ICEMAINT_UPDATE_SCREENSHOTS=1 also copies them into the docs.
 SCREENSHOTS = REPO / "docs" / "images"
 UPDATE_SCREENSHOTS = os.environ.get("ICEMAINT_UPDATE_SCREENSHOTS") == "1"
+# An answer of the browser that does not come: fails after 300 s without progress (its output, its CPU), or after 3x
+# RENDER_TIMEOUT_S in all (tests/waiting.py: a slow machine is not a broken one). A page not ready: read until
+# RENDER_CAP_S while it, the browser or the server progress (at 0.3 of a core the lineage page's asset data was still
+# loading after 6 minutes), then asserted on as it is.
 RENDER_TIMEOUT_S = 120
+RENDER_CAP_S = 900
 POLL_S = 0.5
 GROUP_QUERY = """{ assetNodes(group: {groupName: "%s", repositoryName: "%s", repositoryLocationName: "%s"})
   { assetKey { path } dependencyKeys { path } } }""" % (GROUP, REPOSITORY, LOCATION)
@@ -174,6 +180,7 @@ class Browser:
         os.close(cmd_read)
         os.close(out_write)
         self.pending, self.last_id = b"", 0
+        self.server_pid: int | None = None  # the server its pages come from: its CPU is a page's progress too
 
     def call(self, method: str, session: str | None = None, **params) -> dict:
         self.last_id += 1
@@ -181,7 +188,7 @@ class Browser:
         if session:
             message["sessionId"] = session
         os.write(self.cmd_write, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + RENDER_TIMEOUT_S
+        patience, received = Patience(f"chromium answering {method}", cap_s=3 * RENDER_TIMEOUT_S), 0
         while True:
             while b"\0" in self.pending:
                 raw, _, self.pending = self.pending.partition(b"\0")
@@ -189,12 +196,13 @@ class Browser:
                 if reply.get("id") == self.last_id:  # else an event, or the answer to a call that timed out
                     assert "error" not in reply, f"chromium: {method}: {reply['error']}"
                     return reply["result"]
-            left = deadline - time.monotonic()
-            assert left > 0, f"chromium did not answer {method} in {RENDER_TIMEOUT_S}s"
-            if select.select([self.out_read], [], [], left)[0]:
+            # progress: output from the browser, or CPU its processes used (a starved renderer answers late)
+            patience.check((received, tree_cpu_seconds(self.proc.pid) // CPU_STEP_S))
+            if select.select([self.out_read], [], [], 5.0)[0]:
                 chunk = os.read(self.out_read, 1 << 20)
                 assert chunk, f"chromium exited (rc {self.proc.poll()}) before answering {method}"
                 self.pending += chunk
+                received += len(chunk)
 
     def close(self) -> None:
         """Kills the browser's process group (its renderer and zygote processes too): its profile is a throwaway,
@@ -228,10 +236,10 @@ def browser(chromium: str, workdir: Path) -> Iterator[Browser]:
 
 
 def render(browser: Browser, url: str, keep_as: Path, ready, shot: str | None = None) -> Element:
-    """The DOM Chromium built for `url`, once `ready(dom)` holds (read again every POLL_S, up to RENDER_TIMEOUT_S:
-    a busy machine can leave a page's data loading for a while). The last DOM is kept in `keep_as` for whoever reads
-    a failure. With `shot`, a screenshot of the ready page, `ui-<shot>.png` beside `keep_as` (and into docs/images
-    when ICEMAINT_UPDATE_SCREENSHOTS=1); the DOM returned is read after it."""
+    """The DOM Chromium built for `url`, once `ready(dom)` holds (read again every POLL_S while it progresses, up to
+    RENDER_CAP_S: a busy machine can leave a page's data loading for a while). The last DOM is kept in `keep_as`
+    for whoever reads a failure. With `shot`, a screenshot of the ready page, `ui-<shot>.png` beside `keep_as` (and
+    into docs/images when ICEMAINT_UPDATE_SCREENSHOTS=1); the DOM returned is read after it."""
     context = browser.call("Target.createBrowserContext")["browserContextId"]
     target = browser.call("Target.createTarget", url="about:blank", browserContextId=context)["targetId"]
     try:
@@ -246,9 +254,15 @@ def render(browser: Browser, url: str, keep_as: Path, ready, shot: str | None = 
             html = found.get("value") or ""
             return html, parse(html)
 
-        deadline = time.monotonic() + RENDER_TIMEOUT_S
+        patience = Patience(f"{url} ready", cap_s=RENDER_CAP_S)
         html, dom = dom_now()
-        while not ready(dom) and time.monotonic() < deadline:
+        while not ready(dom):
+            busy = [tree_cpu_seconds(pid) // CPU_STEP_S for pid in (browser.proc.pid, browser.server_pid) if pid]
+            try:
+                patience.check((html, *busy))  # the page, its JS or its server moved
+            except Stalled as error:
+                print(f"\n[render] {error}")
+                break  # the assertions on the last DOM say what it lacks
             time.sleep(POLL_S)
             html, dom = dom_now()
         if shot and ready(dom):
@@ -357,16 +371,27 @@ def sensor_ticks(port: int, sensor: str) -> list[dict]:
     return graphql(port, query)["sensorOrError"]["sensorState"]["ticks"]
 
 
-def wait_for_ticks(port: int, proc, log_path: Path, done, timeout_s: float = 240.0) -> dict[str, list[dict]]:
-    """Each sensor's ticks once `done(ticks)` holds (the daemon ticks a sensor a few seconds after it loads)."""
-    deadline = time.monotonic() + timeout_s
+def wait_for_ticks(port: int, proc, log_path: Path, done, cap_s: float = 720.0) -> dict[str, list[dict]]:
+    """Each sensor's ticks once `done(ticks)` holds (the daemon ticks a sensor a few seconds after it loads); fails
+    when no new tick came for 300 s, or after `cap_s` (3x the 240 s bound it replaced)."""
+    patience = Patience("the sensors' ticks showing it", cap_s=cap_s)
     while True:
         assert proc.poll() is None, f"dagster dev exited:\n{log_path.read_text()[-4000:]}"
         ticks = {s: sensor_ticks(port, s) for s in ("compaction_sensor", "retention_sensor")}
         if done(ticks):
             return ticks
-        assert time.monotonic() < deadline, f"the sensors' ticks never showed it: {ticks}"
+        patience.check(repr(ticks), ticks)
         time.sleep(3)
+
+
+def partition_ready(dom: Element) -> bool:
+    """A partition's page with its data: the label "Latest materialization" comes first, followed by "None" until the
+    partition's status arrives (at 0.3 of a core, still so when the label was all the wait looked for)."""
+    texts = dom.texts()
+    if "Latest materialization" not in texts:
+        return False
+    i = texts.index("Latest materialization")
+    return texts[i - 1] == "Materialized" and texts[i + 1:i + 2] != ["None"]
 
 
 def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chromium, tmp_path, lake_root,
@@ -401,6 +426,7 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
     # The browser closes first: the webserver's graceful stop waited for the connections it still held open.
     with dagster_dev(tmp_path / "dev", served, home) as (proc, port, log_path), browser(chromium, workdir) as pages:
         base = f"http://127.0.0.1:{port}"
+        pages.server_pid = proc.pid
         nodes = graphql(port, GROUP_QUERY)["assetNodes"]
         declared = {("/".join(d["path"]), "/".join(n["assetKey"]["path"])) for n in nodes for d in n["dependencyKeys"]}
         # every asset of the group, with or without an edge (landed_batches depends on none of the others)
@@ -428,7 +454,7 @@ def test_the_ui_renders_lineage_a_compaction_partition_and_its_proofs(spark, chr
         # readable beside the raw numbers.
         partition_url = f"{base}/assets/compaction?view=partitions&partition={urllib.parse.quote(key, safe='')}"
         dom = render(pages, partition_url, workdir / "partition.html", shot="partition",
-                     ready=lambda d: "Latest materialization" in d.texts())
+                     ready=partition_ready)
         texts = dom.texts()
         detail = texts.index("Latest materialization")
         assert texts[detail - 2:detail] == [key, "Materialized"], texts[detail - 4:detail + 2]

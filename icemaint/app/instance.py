@@ -11,6 +11,12 @@ import yaml
 from icemaint.config import MaintenanceConfig
 from icemaint.config.parse import ConfigError
 
+# How long a launched run's worker may take to start (run monitoring fails it after that), and a code server the
+# daemon starts to load. Measured on 2 cores throttled to 0.3 of one (a slow CI machine's share): a run worker
+# took up to 286 s from launch to start, a code server over 180 s to load; both were 5-20 s unloaded.
+RUN_START_TIMEOUT_S = 900
+CODE_SERVER_START_TIMEOUT_S = 600
+
 
 def storage_settings(config: MaintenanceConfig) -> dict:
     """Dagster's run, event-log and schedule storage: SQLite under the home (the default), or PostgreSQL.
@@ -33,14 +39,19 @@ def instance_settings(config: MaintenanceConfig) -> dict:
         # icemaint/tables, and a slot tag per table: sensors and the CLI set them, the coordinator adds them to
         # backfill and UI runs). Its limits are its own (`queue.table_limits`), so this file stays small.
         "run_coordinator": {"module": "icemaint.app.queue", "class": "TableTaggingRunCoordinator"},
+        # A run whose worker is slow to start (a loaded machine) is left STARTING, not failed: icemaint.app.launcher.
+        "run_launcher": {"module": "icemaint.app.launcher", "class": "PatientRunLauncher"},
+        # A code server the daemon (re)starts got 180 s (Dagster's default) to load: one on a loaded machine took
+        # longer, and the sensors' ticks and the queue's launches failed meanwhile.
+        "code_servers": {"local_startup_timeout": CODE_SERVER_START_TIMEOUT_S},
         # A global cap for the estate.
         "concurrency": {"runs": {"max_concurrent_runs": config.max_runs_total}},
         # Dagster 1.13's DefaultRunLauncher cannot check a run worker's health, so monitoring fails only
         # launched runs that never start (and cancels that never finish); a STARTED run whose process
         # died is the reaper's (sensors/reaper.py). No max runtime: a compaction's length follows its data,
         # and a long run is no proof of a dead one. DefaultRunLauncher cannot resume a run: 0 attempts.
-        "run_monitoring": {"enabled": True, "start_timeout_seconds": 300, "cancel_timeout_seconds": 300,
-                           "max_resume_run_attempts": 0, "poll_interval_seconds": 60},
+        "run_monitoring": {"enabled": True, "start_timeout_seconds": RUN_START_TIMEOUT_S,
+                           "cancel_timeout_seconds": 300, "max_resume_run_attempts": 0, "poll_interval_seconds": 60},
     }
 
 
