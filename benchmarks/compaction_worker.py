@@ -47,7 +47,7 @@ def _load(name: str):
 
 def _cpu_seconds() -> float | None:
     """CPU seconds used so far by this worker and its JVM (user + system; far less sensitive to other load)."""
-    return _MACHINE._tree_cpu_seconds(os.getpid())
+    return _MACHINE.tree_cpu_seconds(os.getpid())
 
 
 

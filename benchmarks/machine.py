@@ -104,7 +104,7 @@ def _busy_cpu_seconds() -> float | None:
     return busy / _clock_ticks()
 
 
-def _tree_cpu_seconds(root: int) -> float | None:
+def tree_cpu_seconds(root: int) -> float | None:
     """CPU seconds used by `root` and its live descendants (and the children they have reaped)."""
     stats: dict[int, tuple[int, float]] = {}
     try:
@@ -146,7 +146,7 @@ class CpuShare:
 
         self._t = time.perf_counter()
         self._busy = _busy_cpu_seconds()
-        self._ours = _tree_cpu_seconds(os.getpid())
+        self._ours = tree_cpu_seconds(os.getpid())
         self.result: dict = {}
         return self
 
@@ -154,7 +154,7 @@ class CpuShare:
         import time
 
         wall = time.perf_counter() - self._t
-        busy, ours = _busy_cpu_seconds(), _tree_cpu_seconds(os.getpid())
+        busy, ours = _busy_cpu_seconds(), tree_cpu_seconds(os.getpid())
         if None in (busy, ours, self._busy, self._ours) or wall <= 0:
             self.result = {"wall_seconds": wall}
             return

@@ -159,9 +159,9 @@ def _become_subreaper() -> None:
 def run_process(argv: list[str], env: dict, log_path: Path, stack_pids: list[int]) -> dict:
     """Runs one process to the exit of it and every descendant; wall, CPU (user+sys of the whole tree)
     and the machine's load around it (machine busy CPU, the stack's, and others')."""
-    from benchmarks.machine import _busy_cpu_seconds, _tree_cpu_seconds
+    from benchmarks.machine import _busy_cpu_seconds, tree_cpu_seconds
 
-    stack_before = sum(_tree_cpu_seconds(p) or 0.0 for p in stack_pids)
+    stack_before = sum(tree_cpu_seconds(p) or 0.0 for p in stack_pids)
     busy_before = _busy_cpu_seconds()
     t0 = time.perf_counter()
     with open(log_path, "w") as err, open(log_path.with_suffix(".out"), "w") as out:
@@ -192,7 +192,7 @@ def run_process(argv: list[str], env: dict, log_path: Path, stack_pids: list[int
         cpu += usage.ru_utime + usage.ru_stime
     wall = time.perf_counter() - t0
     busy = _busy_cpu_seconds() - busy_before
-    stack_cpu = sum(_tree_cpu_seconds(p) or 0.0 for p in stack_pids) - stack_before
+    stack_cpu = sum(tree_cpu_seconds(p) or 0.0 for p in stack_pids) - stack_before
     return {"returncode": returncode, "wall_seconds": wall, "cpu_seconds": cpu, "stack_cpu_seconds": stack_cpu,
             "others_cpu_seconds": max(0.0, busy - cpu - stack_cpu),
             "others_average_cores": max(0.0, busy - cpu - stack_cpu) / wall if wall > 0 else None,

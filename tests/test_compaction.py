@@ -148,7 +148,23 @@ def test_writer_appending_during_compaction_loses_and_duplicates_nothing(spark, 
     writer = simulate(spark, config, table_name)
     writer.claim_factory = lambda: table_claim(config, table_name, holder="ingest", wait_seconds=120)
     sql = TableName.parse(table_name).sql(config.catalog.name)
-    errors, stop = [], threading.Event()
+    errors, stop, appended = [], threading.Event(), threading.Condition()
+    appends = [0]
+
+    def count_append(batch, kind):
+        if kind == "append":
+            with appended:
+                appends[0] += 1
+                appended.notify_all()
+
+    def await_append(after):
+        # The writer's commit, not a sleep, orders it against a compaction: on a slow machine the
+        # writer's first batch can take longer than both compactions, which would then win its claim.
+        with appended:
+            assert appended.wait_for(lambda: appends[0] > after or errors, timeout=600), \
+                "the writer committed nothing within 600 s"
+
+    writer.on_commit = count_append
 
     def keep_writing():
         try:  # until both compactions are done (bounded), so that they surely overlap the writer
@@ -159,10 +175,11 @@ def test_writer_appending_during_compaction_loses_and_duplicates_nothing(spark, 
     started_at = current(spark, config, table_name)
     thread = threading.Thread(target=keep_writing)
     thread.start()
-    time.sleep(0.5)
     outcomes = []
     try:
+        seen = 0
         for date in ("2026-01-01", DATE):
+            await_append(seen)  # one before the first compaction, and one after the first publish
             # as the sensor would on its next ticks: a busy claim defers, a later attempt runs
             for _ in range(200):
                 outcome = compactor(config, spark).run(CompactionRequest(table_name, date))
@@ -171,6 +188,8 @@ def test_writer_appending_during_compaction_loses_and_duplicates_nothing(spark, 
                     break
                 assert "claim busy" in outcome.reason and "ingest" in outcome.reason
                 time.sleep(0.05)
+            with appended:
+                seen = appends[0]
     finally:
         stop.set()
         thread.join(timeout=300)

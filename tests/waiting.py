@@ -8,11 +8,11 @@ for makes progress (a run's status or its event log moved, a tick happened, a pa
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Hashable
-from pathlib import Path
 from typing import Any
+
+from benchmarks.machine import tree_cpu_seconds
 
 STALL_S = 300.0  # no progress for this long is a hang on any machine a test runs on
 
@@ -51,28 +51,6 @@ class Patience:
 CPU_STEP_S = 5.0  # CPU seconds a run's processes must use to count as progress: more than idle JVMs use in STALL_S
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) used by process `pid` and every process under it (a run worker and its Spark
-    JVM), including children it has reaped; 0.0 when it is gone."""
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended while we looked
-        proc = int(stat.parent.name)
-        stats[proc] = fields
-        children.setdefault(int(fields[1]), []).append(proc)
-    total, todo = 0, [pid]
-    while todo:
-        proc = todo.pop()
-        if proc in stats:  # utime, stime, cutime, cstime: fields 14-17 of /proc/<pid>/stat
-            total += sum(int(v) for v in stats[proc][11:15])
-            todo.extend(children.get(proc, ()))
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def run_progress(instance, run_ids) -> tuple:
     """What a set of Dagster runs has done so far: each run's status, the id of its latest event (a step's log, a
     materialization, a check's evaluation) and the CPU its worker's processes used, in steps of CPU_STEP_S (a step
@@ -84,7 +62,7 @@ def run_progress(instance, run_ids) -> tuple:
         record = instance.get_run_record_by_id(run_id)
         events = instance.get_records_for_run(run_id, limit=1, ascending=False).records
         pid, _ = run_worker(instance, run_id)
-        cpu = tree_cpu_seconds(pid) // CPU_STEP_S if pid and record and not record.dagster_run.is_finished else None
+        cpu = (tree_cpu_seconds(pid) or 0.0) // CPU_STEP_S if pid and record and not record.dagster_run.is_finished else None
         out.append((run_id, record.dagster_run.status.value if record else None,
                     events[0].storage_id if events else None, cpu))
     return tuple(out)
