@@ -21,6 +21,7 @@ import anyio
 import pytest
 
 from conftest import run_cli, streaming_table, write_config
+from waiting import Patience, cpu_steps
 from icemaint.config import load_config
 from icemaint.observe.catalog import CatalogReader
 from icemaint.safety.audit import open_audit
@@ -112,13 +113,14 @@ async def launched_and_finished(call, tool: str, **arguments) -> tuple[dict, dic
     """Asks with `tool`, which must launch a run; polls run_status until the run finished: (the answer, its status)."""
     [launched] = results(await call(tool, **arguments))
     assert launched["decision"] == "requested", launched
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
+    # Progress: the run's status, or work anywhere under this test (the server, the daemon, the run's worker).
+    patience = Patience(f"run {launched['run_id']}", cap_s=3600)
+    while True:
         status = (await call("run_status", run_id=launched["run_id"])).structured_content
         if status["finished"]:
             return launched, status
+        patience.check((json.dumps(status, sort_keys=True, default=str), cpu_steps(os.getpid())), status)
         await anyio.sleep(0.5)
-    raise AssertionError(f"run {launched['run_id']} did not finish")
 
 
 def agent_records(estate, config: str, agent: str) -> list:
@@ -379,12 +381,13 @@ def test_over_http_each_agent_is_known_by_its_token_and_a_wrong_one_is_refused(e
     server = subprocess.Popen([ICEMAINT, "--config", estate.busy, "mcp", "--http", f"127.0.0.1:{port}"],
                               env=server_env(), stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        patience = Patience("the MCP server's start", cap_s=900)
+        while True:
             assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
+            patience.check(cpu_steps(server.pid))
             time.sleep(0.3)
         seen = Seen()
 

@@ -35,6 +35,7 @@ from icemaint.engine.staging import MAINTENANCE_TAG
 
 from conftest import make_config, streaming_table, write_config
 from staged_faults import corrupt_long, main_lineage, staging_refs, uncompressed
+from waiting import Patience, cpu_steps
 
 DATE = "2026-01-02"
 OTHER_DATE = "2026-01-03"
@@ -414,8 +415,9 @@ def test_kill_9_between_staging_and_publish_leaves_main_untouched_and_is_cleaned
                                 cwd=REPO, env={**os.environ, "ICEMAINT_IDENTITY": "maint-test"},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         stack.callback(reap, proc)
-        deadline = time.monotonic() + 180
-        while not report.exists() and proc.poll() is None and time.monotonic() < deadline:
+        patience = Patience("the dying run's staging", cap_s=1800)  # a JVM's start and a rewrite: slow on CI
+        while not report.exists() and proc.poll() is None:
+            patience.check(cpu_steps(proc.pid))
             time.sleep(0.1)
         assert report.exists(), f"the subprocess never staged (rc {proc.poll()}): {proc.stdout.read()[-3000:]}"
         staged = json.loads(report.read_text())

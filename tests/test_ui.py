@@ -37,8 +37,7 @@ from icemaint.app.instance import ensure_dagster_home
 from icemaint.config import load_config
 from test_daemon_e2e import dagster_dev
 from test_dagster_dev import REPO, graphql, group_alive
-from benchmarks.machine import tree_cpu_seconds
-from waiting import CPU_STEP_S, Patience, Stalled
+from waiting import Patience, Stalled, cpu_steps
 
 pytestmark = pytest.mark.slow
 
@@ -198,7 +197,7 @@ class Browser:
                     assert "error" not in reply, f"chromium: {method}: {reply['error']}"
                     return reply["result"]
             # progress: output from the browser, or CPU its processes used (a starved renderer answers late)
-            patience.check((received, (tree_cpu_seconds(self.proc.pid) or 0.0) // CPU_STEP_S))
+            patience.check((received, cpu_steps(self.proc.pid)))
             if select.select([self.out_read], [], [], 5.0)[0]:
                 chunk = os.read(self.out_read, 1 << 20)
                 assert chunk, f"chromium exited (rc {self.proc.poll()}) before answering {method}"
@@ -258,7 +257,7 @@ def render(browser: Browser, url: str, keep_as: Path, ready, shot: str | None = 
         patience = Patience(f"{url} ready", cap_s=RENDER_CAP_S)
         html, dom = dom_now()
         while not ready(dom):
-            busy = [(tree_cpu_seconds(pid) or 0.0) // CPU_STEP_S for pid in (browser.proc.pid, browser.server_pid) if pid]
+            busy = [cpu_steps(pid) for pid in (browser.proc.pid, browser.server_pid) if pid]
             try:
                 patience.check((html, *busy))  # the page, its JS or its server moved
             except Stalled as error:

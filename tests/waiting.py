@@ -51,6 +51,12 @@ class Patience:
 CPU_STEP_S = 5.0  # CPU seconds a run's processes must use to count as progress: more than idle JVMs use in STALL_S
 
 
+def cpu_steps(pid: int) -> int:
+    """CPU used so far by process `pid` and everything under it, in steps of CPU_STEP_S: a progress reading for a
+    subprocess whose only sign of life is work (a JVM starting, a Spark job); 0 when it is gone."""
+    return int((tree_cpu_seconds(pid) or 0.0) // CPU_STEP_S)
+
+
 def run_progress(instance, run_ids) -> tuple:
     """What a set of Dagster runs has done so far: each run's status, the id of its latest event (a step's log, a
     materialization, a check's evaluation) and the CPU its worker's processes used, in steps of CPU_STEP_S (a step
@@ -62,7 +68,7 @@ def run_progress(instance, run_ids) -> tuple:
         record = instance.get_run_record_by_id(run_id)
         events = instance.get_records_for_run(run_id, limit=1, ascending=False).records
         pid, _ = run_worker(instance, run_id)
-        cpu = (tree_cpu_seconds(pid) or 0.0) // CPU_STEP_S if pid and record and not record.dagster_run.is_finished else None
+        cpu = cpu_steps(pid) if pid and record and not record.dagster_run.is_finished else None
         out.append((run_id, record.dagster_run.status.value if record else None,
                     events[0].storage_id if events else None, cpu))
     return tuple(out)
