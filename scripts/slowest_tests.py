@@ -22,15 +22,22 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 
-def test_times(report: str) -> list[tuple[float, str]]:
-    """(seconds, node id) of every test case in the report, slowest first."""
+def case_times(report: str) -> list[tuple[float, str, float | None]]:
+    """(seconds, node id, CPU seconds or None) of every test case in the report, slowest first. CPU seconds are
+    the `cpu_s` property tests/cpu_time.py records: the worker's process tree, subprocesses included."""
     cases = []
     for case in ET.parse(report).getroot().iter("testcase"):
         module = case.get("classname", "").split(".")
         # classname is `tests.test_x` or `tests.test_x.TestClass`: the file is the part up to `test_*`
         path = "/".join(module[:next((i + 1 for i, p in enumerate(module) if p.startswith("test_")), len(module))])
-        cases.append((float(case.get("time") or 0.0), f"{path}.py::{case.get('name')}"))
-    return sorted(cases, reverse=True)
+        cpu = next((float(p.get("value") or 0.0) for p in case.iter("property") if p.get("name") == "cpu_s"), None)
+        cases.append((float(case.get("time") or 0.0), f"{path}.py::{case.get('name')}", cpu))
+    return sorted(cases, key=lambda c: (c[0], c[1]), reverse=True)
+
+
+def test_times(report: str) -> list[tuple[float, str]]:
+    """(seconds, node id) of every test case in the report, slowest first."""
+    return [(seconds, node) for seconds, node, _ in case_times(report)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,18 +49,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-durations", metavar="PATH", help="write each file's seconds as JSON")
     args = parser.parse_args(argv)
 
-    cases = test_times(args.report)
-    total = sum(t for t, _ in cases)
-    print(f"slowest {min(args.top, len(cases))} of {len(cases)} tests (setup + call + teardown):")
-    for seconds, node in cases[:args.top]:
-        print(f"  {seconds:8.1f} s  {node}")
+    cases = case_times(args.report)
+    total = sum(t for t, _, _ in cases)
+    print(f"slowest {min(args.top, len(cases))} of {len(cases)} tests (setup + call + teardown; CPU of the "
+          f"worker's processes):")
+    for seconds, node, cpu in cases[:args.top]:
+        print(f"  {seconds:8.1f} s  {_cpu(cpu)}  {node}")
     by_file: dict[str, float] = defaultdict(float)
-    for seconds, node in cases:
+    cpu_by_file: dict[str, float] = defaultdict(float)
+    for seconds, node, cpu in cases:
         by_file[node.split("::", 1)[0]] += seconds
+        cpu_by_file[node.split("::", 1)[0]] += cpu or 0.0
+    measured = any(cpu is not None for _, _, cpu in cases)
     print("slowest files:")
     for path, seconds in sorted(by_file.items(), key=lambda kv: -kv[1])[:10]:
-        print(f"  {seconds:8.1f} s  {path}")
+        print(f"  {seconds:8.1f} s  {_cpu(cpu_by_file[path] if measured else None)}  {path}")
     print(f"test time summed over workers: {total:.0f} s")
+    if measured:
+        # CPU well below the wall time summed: the tests waited (on the machine's other load, or on themselves)
+        cpu_total = sum(cpu_by_file.values())
+        print(f"CPU time summed over workers: {cpu_total:.0f} s ({cpu_total / total:.2f} of the test time)"
+              if total else f"CPU time summed over workers: {cpu_total:.0f} s")
     if args.write_durations:
         ordered = dict(sorted(((path, round(seconds, 1)) for path, seconds in by_file.items()), key=lambda kv: -kv[1]))
         with open(args.write_durations, "w") as out:
@@ -63,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "within" if args.wall_s <= args.budget_s else "OVER"
         print(f"wall time {args.wall_s:.0f} s: {verdict} the {args.budget_s:.0f} s budget")
     return 0
+
+
+def _cpu(seconds: float | None) -> str:
+    return f"{seconds:8.1f} CPU-s" if seconds is not None else " " * 14
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import pytest
 from icemaint.app.demo import local_estate_doc  # the test estate: `lake` on <root>/warehouse
 from icemaint.config import MaintenanceConfig, parse_config
 
+pytest_plugins = ("cpu_time",)  # each test's CPU seconds in the JUnit report, beside its wall time
+
 _counter = itertools.count()
 
 

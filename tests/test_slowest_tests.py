@@ -50,7 +50,9 @@ def test_the_report_ranks_pytests_own_junit_xml_and_says_when_over_budget(tmp_pa
     printed = subprocess.run([sys.executable, str(ROOT / "scripts" / "slowest_tests.py"), str(xml), "--top", "2",
                               "--wall-s", "1000", "--budget-s", "900"], capture_output=True, text=True, timeout=60)
     lines = printed.stdout.splitlines()
-    assert printed.returncode == 0 and lines[0] == "slowest 2 of 3 tests (setup + call + teardown):", printed.stdout
+    assert printed.returncode == 0 and lines[0].startswith("slowest 2 of 3 tests (setup + call + teardown"), \
+        printed.stdout
+    assert not any(line.startswith("CPU time") for line in lines), "no CPU figures where none were recorded"
     assert lines[1].endswith("test_pace.py::test_slow") and lines[-1] == "wall time 1000 s: OVER the 900 s budget"
 
     durations = tmp_path / "durations.json"
@@ -61,6 +63,37 @@ def test_the_report_ranks_pytests_own_junit_xml_and_says_when_over_budget(tmp_pa
 
     recorded = json.loads(durations.read_text())
     assert list(recorded) == ["test_pace.py"] and recorded["test_pace.py"] >= 0.4, recorded
+
+
+def test_each_tests_cpu_time_counts_its_subprocesses_and_not_its_waiting(tmp_path):
+    """tests/cpu_time.py's `cpu_s`: a test busy in a subprocess is charged for it, a sleeping test is not."""
+    (tmp_path / "test_burn.py").write_text(textwrap.dedent("""
+        import subprocess, sys, time
+
+        def test_busy_in_a_child():
+            subprocess.run([sys.executable, "-c",
+                            "import time\\nend = time.process_time() + 0.6\\nwhile time.process_time() < end: pass"],
+                           check=True)
+
+        def test_asleep():
+            time.sleep(0.6)
+    """))
+    xml = tmp_path / "junit.xml"
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "cpu_time",
+                          f"--junitxml={xml}", "--rootdir", str(tmp_path), str(tmp_path / "test_burn.py")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                              "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+    cases = {node.split("::")[1]: (seconds, cpu) for seconds, node, cpu in report_module().case_times(str(xml))}
+    assert cases["test_busy_in_a_child"][1] >= 0.5, cases
+    assert cases["test_asleep"][0] >= 0.6 and cases["test_asleep"][1] < 0.3, cases
+    printed = subprocess.run([sys.executable, str(ROOT / "scripts" / "slowest_tests.py"), str(xml)],
+                             capture_output=True, text=True, timeout=60)
+    assert "CPU-s  test_burn.py::test_busy_in_a_child" in printed.stdout, printed.stdout
+    assert any(line.startswith("CPU time summed over workers: ") for line in printed.stdout.splitlines()), \
+        printed.stdout
 
 
 def test_the_suite_hands_out_the_longest_recorded_files_first():

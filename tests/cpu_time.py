@@ -1,0 +1,31 @@
+"""Each test's CPU time in the JUnit report (a `cpu_s` property), beside pytest's wall time.
+
+CI's machines differ: the same suite took 951 s on one CI run and 3,685 s on another. Wall time alone cannot say
+whether a slow run used more CPU (a slower processor, or a test doing more work) or waited longer (a machine
+shared with others, a test waiting on a bound). CPU time is read from /proc for the worker's process and
+everything under it (Spark's JVM, subprocesses a test starts, the processes they reaped), so
+`scripts/slowest_tests.py` can print both and their ratio.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from benchmarks.machine import tree_cpu_seconds
+
+_STARTED = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_STARTED] = tree_cpu_seconds(os.getpid()) or 0.0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
+    # Before the teardown's report is made: JUnit XML takes a test's properties from that report.
+    if call.when == "teardown" and _STARTED in item.stash:
+        used = (tree_cpu_seconds(os.getpid()) or 0.0) - item.stash[_STARTED]
+        item.user_properties.append(("cpu_s", round(used, 2)))
