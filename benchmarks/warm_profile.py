@@ -2,12 +2,20 @@
 table-dates already (issue 50, item 1: "a warm table-date under 200 ms").
 
     python -m benchmarks.warm_profile [--tables 12] [--warm-up 4] [--files 100] [--rows 100] [--json OUT]
+                                      [--against CHECKOUT] [--cprofile OUT]
 
 The estate shape (`benchmarks.concurrent_tick.build_estate`: a Hadoop catalog, tables of one date of `--files`
 small files) compacted one table-date after another by `MaintenanceRunner.compact` in this process, as `serve`'s
 ticks and `tick --until-idle` run them. Each part is timed by wrapping the function that does it (no profiler, so
 nothing slows the calls down); parts nest (the Spark write is inside the stage), so the table gives each part's
-median and where it sits. The first `--warm-up` table-dates warm the JVM and are not counted.
+median and where it sits. The first `--warm-up` table-dates warm the JVM and are not counted. Each table-date's
+CPU seconds (this process and its JVM, from /proc) are kept beside the wall times: on the shared machine they move
+less with the load.
+
+`--against CHECKOUT` measures two versions side by side in one run: this checkout's code and CHECKOUT's (another git
+worktree), each in a warm process of its own (its own JVM) on its own copy of the estate, the two fed the same
+table-dates alternately (which goes first alternates too), so both meet the same load. `--cprofile OUT` writes
+cProfile's statistics of the counted table-dates' contracts (this checkout's side).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -70,7 +79,10 @@ class Timers:
         *outer, attr = path.split(".")
         for part in outer:
             owner = getattr(owner, part)
-        original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        # a part another checkout does not have (`--against`) is left out of its side
+        original = (owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None))
+        if original is None:
+            return
         if isinstance(original, staticmethod):
             return
         timers = self
@@ -107,60 +119,228 @@ def _alternate_branch_removal(timers: Timers) -> None:
     PendingPublish.attempt = attempt_as_mode  # type: ignore[method-assign]
 
 
-def measure(args) -> dict:
-    shutil.rmtree(WORK, ignore_errors=True)
+def _cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used, from /proc."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    rest = text[text.rindex(")") + 2:].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class WarmProcess:
+    """One warm process's side: the runner, the part timers and its JVM, on the estate copy at `root`."""
+
+    def __init__(self, root: Path, compare_branch_removal: bool = False, cprofile: bool = False):
+        os.environ.setdefault("ICEMAINT_IDENTITY", "benchmark")
+        from icemaint.app.runner import MaintenanceRunner
+        from icemaint.config import load_config
+        from icemaint.engine.spark_session import get_spark
+
+        config_path = root / "icemaint.yaml"
+        config = load_config(str(config_path))
+        self.timers = Timers()
+        for label, module, path, _ in PARTS:
+            self.timers.wrap(label, module, path)
+        self.compare_branch_removal = compare_branch_removal
+        if compare_branch_removal:
+            _alternate_branch_removal(self.timers)
+        self.profile = None
+        if cprofile:
+            import cProfile
+
+            self.profile = cProfile.Profile()
+            self._profile_contract()
+        self.runner = MaintenanceRunner(config, str(config_path))
+        self.jvm_pid = int(get_spark(config)._jvm.java.lang.ProcessHandle.current().pid())
+        self.counted = False
+
+    def _profile_contract(self) -> None:
+        from icemaint.operations.compaction import Compactor
+
+        run, side = Compactor.run, self
+
+        def profiled(*args, **kwargs):
+            if not side.counted:
+                return run(*args, **kwargs)
+            side.profile.enable()
+            try:
+                return run(*args, **kwargs)
+            finally:
+                side.profile.disable()
+
+        Compactor.run = profiled  # type: ignore[method-assign]
+
+    def compact(self, table: str, index: int, counted: bool) -> dict:
+        self.counted = counted
+        self.timers.take()
+        self.timers.mode = "separate" if self.compare_branch_removal and index % 2 else "in_publish"
+        py0, jvm0, t0 = time.process_time(), _cpu_seconds(self.jvm_pid), time.perf_counter()
+        report = self.runner.compact(table, DATE)
+        wall = time.perf_counter() - t0
+        cpu = {"cpu_python": time.process_time() - py0, "cpu_jvm": _cpu_seconds(self.jvm_pid) - jvm0}
+        return {"table": table, "published": bool(report.outcome.get("published")), "load1": os.getloadavg()[0],
+                "parts": self.timers.take(), "wall": wall, **cpu, "branch_removal": self.timers.mode}
+
+
+def _estate(args, sides: list[str]) -> dict[str, Path]:
+    """The estate built once (or `--seed`), copied for each side."""
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
     total = args.tables + args.warm_up
     if args.seed:  # an estate of the same shape another benchmark built (its `wh`), copied
         seed = Path(args.seed)
     else:
-        seed = WORK / "seed"
+        seed = work / "seed"
         seed.mkdir(parents=True)
         log(f"estate: {total} tables of one date of {args.files} files, {args.rows} rows each")
         build_estate(seed, total, args.files, args.rows)
-    root = WORK / "run"
-    root.mkdir(parents=True)
-    shutil.copytree(seed / "wh", root / "wh")
-    config_path = write_config(root, 1)
-    os.environ.setdefault("ICEMAINT_IDENTITY", "benchmark")
+    roots = {}
+    for side in sides:
+        root = work / ("run" if side == "this" else f"run_{side}")
+        root.mkdir(parents=True)
+        shutil.copytree(seed / "wh", root / "wh")
+        write_config(root, 1)
+        roots[side] = root
+    return roots
 
-    from icemaint.app.runner import MaintenanceRunner
-    from icemaint.config import load_config
-    from icemaint.engine.spark_session import get_spark
 
-    config = load_config(str(config_path))
-    timers = Timers()
-    for label, module, path, _ in PARTS:
-        timers.wrap(label, module, path)
-    if args.compare_branch_removal:
-        _alternate_branch_removal(timers)
-    runner = MaintenanceRunner(config, str(config_path))
-    get_spark(config)
+def measure(args) -> dict:
+    total = args.tables + args.warm_up
+    root = _estate(args, ["this"])["this"]
+    side = WarmProcess(root, args.compare_branch_removal, cprofile=bool(args.cprofile))
     tables = [f"ice.t{i:03d}" for i in range(total)]
     rows = []
     load_before = load_average()
     for i, table in enumerate(tables):
-        timers.take()
-        timers.mode = "separate" if args.compare_branch_removal and i % 2 else "in_publish"
-        report = runner.compact(table, DATE)
-        parts = timers.take()
-        published = bool(report.outcome.get("published"))
+        row = side.compact(table, i, counted=i >= args.warm_up)
         if i >= args.warm_up:
-            rows.append({"table": table, "published": published, "load1": os.getloadavg()[0], "parts": parts,
-                         "branch_removal": timers.mode})
-        log(f"{table}{' (warm-up)' if i < args.warm_up else ''}: {parts.get(PARTS[1][0], 0) * 1000:.0f} ms in the "
-            f"contract, {parts.get(PARTS[0][0], 0) * 1000:.0f} ms the run; published {published}")
+            rows.append(row)
+        log(f"{table}{' (warm-up)' if i < args.warm_up else ''}: {row['parts'].get(PARTS[1][0], 0) * 1000:.0f} ms "
+            f"in the contract, {row['wall'] * 1000:.0f} ms the run ({row['cpu_python'] + row['cpu_jvm']:.2f} CPU-s); "
+            f"published {row['published']}")
+    if side.profile is not None:
+        side.profile.dump_stats(args.cprofile)
     check_estate(root, total, args.files, args.rows)
     return {"rows": rows, "tables": args.tables, "warm_up": args.warm_up, "files": args.files,
             "rows_per_file": args.rows, "load_before": load_before, "load_after": load_average(),
             "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes")}
 
 
+def _worker(args) -> int:
+    """`--worker ROOT`: one side of `--against`, fed `index table` lines, answering a JSON line each."""
+    side = WarmProcess(Path(args.worker), cprofile=bool(args.cprofile))
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        index, table = line.split()
+        print(json.dumps(side.compact(table, int(index), counted=int(index) >= args.warm_up)), flush=True)
+    if side.profile is not None:
+        side.profile.dump_stats(args.cprofile)
+    return 0
+
+
+def _start_worker(checkout: Path, root: Path, args, cprofile: str | None) -> subprocess.Popen:
+    # the script by path, with the checkout first on the path: its `icemaint` is the one measured
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(root), "--warm-up", str(args.warm_up)]
+    if cprofile:
+        cmd += ["--cprofile", cprofile]
+    env = {**os.environ, "PYTHONPATH": str(checkout), "ICEMAINT_IDENTITY": "benchmark"}
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return proc
+
+
+def _ask(proc: subprocess.Popen, index: int, table: str) -> dict:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(f"{index} {table}\n")
+    proc.stdin.flush()
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"a worker exited (code {proc.wait()}) at {table}")
+        if line.startswith("{"):
+            return json.loads(line)
+
+
+def measure_against(args) -> dict:
+    total = args.tables + args.warm_up
+    checkouts = {"this": HERE.parent, "against": Path(args.against).resolve()}
+    roots = _estate(args, list(checkouts))
+    procs = {side: _start_worker(checkouts[side], roots[side], args, args.cprofile if side == "this" else None)
+             for side in checkouts}
+    for side, proc in procs.items():
+        _ask_ready(proc, side)
+    tables = [f"ice.t{i:03d}" for i in range(total)]
+    rows: dict[str, list[dict]] = {side: [] for side in checkouts}
+    load_before = load_average()
+    try:
+        for i, table in enumerate(tables):
+            order = list(checkouts) if i % 2 == 0 else list(reversed(checkouts))
+            for side in order:
+                row = _ask(procs[side], i, table)
+                row["side"] = side
+                if i >= args.warm_up:
+                    rows[side].append(row)
+                log(f"{side} {table}{' (warm-up)' if i < args.warm_up else ''}: "
+                    f"{row['parts'].get(PARTS[1][0], 0) * 1000:.0f} ms in the contract, "
+                    f"{row['cpu_python'] + row['cpu_jvm']:.2f} CPU-s the run; published {row['published']}")
+    finally:
+        for proc in procs.values():
+            if proc.stdin:
+                proc.stdin.close()
+            proc.wait(timeout=300)
+    for root in roots.values():
+        check_estate(root, total, args.files, args.rows)
+    return {"rows": rows["this"], "against_rows": rows["against"], "against": str(checkouts["against"]),
+            "commits": {side: _commit_of(path) for side, path in checkouts.items()},
+            "tables": args.tables, "warm_up": args.warm_up, "files": args.files, "rows_per_file": args.rows,
+            "load_before": load_before, "load_after": load_average(),
+            "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes")}
+
+
+def _ask_ready(proc: subprocess.Popen, side: str) -> None:
+    assert proc.stdout is not None
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {side} worker exited (code {proc.wait()}) before it was ready")
+        if line.startswith("{") and json.loads(line).get("ready"):
+            return
+
+
+def _commit_of(checkout: Path) -> str:
+    done = subprocess.run(["git", "-C", str(checkout), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
+    return done.stdout.strip()[:80]
+
+
 def render(result: dict) -> str:
+    if "against_rows" in result:
+        return _render_against(result)
     out = []
     modes = sorted({r.get("branch_removal", "in_publish") for r in result["rows"]})
     for mode in modes:
         rows = [r for r in result["rows"] if r.get("branch_removal", "in_publish") == mode]
         out += [f"branch removal: {mode}", *_table(result, rows), ""]
+    return "\n".join(out)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
+
+
+def _render_against(result: dict) -> str:
+    sides = {"this": result["rows"], "against": result["against_rows"]}
+    out = [f"warm table-dates: {len(result['rows'])} a side (after {result['warm_up']} warm-up), {result['files']} "
+           f"files of {result['rows_per_file']} rows each; load {result['load_before']} -> {result['load_after']}",
+           f"this: {result['commits']['this']}; against: {result['commits']['against']}",
+           "| part (median ms; CPU-s) | this | against |", "|---|---|---|"]
+    for label, _, _, depth in PARTS:
+        values = {side: [r["parts"].get(label, 0.0) * 1000 for r in rows] for side, rows in sides.items()}
+        if not any(any(v) for v in values.values()):
+            continue
+        out.append(f"| {'&nbsp;' * 4 * depth}{label} | {_median(values['this']):.0f} | "
+                   f"{_median(values['against']):.0f} |")
+    for key, what in (("cpu_python", "CPU, Python"), ("cpu_jvm", "CPU, JVM")):
+        out.append(f"| {what} (the run) | {_median([r[key] for r in sides['this']]):.2f} | "
+                   f"{_median([r[key] for r in sides['against']]):.2f} |")
     return "\n".join(out)
 
 
@@ -187,8 +367,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="alternate the staging branch's removal in the publish's swap with a commit of its own")
     parser.add_argument("--from-results", metavar="JSON")
     parser.add_argument("--seed", metavar="DIR", help="copy this estate (a directory holding `wh`) instead of building")
+    parser.add_argument("--against", metavar="CHECKOUT", help="measure CHECKOUT's code side by side with this one's")
+    parser.add_argument("--cprofile", metavar="OUT", help="cProfile statistics of the counted contracts, written here")
+    parser.add_argument("--work", metavar="DIR", default=str(WORK), help="where the estate is built and copied")
+    parser.add_argument("--worker", metavar="ROOT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    result = json.loads(Path(args.from_results).read_text()) if args.from_results else measure(args)
+    if args.worker:
+        return _worker(args)
+    if args.from_results:
+        result = json.loads(Path(args.from_results).read_text())
+    else:
+        result = measure_against(args) if args.against else measure(args)
     if not args.from_results:  # benchmarks.cost_summary reads the newest
         stamp = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M}"
         out = Path(args.json) if args.json else HERE / "results" / f"warm_profile_{stamp}.json"

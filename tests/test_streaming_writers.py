@@ -171,6 +171,34 @@ def test_a_compaction_makes_two_table_commits_stage_and_publish(spark, config, t
     assert _refs_before_last(tbl) == [outcome.staged[0].branch], "the branch was gone before the publish"
 
 
+def test_an_uncontended_publish_swaps_in_the_rewrite_it_prepared(spark, config, table_name, monkeypatch):
+    """No writer between the publish's prepare and its swap: the swap commits the snapshot the prepare applied (one
+    `apply()`, one manifest list), instead of applying it again on a table that had not moved; every row is kept and
+    the staging branch goes in the swap, with nothing written beside the committed snapshot's files."""
+    from test_staged_publish import DATE, compactor, reader_ids, simulate
+    from icemaint.engine import publish as publish_engine
+    from icemaint.operations.compaction import CompactionRequest
+
+    sim = simulate(spark, config, table_name, batches=3)  # min_input_files 3
+    lists_at_swap = []
+    monkeypatch.setattr(publish_engine, "before_swap", lambda pending: lists_at_swap.append(
+        list(pending._manifest_lists)))
+    tdir = Path(str(CatalogReader(config).load(table_name).metadata.location).removeprefix("file:"))
+    lists_before = _files_under(tdir, ".avro")
+    outcome = compactor(config, spark).run(CompactionRequest(table_name, DATE))
+    assert outcome.published and outcome.publish_attempts == 1, outcome.reason
+    assert len(lists_at_swap) == 1 and len(lists_at_swap[0]) == 1, lists_at_swap  # one apply, its list swapped in
+    assert sorted(reader_ids(config, table_name)) == sorted(sim.ledger.expected_ids())
+    tbl = CatalogReader(config).load(table_name)
+    assert tbl.current_snapshot().manifest_list.endswith(Path(lists_at_swap[0][0]).name)
+    assert [name for name in tbl.metadata.refs if name != "main"] == []
+    referenced = set()
+    for snap in tbl.metadata.snapshots:
+        referenced.add(Path(snap.manifest_list).name)
+        referenced.update(Path(m.manifest_path).name for m in snap.manifests(tbl.io))
+    assert not _files_under(tdir, ".avro") - lists_before - referenced
+
+
 def _refs_before_last(tbl) -> list[str]:
     """The ref names of the table's metadata version before the current one."""
     from pyiceberg.serializers import FromInputFile

@@ -349,14 +349,16 @@ class FedRows:
     digest: SnapshotDigest
     file_hash_sum: int
     sample_fraction: float
+    columns: tuple[str, ...] = ()  # the fed rows' columns, as the writer got them
 
 
 class FeedDigest:
     """A digest being taken while a writer consumes the rows; `result` once the write has finished."""
 
     def __init__(self, observation, aggregates: list[Aggregate], snapshot_id: int, started: float,
-                 sample_fraction: float):
+                 sample_fraction: float, columns: tuple[str, ...] = ()):
         self.sample_fraction = sample_fraction
+        self.columns = columns
         self._observation = observation
         self._aggregates = aggregates
         self._snapshot_id = int(snapshot_id)
@@ -390,7 +392,7 @@ class FeedDigest:
                                 aggregates=aggregate_values(self._aggregates, values[1:1 + n_exprs]),
                                 sample=sample, read=read)
         return FedRows(digest=digest, file_hash_sum=int(high or 0) * 2**32 + int(low or 0),
-                       sample_fraction=self.sample_fraction)
+                       sample_fraction=self.sample_fraction, columns=self.columns)
 
 
 def can_feed(rows) -> bool:
@@ -439,7 +441,8 @@ def digest_feed(rows, snapshot_id: int, *, sample_fraction: float, seed: int):
            .selectExpr("*", sample)
            .observe(observation, *[F.expr(e).alias(f"m{i}") for i, e in enumerate(exprs)])
            .drop(fp1, file_hash, picked))
-    return fed, FeedDigest(observation, aggregates, snapshot_id, started, sample_fraction)
+    return fed, FeedDigest(observation, aggregates, snapshot_id, started, sample_fraction,
+                           columns=tuple(f.name for f in rows.schema.fields))
 
 
 def spark_xxhash64(text: str) -> int:

@@ -68,6 +68,7 @@ class PendingPublish:
         self.validated_from = int(base_snapshot_id)
         self.attempts_made = 0
         self._manifest_lists: list[str] = []  # written by each attempt's apply()
+        self._prepared = None  # `prepare`'s snapshot, which the first attempt swaps in as it is
         self.committed_snapshot_id: int | None = None
 
     def skip_manifest_merge(self) -> bool:
@@ -118,6 +119,7 @@ class PendingPublish:
         self._manifest_lists.append(str(snapshot.manifestListLocation()))
         if snapshot.parentId() is not None:  # validated up to there, as after a lost race
             self.validated_from = int(snapshot.parentId())
+        self._prepared = snapshot
 
     def attempt(self) -> int:
         """Applies the rewrite to the refreshed table and swaps main to it; the new snapshot's id.
@@ -128,9 +130,15 @@ class PendingPublish:
         from py4j.protocol import Py4JJavaError
 
         self.attempts_made += 1
-        self.rewrite.validateFromSnapshot(self.validated_from)
-        snapshot = self.rewrite.apply()  # refreshes the table's operations: their current() is this base
-        self._manifest_lists.append(str(snapshot.manifestListLocation()))
+        snapshot, self._prepared = self._prepared, None
+        if snapshot is None:
+            self.rewrite.validateFromSnapshot(self.validated_from)
+            snapshot = self.rewrite.apply()  # refreshes the table's operations: their current() is this base
+            self._manifest_lists.append(str(snapshot.manifestListLocation()))
+        # else `prepare` applied it just now on these operations' current() (nothing refreshed them since): applying
+        # it again read the table and wrote a manifest list once more for the same snapshot. The swap below is the
+        # catalog's compare-and-swap from that base either way: a commit that landed meanwhile makes it fail (a lost
+        # race), and the next attempt applies afresh.
         ops = self.table.operations()
         base = ops.current()
         parent = snapshot.parentId()
@@ -157,7 +165,12 @@ class PendingPublish:
         return self.committed_snapshot_id
 
     def landed(self) -> None:
-        """After the commit landed: removes the files the lost attempts wrote (as `SnapshotProducer.commit` does)."""
+        """After the commit landed: removes the files the lost attempts wrote (as `SnapshotProducer.commit` does).
+        With one `apply()` made, every file it wrote is in the committed snapshot: there is nothing to remove, and
+        the table is not read again for it."""
+        if len(self._manifest_lists) <= 1:
+            self._manifest_lists.clear()
+            return
         saved = self.table.operations().refresh().snapshot(self.committed_snapshot_id)
         if saved is None:  # not readable yet (an eventually consistent store): keep the files, as Iceberg does
             return

@@ -125,6 +125,7 @@ class StagingArea:
         self._table = None
         self._task_sets: list[str] = []
         self._weights: dict[str, int] = {}  # a planned file's scan weight (bytes), when planned in bulk
+        self._removed_by_publish: set[str] = set()  # staging branches a landed publish's swap removed
 
     @property
     def jvm(self):
@@ -403,6 +404,8 @@ class StagingArea:
             raise StagingError(f"publish of {self.name.key}: {exc}") from exc
         if pending.committed_snapshot_id is not None:
             pending.landed()
+            if pending.remove_branch is not None:  # the swap that landed left the branch out of main's metadata
+                self._removed_by_publish.add(pending.remove_branch)
         found = self.find_published(staged.staged_snapshot_id)
         if found is None:
             raise PublishStateUnknown(f"publish of {self.name.key} returned but its snapshot is not in the table")
@@ -454,7 +457,10 @@ class StagingArea:
         return None if snap is None else Published(int(snap.snapshotId()), int(snap.sequenceNumber()))
 
     def discard(self, branch: str) -> None:
-        """Removes a staging branch (no-op when it is gone); its files are reclaimed by expiry."""
+        """Removes a staging branch (no-op when it is gone); its files are reclaimed by expiry. A branch the publish's
+        swap removed is known gone without reading the table again."""
+        if branch in self._removed_by_publish:
+            return
         commit_ref_change(self.table, lambda t: t.manageSnapshots().removeBranch(branch)
                           if t.refs().containsKey(branch) else None)
 

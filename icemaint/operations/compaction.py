@@ -161,7 +161,7 @@ class Compactor(ContractOperation):
 
     def _act(self, request: CompactionRequest, run: ContractRun, date: str | None, outcome: CompactionOutcome) -> None:
         try:
-            self._run_claimed(request, run.name, date, run.policy, run.identity, outcome)
+            self._run_claimed(request, run.name, date, run.policy, run.identity, outcome, loaded=run.loaded)
         finally:
             if outcome.period_key:
                 outcome.reason = (f"{outcome.reason} [{date} lies in a month or year partition: the whole period "
@@ -169,12 +169,13 @@ class Compactor(ContractOperation):
 
     # -- steps ------------------------------------------------------------------------------
     def _decide(self, name: TableName, date: str | None, policy, identity: str, approved: bool,
-                trigger: str | None = None) -> tuple[TableHealth, Decision, bool]:
-        """Health now, the decision for the period holding `date` (`decision.date` is its key), or
+                trigger: str | None = None, loaded=None) -> tuple[TableHealth, Decision, bool]:
+        """Health now (of `loaded`, the table as the contract just read it under the claim, else read here), the
+        decision for the period holding `date` (`decision.date` is its key), or
         with no date for the partitions of a table without a time column, and whether the run is approved (at
         launch, or by an operator's `icemaint approve`): the plan chooses partitions with the same approval.
         An automatic trigger's run is also held where automation's runs would repeat a failure (`held_runs`)."""
-        health = self.reader.health(name.key)
+        health = self.reader.health(name.key, loaded=loaded)
         records = self.audit.records(table=name.key)
         past = [r.details for r in records if r.operation == "compact" and r.decision == RUN
                 and r.details.get("rewrite_seconds")]
@@ -193,15 +194,17 @@ class Compactor(ContractOperation):
             return health, decide_layout_compaction(health, policy, gates), approved
         return health, decide_compaction(health, date, policy, gates), approved
 
-    def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome) -> None:
+    def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome, loaded=None) -> None:
         # Spark starts only for work: a dry run or a date that is not due decides from metadata alone, and
         # a dry run only names the staging a dead run left.
         staging = StagingArea(self.spark, self.config.catalog.name, name, request.run_id or uuid.uuid4().hex,
                               race_timeout_seconds=policy.publish_timeout_seconds)
-        if not request.dry_run and self._stale_staging_names(name):
+        if not request.dry_run and self._stale_staging_names(name, loaded):
             self._clean_stale_staging(name, request, identity, outcome)
+            loaded = None  # the clean-up committed: health reads the table as it left it
         t0 = time.perf_counter()
-        health, decision, approved = self._decide(name, date, policy, identity, request.approved, request.trigger)
+        health, decision, approved = self._decide(name, date, policy, identity, request.approved, request.trigger,
+                                                  loaded=loaded)
         outcome.durations["plan_seconds"] = round(time.perf_counter() - t0, 3)
         if date is not None and decision.date != date:
             # A month (year) partition is maintained whole, keyed by its first day.
@@ -458,11 +461,12 @@ class Compactor(ContractOperation):
             outcome.committed_snapshot_ids.append(landed.snapshot_id)
             outcome.after_snapshot_id = landed.snapshot_id
 
-    def _stale_staging_names(self, name: TableName) -> list[str]:
-        """Staging branches on the table, read from its metadata (no Spark)."""
+    def _stale_staging_names(self, name: TableName, loaded=None) -> list[str]:
+        """Staging branches on the table, read from its metadata (no Spark; `loaded`: as already read)."""
         from icemaint.engine.staging import STAGE_PREFIX
 
-        return sorted(ref for ref in self.reader.load(name.key).metadata.refs if ref.startswith(STAGE_PREFIX))
+        table = loaded if loaded is not None else self.reader.load(name.key)
+        return sorted(ref for ref in table.metadata.refs if ref.startswith(STAGE_PREFIX))
 
     def _clean_stale_staging(self, name: TableName, request, identity: str, outcome: CompactionOutcome) -> None:
         """Under the claim no staging of ours is live: any staging branch left is a dead run's. Remove and audit it."""

@@ -86,6 +86,9 @@ class ContractRun:
     metadata_location: str
     started: float
     claim_holder: str | None = None  # set when the claim was busy
+    # the pyiceberg table as the shell read it under the claim, just before the act (None: not read): the act's own
+    # first look at the table starts from it instead of reading the same metadata again
+    loaded: object = None
 
 
 class OperatingContract(Generic[Outcome]):
@@ -166,7 +169,7 @@ class OperatingContract(Generic[Outcome]):
                 waited += step
         try:
             interrupts.check()  # a Ctrl-C swallowed before the claim was taken still stops the run here
-            self._begin(run, outcome, claim.holder, run_id, progress)
+            run = replace(run, loaded=self._begin(run, outcome, claim.holder, run_id, progress))
             act(run, outcome)
         except Exception as exc:
             outcome.decision = FAILED
@@ -206,9 +209,10 @@ class OperatingContract(Generic[Outcome]):
         return f"{text}; main is at snapshot {now}"
 
     def _begin(self, run: ContractRun, outcome, holder: str, run_id: str | None,
-               progress: Callable[[str], None]) -> None:
-        """Under the claim, before the act: verify main's lineage, then store the started marker."""
-        main_id, lineage = None, {}
+               progress: Callable[[str], None]):
+        """Under the claim, before the act: verify main's lineage, then store the started marker; the table as read
+        for it (None when it could not be read)."""
+        main_id, lineage, table = None, {}, None
         try:
             table = self.reader.load(run.name.key)
             snapshot = table.current_snapshot()
@@ -218,7 +222,7 @@ class OperatingContract(Generic[Outcome]):
             lineage = {"checked_snapshots": len(snapshots), "unproven": [u["snapshot_id"] for u in unproven]}
         except Exception as exc:  # the act reads the table too and fails loudly if it cannot; noted here
             log.warning("%s: main's lineage could not be verified: %s", run.name.key, exc)
-            unproven, lineage = [], {"error": f"{type(exc).__name__}: {first_line(exc)}"}
+            unproven, lineage, table = [], {"error": f"{type(exc).__name__}: {first_line(exc)}"}, None
         if unproven:
             self._report_unproven(run, unproven, run_id, progress)
         self.audit.append(AuditRecord(
@@ -227,6 +231,7 @@ class OperatingContract(Generic[Outcome]):
             reason=f"started under claim {holder} with main at snapshot {main_id}",
             details={"process": ProcessRef.current().to_dict(), "claim_holder": holder,
                      "metadata_location": run.metadata_location, "lineage": lineage}))
+        return table
 
     def _report_unproven(self, run: ContractRun, unproven: list[dict], run_id: str | None,
                          progress: Callable[[str], None]) -> None:

@@ -48,6 +48,9 @@ def _boot_time() -> float | None:
     return None
 
 
+_CURRENT: dict[int, "ProcessRef"] = {}
+
+
 @dataclass(frozen=True)
 class ProcessRef:
     """A process as another process can check it later: pid and host, plus how to tell a reused pid.
@@ -64,9 +67,13 @@ class ProcessRef:
 
     @classmethod
     def current(cls) -> "ProcessRef":
-        """This process."""
-        pid, stat, boot = os.getpid(), _proc_stat(os.getpid()), _boot_id()
-        return cls(pid, socket.gethostname(), f"{boot}:{stat[1]}" if stat and boot else None)
+        """This process (read from /proc once per process: every run under the contract names it)."""
+        pid = os.getpid()  # a forked child is another process: keyed by pid
+        found = _CURRENT.get(pid)
+        if found is None:
+            stat, boot = _proc_stat(pid), _boot_id()
+            found = _CURRENT[pid] = cls(pid, socket.gethostname(), f"{boot}:{stat[1]}" if stat and boot else None)
+        return found
 
     def to_dict(self) -> dict:
         return {"pid": self.pid, "host": self.host, "start": self.start}
