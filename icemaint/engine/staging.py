@@ -40,7 +40,7 @@ from icemaint.engine.digest import can_feed
 from icemaint.engine.java import (CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, _java_list, _with_files,
                                   dropping_interrupted_call, find_on_main, is_interrupt, iterate_java, java_class,
                                   java_exception_class, java_root_message, listed_java, one_java_line)
-from icemaint.engine.planning import dangling_deletes, date_filter, plan_files
+from icemaint.engine.planning import TasksOf, dangling_deletes, data_files_of, date_filter, java_tasks, plan_files
 from icemaint.engine.publish import PendingPublish, PublishBaseMoved
 from icemaint.engine.relayout import ordered_rows, with_sort_order
 from icemaint.engine.spark_session import iceberg_table
@@ -90,6 +90,7 @@ class StagedRewrite:
     _removed_deletes: list = field(default_factory=list, repr=False)  # DeleteFiles the publish removes
     _scan_filter: object = field(default=None, repr=False)  # the date's filter (position deletes' after side)
     _old_task_set: str | None = field(default=None, repr=False)  # the staged scan-task set of `_old_tasks`
+    _old_java_tasks: object = field(default=None, repr=False)  # `_old_tasks` as the Java list staged, when kept
     applied_deletes: int = 0  # delete files that applied to the replaced data files (their rewrite applies them)
     # The old rows' digest taken by the read that fed the writer (`digest.digest_feed`), with the replaced
     # files' record counts from their manifests, which that read must account for; None when not fed.
@@ -191,9 +192,12 @@ class StagingArea:
         return self._read_set(self._stage_tasks(tasks), split_size)
 
     def _stage_tasks(self, tasks: list) -> str:
+        return self._stage_java_tasks(_java_list(self.jvm, tasks))
+
+    def _stage_java_tasks(self, tasks) -> str:
         set_id = f"icemaint-{uuid.uuid4().hex}"
         manager = java_class(self.jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get()
-        manager.stageTasks(self.table(refresh=False), set_id, _java_list(self.jvm, tasks))
+        manager.stageTasks(self.table(refresh=False), set_id, tasks)
         self.track_task_set(set_id)
         return set_id
 
@@ -264,11 +268,13 @@ class StagingArea:
         The branch is opened only once the rows to write are planned (read, digested, ordered): a table or a policy
         the read or the order cannot take fails before it, with the table's metadata untouched; a failure from the
         branch on removes the branch again."""
-        tasks = [tasks_by_path[f.path] for f in group.files]
+        paths = [f.path for f in group.files]
+        tasks = TasksOf(tasks_by_path, paths)  # each task crosses Py4J only if read (the Java list is what is used)
         # A task's size counts its delete files too: split by what the reader will weigh.
-        splits = read_splits([self._weights[f.path] if f.path in self._weights else int(t.sizeBytes())
-                              for f, t in zip(group.files, tasks)], group.total_bytes, target_file_size_bytes)
-        set_id = self._stage_tasks(tasks)
+        splits = read_splits([self._weights[f.path] if f.path in self._weights else int(tasks_by_path[f.path].sizeBytes())
+                              for f in group.files], group.total_bytes, target_file_size_bytes)
+        old_java_tasks = java_tasks(self.jvm, tasks_by_path, paths)
+        set_id = self._stage_java_tasks(old_java_tasks)
         rows = self._read_set(set_id, split_size=splits.split_bytes, lookback=splits.lookback)
         fed = None
         # A layout rewrite range-partitions its rows, whose sampling reads them once more: it is not fed.
@@ -304,6 +310,7 @@ class StagingArea:
                 dangling_deletes=tuple(str(d.location()) for d in dangling),
                 replaced_bytes=group.total_bytes, applied_deletes=sum(f.delete_files for f in group.files),
                 _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id,
+                _old_java_tasks=old_java_tasks,
                 feed=fed, replaced_rows={f.path: f.record_count for f in group.files} if fed is not None else {},
                 codec=codec, relayout=group.layout is not None)
 
@@ -416,8 +423,13 @@ class StagingArea:
         rewrite = tbl.newRewrite().validateFromSnapshot(staged.base_snapshot_id)
         if staged.target == "data":
             rewrite = rewrite.dataSequenceNumber(staged.base_sequence_number)
-            for task in staged._old_tasks:
-                rewrite = rewrite.deleteFile(task.file())
+            replaced = None if staged._old_java_tasks is None else data_files_of(self.jvm, staged._old_java_tasks)
+            if replaced is not None:  # one Py4J call, not two a file (0.3-0.9 s for 3,000 files)
+                empty = java_class(self.jvm, "java.util.HashSet")
+                rewrite = rewrite.rewriteFiles(replaced, empty(), empty(), empty())
+            else:
+                for task in staged._old_tasks:
+                    rewrite = rewrite.deleteFile(task.file())
         for delete in staged._removed_deletes:
             rewrite = rewrite.deleteFile(delete)
         for new in staged._new_files:
