@@ -28,6 +28,7 @@ import datetime as dt
 import logging
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -85,7 +86,7 @@ class StagedRewrite:
     target: str = "data"
     # The scan tasks of the rows the proof compares, as of S: the replaced data files, or the data files
     # the replaced position deletes apply to.
-    _old_tasks: list = field(default_factory=list, repr=False)
+    _old_tasks: Sequence = field(default_factory=list, repr=False)
     _new_files: list = field(default_factory=list, repr=False)  # DataFiles, or DeleteFiles
     _removed_deletes: list = field(default_factory=list, repr=False)  # DeleteFiles the publish removes
     _scan_filter: object = field(default=None, repr=False)  # the date's filter (position deletes' after side)
@@ -146,7 +147,7 @@ class StagingArea:
 
     # -- planning --------------------------------------------------------------------------
     def plan_date_files(self, snapshot_id: int, column: str, column_type: str, start: dt.date, end: dt.date
-                        ) -> tuple[list[CandidateFile], dict]:
+                        ) -> tuple[list[CandidateFile], Mapping]:
         """The data files holding rows in [start, end) as of `snapshot_id`, across every partition spec.
 
         Returns:
@@ -164,14 +165,14 @@ class StagingArea:
         """Iceberg's expression for rows in [start, end) of the time column."""
         return date_filter(self.jvm, column, column_type, start, end)
 
-    def plan_table_files(self, snapshot_id: int) -> tuple[list[CandidateFile], dict]:
+    def plan_table_files(self, snapshot_id: int) -> tuple[list[CandidateFile], Mapping]:
         """Every data file of the table as of `snapshot_id` (a table maintained per partition, not per date)."""
         return self._plan(self.table().newScan().useSnapshot(int(snapshot_id)), snapshot_id)
 
     def current_spec_id(self) -> int:
         return int(self.table(refresh=False).spec().specId())
 
-    def _plan(self, scan, snapshot_id: int | None = None) -> tuple[list[CandidateFile], dict]:
+    def _plan(self, scan, snapshot_id: int | None = None) -> tuple[list[CandidateFile], Mapping]:
         planned = plan_files(self.jvm, self.table(refresh=False), scan, snapshot_id, self.name.key)
         self._weights = planned.weights  # a re-plan (after a publish conflict) weighs its own tasks
         return planned.candidates, planned.tasks
@@ -186,12 +187,12 @@ class StagingArea:
         return int(self.table(refresh=False).snapshot(int(snapshot_id)).sequenceNumber())
 
     # -- staging ---------------------------------------------------------------------------
-    def read_tasks(self, tasks: list, split_size: int | None = None):
+    def read_tasks(self, tasks: Sequence, split_size: int | None = None):
         """A DataFrame over exactly these scan tasks (deletes attached to them applied; on a format v3
         table with the row-lineage columns `_row_id` and `_last_updated_sequence_number`)."""
         return self._read_set(self._stage_tasks(tasks), split_size)
 
-    def _stage_tasks(self, tasks: list) -> str:
+    def _stage_tasks(self, tasks: Sequence) -> str:
         return self._stage_java_tasks(_java_list(self.jvm, tasks))
 
     def _stage_java_tasks(self, tasks) -> str:
@@ -256,7 +257,7 @@ class StagingArea:
         """A scan-task set staged elsewhere (e.g. of a metadata table), released with this area's reads."""
         self._task_sets.append(set_id)
 
-    def stage(self, group: FileGroup, tasks_by_path: dict, base_snapshot_id: int, *, target_file_size_bytes: int,
+    def stage(self, group: FileGroup, tasks_by_path: Mapping, base_snapshot_id: int, *, target_file_size_bytes: int,
               strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0,
               feed=None) -> StagedRewrite:
         """Writes the group's replacement files to a new staging branch at `base_snapshot_id`.
