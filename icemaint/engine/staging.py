@@ -193,12 +193,14 @@ class StagingArea:
         return self._read_set(self._stage_tasks(tasks), split_size)
 
     def _stage_tasks(self, tasks: Sequence) -> str:
-        return self._stage_java_tasks(_java_list(self.jvm, tasks))
+        """Stages the tasks as a scan-task set: a Java list as it is (one Py4J call), else listed one by one."""
+        from py4j.java_collections import JavaList
+        from py4j.java_gateway import JavaObject
 
-    def _stage_java_tasks(self, tasks) -> str:
         set_id = f"icemaint-{uuid.uuid4().hex}"
         manager = java_class(self.jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get()
-        manager.stageTasks(self.table(refresh=False), set_id, tasks)
+        manager.stageTasks(self.table(refresh=False), set_id,
+                           tasks if isinstance(tasks, (JavaList, JavaObject)) else _java_list(self.jvm, tasks))
         self.track_task_set(set_id)
         return set_id
 
@@ -275,7 +277,7 @@ class StagingArea:
         splits = read_splits([self._weights[f.path] if f.path in self._weights else int(tasks_by_path[f.path].sizeBytes())
                               for f in group.files], group.total_bytes, target_file_size_bytes)
         old_java_tasks = java_tasks(self.jvm, tasks_by_path, paths)
-        set_id = self._stage_java_tasks(old_java_tasks)
+        set_id = self._stage_tasks(old_java_tasks)
         rows = self._read_set(set_id, split_size=splits.split_bytes, lookback=splits.lookback)
         fed = None
         # A layout rewrite range-partitions its rows, whose sampling reads them once more: it is not fed.
