@@ -1,7 +1,7 @@
 """Runs every benchmark section in one process and writes benchmarks/RESULTS.md.
 
     python -m benchmarks.run [--quick] [--out benchmarks/RESULTS.md] [--note TEXT] [--keep-data]
-                             [--before REV] [--skip-sensor]
+                             [--before REV] [--skip-sensor] [--sizes large]
     python -m benchmarks.run --from-results benchmarks/.work/results.json   # re-render only
 
 Compaction is measured for two versions in the same run: the working tree ("after") and REV
@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None,
                         help="repetitions per figure (default: 3 in full mode, 1 with --quick)")
     parser.add_argument("--skip-sensor", action="store_true", help="leave out section 5 (the sensor tick)")
+    parser.add_argument("--sizes", nargs="+", choices=[c.label for c in FULL.cases], default=None,
+                        help="measure only these table sizes (e.g. `--sizes large`; default: every size)")
     parser.add_argument("--from-results", metavar="JSON",
                         help="only render --out from a previous run's raw figures (benchmarks/.work/results.json)")
     args = parser.parse_args(argv)
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.reps < 1:
             parser.error("--reps must be >= 1")
         mode = Mode(mode.name, args.reps, mode.cases, mode.sensor_tables)
+    if args.sizes:
+        mode = Mode(mode.name, mode.reps, tuple(c for c in mode.cases if c.label in args.sizes), mode.sensor_tables)
     log = Log()
     os.environ.setdefault("ICEMAINT_IDENTITY", "benchmark")
 

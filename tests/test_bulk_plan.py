@@ -63,3 +63,37 @@ def test_a_snapshot_with_deletes_is_planned_file_by_file(spark, config, table_na
     assert bulk == one_by_one and same_tasks
     assert sum(c.delete_files for c in bulk) == 1
     assert not weighed  # the summary counts a delete file: no bulk plan
+
+
+def test_a_bulk_planned_date_is_staged_and_published_from_its_java_list(spark, config, table_name):
+    """All of a bulk plan's files are staged from the plan's own Java list and their data files collected in the
+    JVM for the publish (no Py4J call per file, 0.6-1.2 s at 3,000 files), and the publish replaces exactly them."""
+    from icemaint.domain.rewrite_plan import FileGroup
+    from icemaint.engine.planning import PlannedTasks, data_files_of
+
+    name = TableName.parse(table_name)
+    table_sql = name.sql(config.catalog.name)
+    spark.sql(f"CREATE TABLE {table_sql} (id BIGINT, ts TIMESTAMP) USING iceberg PARTITIONED BY (days(ts)) "
+              "TBLPROPERTIES ('format-version'='2')")
+    for i in range(4):
+        spark.sql(f"INSERT INTO {table_sql} VALUES ({2 * i}, TIMESTAMP '2024-05-01 0{i}:00:00'), "
+                  f"({2 * i + 1}, TIMESTAMP '2024-05-02 0{i}:30:00')")
+    snapshot = current_snapshot(spark, table_sql)
+    area = StagingArea(spark, config.catalog.name, name, "javalist")
+    candidates, tasks = area.plan_date_files(snapshot, "ts", "timestamptz", DAY, DAY + dt.timedelta(days=1))
+    assert isinstance(tasks, PlannedTasks) and len(candidates) == 4
+    paths = [c.path for c in candidates]
+    replaced = data_files_of(area.jvm, tasks.java_list(paths))
+    assert replaced is not None and sorted(str(f.location()) for f in replaced) == sorted(paths)
+
+    group = FileGroup(files=tuple(candidates))
+    staged = area.stage(group, tasks, snapshot, target_file_size_bytes=128 * 1024 * 1024)
+    assert staged._old_java_tasks is tasks.java_list(paths) and not tasks._fetched  # no task fetched one by one
+    published = area.publish(staged, {"test": "javalist"})
+    area.discard(staged.branch)
+    live = {r["file_path"] for r in spark.sql(
+        f"SELECT file_path FROM {table_sql}.files WHERE partition.ts_day = DATE '2024-05-01'").collect()}
+    assert live == set(staged.new_files) and not live & set(paths)
+    assert current_snapshot(spark, table_sql) == published.snapshot_id
+    ids = sorted(r["id"] for r in spark.sql(f"SELECT id FROM {table_sql}").collect())
+    assert ids == list(range(8))  # the other date's rows untouched, the date's kept

@@ -28,6 +28,7 @@ import datetime as dt
 import logging
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -40,7 +41,7 @@ from icemaint.engine.digest import can_feed
 from icemaint.engine.java import (CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, _java_list, _with_files,
                                   dropping_interrupted_call, find_on_main, is_interrupt, iterate_java, java_class,
                                   java_exception_class, java_root_message, listed_java, one_java_line)
-from icemaint.engine.planning import dangling_deletes, date_filter, plan_files
+from icemaint.engine.planning import TasksOf, dangling_deletes, data_files_of, date_filter, java_tasks, plan_files
 from icemaint.engine.publish import PendingPublish, PublishBaseMoved
 from icemaint.engine.relayout import ordered_rows, with_sort_order
 from icemaint.engine.spark_session import iceberg_table
@@ -85,11 +86,12 @@ class StagedRewrite:
     target: str = "data"
     # The scan tasks of the rows the proof compares, as of S: the replaced data files, or the data files
     # the replaced position deletes apply to.
-    _old_tasks: list = field(default_factory=list, repr=False)
+    _old_tasks: Sequence = field(default_factory=list, repr=False)
     _new_files: list = field(default_factory=list, repr=False)  # DataFiles, or DeleteFiles
     _removed_deletes: list = field(default_factory=list, repr=False)  # DeleteFiles the publish removes
     _scan_filter: object = field(default=None, repr=False)  # the date's filter (position deletes' after side)
     _old_task_set: str | None = field(default=None, repr=False)  # the staged scan-task set of `_old_tasks`
+    _old_java_tasks: object = field(default=None, repr=False)  # `_old_tasks` as the Java list staged, when kept
     applied_deletes: int = 0  # delete files that applied to the replaced data files (their rewrite applies them)
     # The old rows' digest taken by the read that fed the writer (`digest.digest_feed`), with the replaced
     # files' record counts from their manifests, which that read must account for; None when not fed.
@@ -146,7 +148,7 @@ class StagingArea:
 
     # -- planning --------------------------------------------------------------------------
     def plan_date_files(self, snapshot_id: int, column: str, column_type: str, start: dt.date, end: dt.date
-                        ) -> tuple[list[CandidateFile], dict]:
+                        ) -> tuple[list[CandidateFile], Mapping]:
         """The data files holding rows in [start, end) as of `snapshot_id`, across every partition spec.
 
         Returns:
@@ -164,14 +166,14 @@ class StagingArea:
         """Iceberg's expression for rows in [start, end) of the time column."""
         return date_filter(self.jvm, column, column_type, start, end)
 
-    def plan_table_files(self, snapshot_id: int) -> tuple[list[CandidateFile], dict]:
+    def plan_table_files(self, snapshot_id: int) -> tuple[list[CandidateFile], Mapping]:
         """Every data file of the table as of `snapshot_id` (a table maintained per partition, not per date)."""
         return self._plan(self.table().newScan().useSnapshot(int(snapshot_id)), snapshot_id)
 
     def current_spec_id(self) -> int:
         return int(self.table(refresh=False).spec().specId())
 
-    def _plan(self, scan, snapshot_id: int | None = None) -> tuple[list[CandidateFile], dict]:
+    def _plan(self, scan, snapshot_id: int | None = None) -> tuple[list[CandidateFile], Mapping]:
         planned = plan_files(self.jvm, self.table(refresh=False), scan, snapshot_id, self.name.key)
         self._weights = planned.weights  # a re-plan (after a publish conflict) weighs its own tasks
         return planned.candidates, planned.tasks
@@ -186,15 +188,20 @@ class StagingArea:
         return int(self.table(refresh=False).snapshot(int(snapshot_id)).sequenceNumber())
 
     # -- staging ---------------------------------------------------------------------------
-    def read_tasks(self, tasks: list, split_size: int | None = None):
+    def read_tasks(self, tasks: Sequence, split_size: int | None = None):
         """A DataFrame over exactly these scan tasks (deletes attached to them applied; on a format v3
         table with the row-lineage columns `_row_id` and `_last_updated_sequence_number`)."""
         return self._read_set(self._stage_tasks(tasks), split_size)
 
-    def _stage_tasks(self, tasks: list) -> str:
+    def _stage_tasks(self, tasks: Sequence) -> str:
+        """Stages the tasks as a scan-task set: a Java list as it is (one Py4J call), else listed one by one."""
+        from py4j.java_collections import JavaList
+        from py4j.java_gateway import JavaObject
+
         set_id = f"icemaint-{uuid.uuid4().hex}"
         manager = java_class(self.jvm, "org.apache.iceberg.spark.ScanTaskSetManager").get()
-        manager.stageTasks(self.table(refresh=False), set_id, _java_list(self.jvm, tasks))
+        manager.stageTasks(self.table(refresh=False), set_id,
+                           tasks if isinstance(tasks, (JavaList, JavaObject)) else _java_list(self.jvm, tasks))
         self.track_task_set(set_id)
         return set_id
 
@@ -253,7 +260,7 @@ class StagingArea:
         """A scan-task set staged elsewhere (e.g. of a metadata table), released with this area's reads."""
         self._task_sets.append(set_id)
 
-    def stage(self, group: FileGroup, tasks_by_path: dict, base_snapshot_id: int, *, target_file_size_bytes: int,
+    def stage(self, group: FileGroup, tasks_by_path: Mapping, base_snapshot_id: int, *, target_file_size_bytes: int,
               strategy: str = "binpack", sort_keys: tuple[SortKey, ...] = (), index: int = 0,
               feed=None) -> StagedRewrite:
         """Writes the group's replacement files to a new staging branch at `base_snapshot_id`.
@@ -265,11 +272,13 @@ class StagingArea:
         The branch is opened only once the rows to write are planned (read, digested, ordered): a table or a policy
         the read or the order cannot take fails before it, with the table's metadata untouched; a failure from the
         branch on removes the branch again."""
-        tasks = [tasks_by_path[f.path] for f in group.files]
+        paths = [f.path for f in group.files]
+        tasks = TasksOf(tasks_by_path, paths)  # each task crosses Py4J only if read (the Java list is what is used)
         # A task's size counts its delete files too: split by what the reader will weigh.
-        splits = read_splits([self._weights[f.path] if f.path in self._weights else int(t.sizeBytes())
-                              for f, t in zip(group.files, tasks)], group.total_bytes, target_file_size_bytes)
-        set_id = self._stage_tasks(tasks)
+        splits = read_splits([self._weights[f.path] if f.path in self._weights else int(tasks_by_path[f.path].sizeBytes())
+                              for f in group.files], group.total_bytes, target_file_size_bytes)
+        old_java_tasks = java_tasks(self.jvm, tasks_by_path, paths)
+        set_id = self._stage_tasks(old_java_tasks)
         rows = self._read_set(set_id, split_size=splits.split_bytes, lookback=splits.lookback)
         fed = None
         # A layout rewrite range-partitions its rows, whose sampling reads them once more: it is not fed.
@@ -305,6 +314,7 @@ class StagingArea:
                 dangling_deletes=tuple(str(d.location()) for d in dangling),
                 replaced_bytes=group.total_bytes, applied_deletes=sum(f.delete_files for f in group.files),
                 _old_tasks=tasks, _new_files=new_files, _removed_deletes=dangling, _old_task_set=set_id,
+                _old_java_tasks=old_java_tasks,
                 feed=fed, replaced_rows={f.path: f.record_count for f in group.files} if fed is not None else {},
                 codec=codec, relayout=group.layout is not None)
 
@@ -419,8 +429,13 @@ class StagingArea:
         rewrite = tbl.newRewrite().validateFromSnapshot(staged.base_snapshot_id)
         if staged.target == "data":
             rewrite = rewrite.dataSequenceNumber(staged.base_sequence_number)
-            for task in staged._old_tasks:
-                rewrite = rewrite.deleteFile(task.file())
+            replaced = None if staged._old_java_tasks is None else data_files_of(self.jvm, staged._old_java_tasks)
+            if replaced is not None:  # one Py4J call, not two a file (0.3-0.9 s for 3,000 files)
+                empty = java_class(self.jvm, "java.util.HashSet")
+                rewrite = rewrite.rewriteFiles(replaced, empty(), empty(), empty())
+            else:
+                for task in staged._old_tasks:
+                    rewrite = rewrite.deleteFile(task.file())
         for delete in staged._removed_deletes:
             rewrite = rewrite.deleteFile(delete)
         for new in staged._new_files:
