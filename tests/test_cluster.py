@@ -290,10 +290,16 @@ def test_s3_table_on_the_cluster_keeps_every_row_through_compaction_rollback_exp
     ticks_config = config_path.with_name("ticks.yaml")
     ticks_config.write_text(yaml.safe_dump(ticks, sort_keys=False))
 
-    # 1. While the writer commits, a tick defers the table and says why.
+    # 1. While the writer commits, a tick defers the table and says why. The window is wider than the 3s the
+    # ticks below use: under load one of the writer's commits to S3 can take longer than 3s, and a tick that fell
+    # in such a gap found the writer idle and ran (seen once with the machine at load 10).
+    busy_config = config_path.with_name("busy.yaml")
+    busy_doc = yaml.safe_load(ticks_config.read_text())
+    busy_doc["tables"][table_key]["writer_idle"] = "10m"
+    busy_config.write_text(yaml.safe_dump(busy_doc, sort_keys=False))
     writer.start()
     time.sleep(1.0)
-    busy = tick(ticks_config, env)
+    busy = tick(busy_config, env)
     [deferred] = [d for d in busy["decisions"] if d["operation"] == "compact" and d["table"] == table_key]
     assert deferred["decision"] == "defer" and "writer" in deferred["reason"], deferred
     writer.stop()
