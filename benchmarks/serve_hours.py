@@ -47,8 +47,10 @@ SECTION = "## A long-lived engine over hours: `icemaint serve`'s memory, sampled
 MiB = 2**20
 FIELDS = ("utc", "elapsed_s", "load1", "ticks", "published", "rss_python", "rss_jvm", "jvm_heap_used",
           "jvm_heap_committed", "jvm_old_used", "jvm_metaspace_used", "jvm_young_gcs", "jvm_full_gcs", "jvm_live",
-          "rss_writer_tree")
-SERIES = (("serve process (Python)", "rss_python"), ("its JVM (resident set)", "rss_jvm"),
+          "rss_writer_tree", "rss_python_brk", "rss_python_anon", "rss_python_file", "python_anon_maps")
+SERIES = (("serve process (Python)", "rss_python"), ("- its brk heap (glibc's main arena)", "rss_python_brk"),
+          ("- its other anonymous memory (thread arenas, mmap'd blocks, pyarrow's pool)", "rss_python_anon"),
+          ("- its file-backed pages (libraries, mapped files)", "rss_python_file"), ("its JVM (resident set)", "rss_jvm"),
           ("JVM heap used", "jvm_heap_used"), ("JVM heap committed", "jvm_heap_committed"),
           ("JVM old generation used", "jvm_old_used"), ("JVM metaspace used", "jvm_metaspace_used"),
           ("JVM live heap after a full GC (histogram)", "jvm_live"))
@@ -97,6 +99,29 @@ def java_child(root: int) -> int | None:
 
 def tree_rss(root: int) -> int:
     return sum(rss_bytes(p) or 0 for p in [root, *descendants(root)])
+
+
+def memory_regions(pid: int) -> dict[str, int]:
+    """Where a process's resident set lies (/proc/<pid>/smaps): the brk heap (glibc's main arena), other anonymous
+    mappings (glibc's per-thread arenas, large blocks malloc maps on its own, pyarrow's jemalloc pool, thread
+    stacks), file-backed pages; and how many anonymous mappings there are. Growth in one of them names its kind."""
+    out = {"rss_python_brk": 0, "rss_python_anon": 0, "rss_python_file": 0, "python_anon_maps": 0}
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return {}
+    kind = "rss_python_anon"
+    for line in text.splitlines():
+        head = line.split(None, 6)
+        if len(head) >= 5 and "-" in head[0] and ":" in head[3]:  # a mapping's header line
+            path = head[5] if len(head) > 5 else ""
+            kind = ("rss_python_brk" if path == "[heap]" else
+                    "rss_python_file" if path.startswith("/") else "rss_python_anon")
+            if kind == "rss_python_anon":
+                out["python_anon_maps"] += 1
+        elif line.startswith("Rss:"):
+            out[kind] += int(line.split()[1]) * 1024
+    return out
 
 
 def jstat_gc(pid: int) -> dict[str, int]:
@@ -181,7 +206,7 @@ def measure(args, stamp: str) -> dict:
                             "elapsed_s": round(time.monotonic() - started, 1), "load1": os.getloadavg()[0],
                             "ticks": len(ticks), "published": sum(t["published"] for t in ticks),
                             "rss_python": rss_bytes(serve.pid), "rss_jvm": rss_bytes(jvm) if jvm else None,
-                            "rss_writer_tree": tree_rss(estate.writer.pid)}
+                            "rss_writer_tree": tree_rss(estate.writer.pid), **memory_regions(serve.pid)}
             if jvm is not None:
                 sample.update(jstat_gc(jvm))
                 if hist_every and time.monotonic() >= next_hist and ticks:
