@@ -5,6 +5,10 @@ whether a slow run used more CPU (a slower processor, or a test doing more work)
 shared with others, a test waiting on a bound). CPU time is read from /proc for the worker's process and
 everything under it (Spark's JVM, subprocesses a test starts, the processes they reaped), so
 `scripts/slowest_tests.py` can print both and their ratio.
+
+A lower bound: a process that leaves the tree before it ends (reparented to init when its parent is killed, as
+`dagster dev`'s daemon and run workers can be) takes its CPU with it, and one that was in the tree when the test
+began and left it during the test would make the difference negative (counted as 0).
 """
 
 from __future__ import annotations
@@ -28,4 +32,4 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
     # Before the teardown's report is made: JUnit XML takes a test's properties from that report.
     if call.when == "teardown" and _STARTED in item.stash:
         used = (tree_cpu_seconds(os.getpid()) or 0.0) - item.stash[_STARTED]
-        item.user_properties.append(("cpu_s", round(used, 2)))
+        item.user_properties.append(("cpu_s", round(max(0.0, used), 2)))
