@@ -239,8 +239,19 @@ def measure(args, stamp: str) -> dict:
             "serve_exited_before_the_end": exited_early, "serve_exit_code_after_sigterm": serve_rc,
             "serve_stop_seconds": round(stop_seconds, 1), "serve_stderr_tail": serve_err.read_text()[-3000:],
             "load_before": load_before, "load_after": load_average(), "machine": machine,
+            "allocators": allocator_settings(),
             "csv": str(csv_path.relative_to(REPO)) if csv_path.is_relative_to(REPO) else str(csv_path),
             "histograms": histograms}
+
+
+def allocator_settings() -> dict[str, str]:
+    """The environment's allocator settings serve inherited (what runs side by side differ in), and the pool
+    pyarrow picks under them."""
+    import pyarrow
+
+    settings = {key: os.environ[key] for key in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_ARENA_MAX",
+                                                  "MALLOC_TRIM_THRESHOLD_") if key in os.environ}
+    return {**settings, "pyarrow's pool": pyarrow.default_memory_pool().backend_name}
 
 
 # --- the summary -------------------------------------------------------------------------------------------------
@@ -298,7 +309,8 @@ def render(result: dict, summary: dict) -> str:
         f"- Date: {result['started']} for {result['wall_seconds'] / 60:.0f} minutes; command: `make "
         f"bench-serve-memory SERVE_MEMORY_ARGS=\"--duration {result['duration']}\"` (benchmarks/serve_hours.py; "
         f"samples in `{result['csv']}`); machine: {m['cores']} cores, {m['memory_gib']} GiB, {m['cpu_model']}; "
-        f"Python {m['python']}, Spark {m['spark']}, `spark.driver.memory` 1g.",
+        f"Python {m['python']}, Spark {m['spark']}, `spark.driver.memory` 1g; allocators: "
+        f"{', '.join(f'`{k}={v}`' for k, v in result.get('allocators', {}).items()) or 'not recorded'}.",
         f"- Load: the machine was shared with other work (other sessions' tests and benchmarks) the whole time: load "
         f"average {result['load_before']} at the start, {result['load_after']} at the end, the 1-minute load "
         f"{load['min']:.2f}-{load['max']:.2f} (median {load['median']:.2f}) over the samples.",

@@ -49,18 +49,6 @@ class PlannedTasks(Mapping):
         return self._items if list(paths) == self._paths else None
 
 
-def java_tasks(jvm, tasks_by_path: Mapping, paths: Sequence[str]):
-    """A Java list of the tasks of `paths`: the plan's own list when they are all of it, else built one by one."""
-    if isinstance(tasks_by_path, PlannedTasks):
-        whole = tasks_by_path.java_list(paths)
-        if whole is not None:
-            return whole
-    out = java_class(jvm, "java.util.ArrayList")()
-    for path in paths:
-        out.add(tasks_by_path[path])
-    return out
-
-
 def data_files_of(jvm, tasks):
     """The data files of a Java list of scan tasks as a Java set, collected in the JVM (one Py4J call): Iceberg's
     `RewriteFileGroup.rewrittenFiles()`, the set its own `rewrite_data_files` commit replaces; None where that
@@ -76,7 +64,8 @@ def data_files_of(jvm, tasks):
 
 
 class TasksOf(Sequence):
-    """The tasks of `paths`, each fetched from `tasks_by_path` when first read (a `PlannedTasks` crosses Py4J then)."""
+    """The tasks of `paths`, each fetched from `tasks_by_path` when first read (a `PlannedTasks` crosses Py4J then),
+    and `java_list`, the same tasks as one Java list for a read or a commit."""
 
     def __init__(self, tasks_by_path: Mapping, paths: Sequence[str]):
         self._tasks = tasks_by_path
@@ -89,6 +78,17 @@ class TasksOf(Sequence):
 
     def __len__(self) -> int:
         return len(self._paths)
+
+    def java_list(self, jvm):
+        """A Java list of these tasks: the plan's own list when they are all of it, else built one by one."""
+        if isinstance(self._tasks, PlannedTasks):
+            whole = self._tasks.java_list(self._paths)
+            if whole is not None:
+                return whole
+        out = java_class(jvm, "java.util.ArrayList")()
+        for path in self._paths:
+            out.add(self._tasks[path])
+        return out
 
 
 @dataclass

@@ -41,7 +41,7 @@ from icemaint.engine.digest import can_feed
 from icemaint.engine.java import (CONFLICT_CLASSES, COMMIT_STATE_UNKNOWN, _java_list, _with_files,
                                   dropping_interrupted_call, find_on_main, is_interrupt, iterate_java, java_class,
                                   java_exception_class, java_root_message, listed_java, one_java_line)
-from icemaint.engine.planning import TasksOf, dangling_deletes, data_files_of, date_filter, java_tasks, plan_files
+from icemaint.engine.planning import TasksOf, dangling_deletes, data_files_of, date_filter, plan_files
 from icemaint.engine.publish import PendingPublish, PublishBaseMoved
 from icemaint.engine.relayout import ordered_rows, with_sort_order
 from icemaint.engine.spark_session import iceberg_table
@@ -273,11 +273,11 @@ class StagingArea:
         the read or the order cannot take fails before it, with the table's metadata untouched; a failure from the
         branch on removes the branch again."""
         paths = [f.path for f in group.files]
-        tasks = TasksOf(tasks_by_path, paths)  # each task crosses Py4J only if read (the Java list is what is used)
+        tasks = TasksOf(tasks_by_path, paths)  # a task crosses Py4J only if read: the read and commit use the Java list
         # A task's size counts its delete files too: split by what the reader will weigh.
         splits = read_splits([self._weights[f.path] if f.path in self._weights else int(tasks_by_path[f.path].sizeBytes())
                               for f in group.files], group.total_bytes, target_file_size_bytes)
-        old_java_tasks = java_tasks(self.jvm, tasks_by_path, paths)
+        old_java_tasks = tasks.java_list(self.jvm)
         set_id = self._stage_tasks(old_java_tasks)
         rows = self._read_set(set_id, split_size=splits.split_bytes, lookback=splits.lookback)
         fed = None

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from icemaint.config import MaintenanceConfig
 from icemaint.operations.contract import ContractOperation, ContractRun
@@ -40,6 +40,9 @@ from icemaint.operations.outcomes import GroupVerdict, ReadEvidence, RunProof, S
 from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, StagedRewrite, StagingArea
 from icemaint.engine.staging_errors import PublishConflict
 from icemaint.errors import OperationalError
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 PROOF_SEED = 0  # which rows the proof samples: the feeding read and the proof must use the same
@@ -169,7 +172,7 @@ class Compactor(ContractOperation):
 
     # -- steps ------------------------------------------------------------------------------
     def _decide(self, name: TableName, date: str | None, policy, identity: str, approved: bool,
-                trigger: str | None = None, loaded=None) -> tuple[TableHealth, Decision, bool]:
+                trigger: str | None = None, loaded: Table | None = None) -> tuple[TableHealth, Decision, bool]:
         """Health now (of `loaded`, the table as the contract just read it under the claim, else read here), the
         decision for the period holding `date` (`decision.date` is its key), or
         with no date for the partitions of a table without a time column, and whether the run is approved (at
@@ -194,7 +197,8 @@ class Compactor(ContractOperation):
             return health, decide_layout_compaction(health, policy, gates), approved
         return health, decide_compaction(health, date, policy, gates), approved
 
-    def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome, loaded=None) -> None:
+    def _run_claimed(self, request, name, date, policy, identity, outcome: CompactionOutcome,
+                     loaded: Table | None = None) -> None:
         # Spark starts only for work: a dry run or a date that is not due decides from metadata alone, and
         # a dry run only names the staging a dead run left.
         staging = StagingArea(self.spark, self.config.catalog.name, name, request.run_id or uuid.uuid4().hex,
@@ -461,7 +465,7 @@ class Compactor(ContractOperation):
             outcome.committed_snapshot_ids.append(landed.snapshot_id)
             outcome.after_snapshot_id = landed.snapshot_id
 
-    def _stale_staging_names(self, name: TableName, loaded=None) -> list[str]:
+    def _stale_staging_names(self, name: TableName, loaded: Table | None = None) -> list[str]:
         """Staging branches on the table, read from its metadata (no Spark; `loaded`: as already read)."""
         from icemaint.engine.staging import STAGE_PREFIX
 

@@ -47,6 +47,8 @@ from icemaint.engine.staging import PROOF_ID_KEY, PROOF_KEY, RUN_ID_KEY, STAGE_K
 from icemaint.errors import one_line
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
     from icemaint.config import MaintenanceConfig
     from icemaint.observe.catalog import CatalogReader
 
@@ -88,7 +90,7 @@ class ContractRun:
     claim_holder: str | None = None  # set when the claim was busy
     # the pyiceberg table as the shell read it under the claim, just before the act (None: not read): the act's own
     # first look at the table starts from it instead of reading the same metadata again
-    loaded: object = None
+    loaded: Table | None = None
 
 
 class OperatingContract(Generic[Outcome]):
