@@ -171,13 +171,14 @@ def _request_stop(signum, frame) -> None:
 
 
 def measure(args, stamp: str) -> dict:
-    estate = start_estate(WORK, args.tables, args.writer_every, scope="serve-hours", defaults=EXPIRY)
+    work = Path(args.work)
+    estate = start_estate(work, args.tables, args.writer_every, scope="serve-hours", defaults=EXPIRY)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, hist_dir = out_dir / f"serve_hours_{stamp}.csv", WORK / "histograms"
+    csv_path, hist_dir = out_dir / f"serve_hours_{stamp}.csv", work / "histograms"
     hist_dir.mkdir()
     load_before, machine = load_average(), describe_machine()
-    ticks_path, serve_err = WORK / "serve.jsonl", WORK / "serve.stderr"
+    ticks_path, serve_err = work / "serve.jsonl", work / "serve.stderr"
     log(f"serve: --interval {args.interval} for {args.duration}; samples every {args.sample_every} into {csv_path}")
     started, started_utc = time.monotonic(), dt.datetime.now(dt.timezone.utc)
     with open(ticks_path, "w") as out, open(serve_err, "w") as err:
@@ -333,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", type=int, default=3)
     parser.add_argument("--writer-every", type=float, default=15.0, help="seconds between the writer's rounds")
     parser.add_argument("--histogram-every", default="15m", help="a JVM class histogram (full GC); '' for none")
+    parser.add_argument("--work", default=str(WORK),
+                        help="where the estate is built (a run beside another needs its own; default %(default)s)")
     parser.add_argument("--out-dir", default=str(HERE / "results"))
     parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="the file whose section is written")
     parser.add_argument("--from-results", metavar="JSON", help="only render the section from a previous run's JSON")
