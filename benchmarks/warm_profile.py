@@ -16,6 +16,9 @@ less with the load.
 worktree), each in a warm process of its own (its own JVM) on its own copy of the estate, the two fed the same
 table-dates alternately (which goes first alternates too), so both meet the same load. `--cprofile OUT` writes
 cProfile's statistics of the counted table-dates' contracts (this checkout's side).
+
+`--bare` runs Iceberg's own `CALL rewrite_data_files` on a twin of each table-date right after our compaction of
+it, in the same process and JVM: the floor a proven compaction on Spark is measured against.
 """
 
 from __future__ import annotations
@@ -150,7 +153,8 @@ class WarmProcess:
             self.profile = cProfile.Profile()
             self._profile_contract()
         self.runner = MaintenanceRunner(config, str(config_path))
-        self.jvm_pid = int(get_spark(config)._jvm.java.lang.ProcessHandle.current().pid())
+        self.spark, self.catalog = get_spark(config), config.catalog.name
+        self.jvm_pid = int(self.spark._jvm.java.lang.ProcessHandle.current().pid())
         self.counted = False
 
     def _profile_contract(self) -> None:
@@ -181,11 +185,22 @@ class WarmProcess:
                 "parts": self.timers.take(), "wall": wall, **cpu, "branch_removal": self.timers.mode}
 
 
+    def bare(self, table: str) -> dict:
+        """Iceberg's own rewrite of `table`'s date (its default options, the date's bounds as the filter)."""
+        day = dt.date.fromisoformat(str(DATE))
+        where = f"ts >= TIMESTAMP_NTZ '{day} 00:00:00' AND ts < TIMESTAMP_NTZ '{day + dt.timedelta(days=1)} 00:00:00'"
+        py0, jvm0, t0 = time.process_time(), _cpu_seconds(self.jvm_pid), time.perf_counter()
+        done = self.spark.sql(f"CALL `{self.catalog}`.system.rewrite_data_files(table => '{table}', "
+                              f"where => \"{where}\")").collect()[0].asDict()
+        return {"table": table, "wall": time.perf_counter() - t0, "cpu_python": time.process_time() - py0,
+                "cpu_jvm": _cpu_seconds(self.jvm_pid) - jvm0, "rewritten": done["rewritten_data_files_count"]}
+
+
 def _estate(args, sides: list[str]) -> dict[str, Path]:
     """The estate built once (or `--seed`), copied for each side."""
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
-    total = args.tables + args.warm_up
+    total = (args.tables + args.warm_up) * (2 if getattr(args, "bare", False) else 1)  # --bare: a twin each
     if args.seed:  # an estate of the same shape another benchmark built (its `wh`), copied
         seed = Path(args.seed)
     else:
@@ -212,6 +227,8 @@ def measure(args) -> dict:
     load_before = load_average()
     for i, table in enumerate(tables):
         row = side.compact(table, i, counted=i >= args.warm_up)
+        if args.bare:
+            row["bare"] = side.bare(f"ice.t{total + i:03d}")
         if i >= args.warm_up:
             rows.append(row)
         log(f"{table}{' (warm-up)' if i < args.warm_up else ''}: {row['parts'].get(PARTS[1][0], 0) * 1000:.0f} ms "
@@ -219,7 +236,7 @@ def measure(args) -> dict:
             f"published {row['published']}")
     if side.profile is not None:
         side.profile.dump_stats(args.cprofile)
-    check_estate(root, total, args.files, args.rows)
+    check_estate(root, total * (2 if args.bare else 1), args.files, args.rows)
     return {"rows": rows, "tables": args.tables, "warm_up": args.warm_up, "files": args.files,
             "rows_per_file": args.rows, "load_before": load_before, "load_after": load_average(),
             "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes")}
@@ -353,6 +370,15 @@ def _table(result: dict, rows: list[dict]) -> list[str]:
         if not any(values):
             continue
         out.append(f"| {'&nbsp;' * 4 * depth}{label} | {values[len(values) // 2]:.0f} | {values[0]:.0f} |")
+    for key, what in (("cpu_python", "CPU, Python (the run; ms)"), ("cpu_jvm", "CPU, JVM (the run; ms)")):
+        values = sorted(r[key] * 1000 for r in rows)
+        out.append(f"| {what} | {values[len(values) // 2]:.0f} | {values[0]:.0f} |")
+    bare = [r["bare"] for r in rows if "bare" in r]
+    if bare:
+        for key, what in (("wall", "wall"), ("cpu_python", "CPU, Python"), ("cpu_jvm", "CPU, JVM")):
+            values = sorted(b[key] * 1000 for b in bare)
+            out.append(f"| Iceberg's bare CALL rewrite_data_files on the twin table, same JVM: {what} | "
+                       f"{values[len(values) // 2]:.0f} | {values[0]:.0f} |")
     return out
 
 
@@ -370,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", metavar="CHECKOUT", help="measure CHECKOUT's code side by side with this one's")
     parser.add_argument("--cprofile", metavar="OUT", help="cProfile statistics of the counted contracts, written here")
     parser.add_argument("--work", metavar="DIR", default=str(WORK), help="where the estate is built and copied")
+    parser.add_argument("--bare", action="store_true",
+                        help="also time Iceberg's bare CALL rewrite_data_files on a twin of each table-date")
     parser.add_argument("--worker", metavar="ROOT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
