@@ -16,6 +16,7 @@ that outlived the test that started it (a session's Spark JVM, a shared stack) i
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import struct
 import sys
@@ -64,25 +65,48 @@ def read_timeline(path: str) -> list[dict]:
 
 
 class Ancestry:
-    """A process's parent at its start: pids are reused, so the parent is the record with that pid alive then."""
+    """A process's parent at its start: pids are reused, so the parent is the record with that pid alive then.
+
+    The kernel records the parent a process has when it ends. A process whose parent ended first was adopted
+    by init (ppid 1): a Spark JVM outlives the Python process that started it by a moment, as it notices its
+    parent gone. For those the parent is matched by time: the process alive when it started that ended last
+    before it, within `ORPHAN_GAP_S` (a guess, counted apart in the report)."""
+
+    ORPHAN_GAP_S = 10.0
 
     def __init__(self, procs: list[Proc]):
         self._by_pid: dict[int, list[Proc]] = defaultdict(list)
         for p in procs:
             self._by_pid[p.pid].append(p)
+        self._by_end = sorted(procs, key=lambda p: p.end)
+        self._ends = [p.end for p in self._by_end]
 
     def parent(self, proc: Proc) -> Proc | None:
         alive = [p for p in self._by_pid.get(proc.ppid, ()) if p.start <= proc.start + 1 and p.end >= proc.start - 1]
-        return min(alive, key=lambda p: p.elapsed) if alive else None
+        if alive:
+            return min(alive, key=lambda p: p.elapsed)
+        return self._adopter(proc) if proc.ppid == 1 else None
+
+    def _adopter(self, proc: Proc) -> Proc | None:
+        """The process that ended last before `proc`, within the gap, and was alive when `proc` started."""
+        lo = bisect.bisect_left(self._ends, proc.end - self.ORPHAN_GAP_S)
+        hi = bisect.bisect_right(self._ends, proc.end + 1)
+        candidates = [p for p in self._by_end[lo:hi]
+                      if p is not proc and p.start <= proc.start + 1 and p.end >= proc.start - 1
+                      and p.command not in ("sh", "bash")]
+        return max(candidates, key=lambda p: (p.end, -p.elapsed)) if candidates else None
 
     def worker_of(self, proc: Proc, workers: set[int]) -> int | None:
-        """The pytest worker this process descends from (its pid), when the chain is unbroken."""
-        seen = 0
-        while proc is not None and seen < 64:
+        """The pytest worker this process descends from (its pid), when the chain can be followed."""
+        for _ in range(64):
             if proc.ppid in workers:
                 return proc.ppid
-            proc = self.parent(proc)
-            seen += 1
+            parent = self.parent(proc)
+            if parent is None:
+                return None
+            if parent.pid in workers:  # adopted: matched to the worker itself
+                return parent.pid
+            proc = parent
         return None
 
 
@@ -109,6 +133,14 @@ def charge(procs: list[Proc], timeline: list[dict]) -> tuple[dict[str, list[Proc
     return per_test, shared, unattributed
 
 
+def _by_command(group: list[Proc], most: int = 3) -> str:
+    """The commands that spent most of a group's CPU: `java 12.0, python3 3.1`."""
+    spent: dict[str, float] = defaultdict(float)
+    for p in group:
+        spent[p.command] += p.cpu
+    return ", ".join(f"{c} {v:.1f}" for c, v in sorted(spent.items(), key=lambda kv: -kv[1])[:most])
+
+
 def _row(cpu: float, n: int, label: str) -> str:
     return f"  {cpu:9.1f} CPU-s  {n:5d}  {label}"
 
@@ -125,14 +157,17 @@ def report(procs: list[Proc], timeline: list[dict] | None, top: int) -> str:
         java = [p for p in procs if p.command == "java"]
         lines.append(f"JVMs: {len(java)}, {sum(p.cpu for p in java):.0f} CPU-s; started inside a test and ended with it: "
                      f"{sum(1 for g in per_test.values() for p in g if p.command == 'java')}")
-        lines.append(_row(sum(p.cpu for p in shared), len(shared), "shared: outlived the test that started them"))
+        lines.append(_row(sum(p.cpu for p in shared), len(shared), "shared: outlived the test that started them")
+                     + f"  ({_by_command(shared)})")
         lines.append(_row(sum(p.cpu for p in unattributed), len(unattributed),
-                          "unattributed: no worker in their ancestry (reparented, or started outside a test)"))
+                          "unattributed: no worker in their ancestry (reparented, or started outside a test)")
+                     + f"  ({_by_command(unattributed)})")
         lines.append("tests by the CPU of the processes they started (processes, JVMs among them):")
         ranked = sorted(per_test.items(), key=lambda kv: -sum(p.cpu for p in kv[1]))
         for test, group in ranked[:top]:
             jvms = sum(1 for p in group if p.command == "java")
-            lines.append(f"  {sum(p.cpu for p in group):9.1f} CPU-s  {len(group):5d}  {jvms:3d} JVM  {test}")
+            lines.append(f"  {sum(p.cpu for p in group):9.1f} CPU-s  {len(group):5d}  {jvms:3d} JVM  {test}  "
+                         f"({_by_command(group)})")
         by_file: dict[str, list[Proc]] = defaultdict(list)
         for test, group in per_test.items():
             by_file[test.split("::", 1)[0]].extend(group)
