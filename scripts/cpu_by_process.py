@@ -123,7 +123,8 @@ def charge(procs: list[Proc], timeline: list[dict]) -> tuple[dict[str, list[Proc
         if p.pid in workers:
             continue  # the workers themselves: their own CPU is the Python of every test
         worker = ancestry.worker_of(p, workers)
-        test = next((t for t in by_worker.get(worker, ()) if t["start"] - 1 <= p.start <= t["end"]), None)
+        test = None if worker is None else next(
+            (t for t in by_worker.get(worker, ()) if t["start"] - 1 <= p.start <= t["end"]), None)
         if test is None:
             unattributed.append(p)
         elif p.end > test["end"] + 2:
@@ -154,6 +155,9 @@ def report(procs: list[Proc], timeline: list[dict] | None, top: int) -> str:
         lines.append(_row(sum(p.cpu for p in group), len(group), command))
     if timeline:
         per_test, shared, unattributed = charge(procs, timeline)
+        workers = {t["worker"] for t in timeline}
+        own = [p for p in procs if p.pid in workers and p.elapsed > 60]
+        lines.append(_row(sum(p.cpu for p in own), len(own), "the pytest workers' own Python (every test's in-process work)"))
         java = [p for p in procs if p.command == "java"]
         lines.append(f"JVMs: {len(java)}, {sum(p.cpu for p in java):.0f} CPU-s; started inside a test and ended with it: "
                      f"{sum(1 for g in per_test.values() for p in g if p.command == 'java')}")
