@@ -18,7 +18,8 @@ java:
 # uv installs what pip would (the same versions), in about a third of the time: 263 s against 742 s for a fresh
 # .venv without caches, one after the other on the same loaded machine (2026-11-29). pip is the fallback.
 # --compile-bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set (this workplace's machines) nothing else
-# writes the .pyc files, and each process would compile its imports again (importing great_expectations took 19 CPU-s without them, 8 with them, at load 10).
+# writes the .pyc files, and each process would compile its imports again (importing great_expectations took
+# 19 CPU-s without them, 8 with them, at load 10).
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check uv==0.13.9
