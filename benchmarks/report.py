@@ -138,6 +138,7 @@ def _cpu_note(cost: dict, key: str) -> str:
 PROOF_ISSUE_20 = 1.5
 # Issue 50's, at 3,000 files.
 PROOF_ISSUE_50 = 1.2
+PROOF_LIMITS = {"proof_issue_20": PROOF_ISSUE_20, "proof_issue_50": PROOF_ISSUE_50}
 
 
 def _fed(case: dict) -> bool:
@@ -300,8 +301,8 @@ def why_missed(results: dict, missed: list[Verdict]) -> list[str]:
             body = _why_overhead(big)
         elif v.key == "overhead_with_validation":
             body = _why_validation(big)
-        elif v.key in ("proof_issue_20", "proof_issue_50"):
-            body = _why_validation(big, PROOF_ISSUE_20 if v.key == "proof_issue_20" else PROOF_ISSUE_50) + ([
+        elif v.key in PROOF_LIMITS:
+            body = _why_validation(big, PROOF_LIMITS[v.key]) + ([
                 "Since issue 20 a passing proof hashes each value once (the whole-row fingerprint; each column's "
                 "hash sum, min, max and exact sum, which name a differing column, are computed only when a proof "
                 "fails), digests the replaced rows in the read that feeds the writer (and proves that read "

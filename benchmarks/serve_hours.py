@@ -172,6 +172,9 @@ def _request_stop(signum, frame) -> None:
 
 def measure(args, stamp: str) -> dict:
     work = Path(args.work)
+    if work.exists() and any(work.iterdir()) and not (work / "icemaint.yaml").exists():
+        raise SystemExit(f"serve_hours: --work {work} holds files that are not an earlier run's estate: "
+                         "it is emptied first, so give a new or an earlier run's directory")
     estate = start_estate(work, args.tables, args.writer_every, scope="serve-hours", defaults=EXPIRY)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

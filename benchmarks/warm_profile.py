@@ -185,15 +185,21 @@ class WarmProcess:
                 "parts": self.timers.take(), "wall": wall, **cpu, "branch_removal": self.timers.mode}
 
 
+    files = 0  # the estate's files per table-date (set by `measure` for `--bare`)
+
     def bare(self, table: str) -> dict:
-        """Iceberg's own rewrite of `table`'s date (its default options, the date's bounds as the filter)."""
+        """Iceberg's own rewrite of `table`'s date (its default options, the date's bounds as the filter): it must
+        rewrite every file of the date."""
         day = dt.date.fromisoformat(str(DATE))
         where = f"ts >= TIMESTAMP_NTZ '{day} 00:00:00' AND ts < TIMESTAMP_NTZ '{day + dt.timedelta(days=1)} 00:00:00'"
         py0, jvm0, t0 = time.process_time(), _cpu_seconds(self.jvm_pid), time.perf_counter()
         done = self.spark.sql(f"CALL `{self.catalog}`.system.rewrite_data_files(table => '{table}', "
                               f"where => \"{where}\")").collect()[0].asDict()
-        return {"table": table, "wall": time.perf_counter() - t0, "cpu_python": time.process_time() - py0,
-                "cpu_jvm": _cpu_seconds(self.jvm_pid) - jvm0, "rewritten": done["rewritten_data_files_count"]}
+        out = {"table": table, "wall": time.perf_counter() - t0, "cpu_python": time.process_time() - py0,
+               "cpu_jvm": _cpu_seconds(self.jvm_pid) - jvm0, "rewritten": done["rewritten_data_files_count"]}
+        if out["rewritten"] != self.files:  # a CALL that skipped the date is no floor
+            raise RuntimeError(f"the bare CALL rewrote {out['rewritten']} files of {table}, not {self.files}")
+        return out
 
 
 def _estate(args, sides: list[str]) -> dict[str, Path]:
@@ -222,6 +228,7 @@ def measure(args) -> dict:
     total = args.tables + args.warm_up
     root = _estate(args, ["this"])["this"]
     side = WarmProcess(root, args.compare_branch_removal, cprofile=bool(args.cprofile))
+    side.files = args.files
     tables = [f"ice.t{i:03d}" for i in range(total)]
     rows = []
     load_before = load_average()
@@ -400,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time Iceberg's bare CALL rewrite_data_files on a twin of each table-date")
     parser.add_argument("--worker", metavar="ROOT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.bare and (args.against or args.seed):
+        parser.error("--bare builds its own estate with a twin of each table, in this process: "
+                     "not with --against or --seed")
     if args.worker:
         return _worker(args)
     if args.from_results:

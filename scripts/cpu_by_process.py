@@ -1,7 +1,8 @@
 """Where the suite's CPU goes, process by process: the kernel's process accounting laid over the tests' timeline.
 
+    rm -f /tmp/suite.timeline; touch /tmp/suite.pacct
     accton /tmp/suite.pacct                                    # as root; `apt-get install acct` provides it
-    ICEMAINT_TEST_TIMELINE=/tmp/suite.timeline make test
+    ICEMAINT_TEST_TIMELINE=/tmp/suite.timeline make test       # appends: start from no file
     accton off
     python scripts/cpu_by_process.py /tmp/suite.pacct --timeline /tmp/suite.timeline [--top 25]
 
@@ -10,7 +11,8 @@ reparented to init) and cannot say what kind of process spent it. The kernel wri
 ends (its command, pid, parent, start, CPU), the reparented ones included. This script prints the CPU by command,
 the JVMs the suite started and who started them, and per test the processes it started: a test is charged for a
 process when the process's ancestry reaches that test's worker and the process started during the test. A process
-that outlived the test that started it (a session's Spark JVM, a shared stack) is listed as shared.
+that outlived the test that started it (a session's Spark JVM, a shared stack) is listed as shared; one whose
+ancestry reaches no worker (a parent killed before it, or a process that is not the suite's) as untraced.
 """
 
 from __future__ import annotations
@@ -47,13 +49,16 @@ def _comp(value: int) -> float:
 
 
 def read_pacct(path: str) -> list[Proc]:
-    data = open(path, "rb").read()
+    """Every record of an accounting file (ValueError: a file of another format; a record cut short at the end,
+    as by a copy taken while the kernel writes, is left out)."""
+    with open(path, "rb") as f:
+        data = f.read()
     procs = []
     for offset in range(0, len(data) - _V3.size + 1, _V3.size):
         (_flag, version, _tty, _exit, _uid, _gid, pid, ppid, btime, etime, utime, stime,
          *_rest, comm) = _V3.unpack_from(data, offset)
         if version & 0x0F != 3:
-            raise SystemExit(f"{path}: record {offset // _V3.size} is not an acct v3 record (version {version})")
+            raise ValueError(f"{path}: record {offset // _V3.size} is not an acct v3 record (version {version})")
         procs.append(Proc(comm.split(b"\0", 1)[0].decode(errors="replace"), pid, ppid, float(btime),
                           etime / _AHZ, (_comp(utime) + _comp(stime)) / _AHZ))
     return procs
@@ -65,73 +70,123 @@ def read_timeline(path: str) -> list[dict]:
 
 
 class Ancestry:
-    """A process's parent at its start: pids are reused, so the parent is the record with that pid alive then.
+    """A process's parent at its start: pids are reused, so the parent is the record with that pid that was alive
+    then and started last.
 
     The kernel records the parent a process has when it ends. A process whose parent ended first was adopted
     by init (ppid 1): a Spark JVM outlives the Python process that started it by a moment, as it notices its
-    parent gone. For those the parent is matched by time: the process alive when it started that ended last
-    before it, within `ORPHAN_GAP_S` (a guess, counted apart in the report)."""
+    parent gone. For those the parent is matched by time: of the suite's processes (their recorded parents reach
+    a worker) alive when it started and ended at most `ORPHAN_GAP_S` before it, the one that ended last (a guess:
+    `adopted` lists them, and the report counts them apart)."""
 
     ORPHAN_GAP_S = 10.0
 
-    def __init__(self, procs: list[Proc]):
+    def __init__(self, procs: list[Proc], workers: dict[int, tuple[float, float]]):
+        """`workers`: each pytest worker's pid and the span of its tests."""
         self._by_pid: dict[int, list[Proc]] = defaultdict(list)
         for p in procs:
             self._by_pid[p.pid].append(p)
         self._by_end = sorted(procs, key=lambda p: p.end)
         self._ends = [p.end for p in self._by_end]
+        self._workers = workers
+        self.adopted: set[int] = set()  # id() of the processes whose parent was matched by time
+
+    def is_worker(self, pid: int, at: float) -> bool:
+        span = self._workers.get(pid)
+        return span is not None and span[0] - 1 <= at <= span[1] + 1
 
     def parent(self, proc: Proc) -> Proc | None:
+        parent = self._by_pid_at(proc)
+        if parent is None and proc.ppid == 1:
+            return self._adopter(proc)
+        return parent
+
+    def _by_pid_at(self, proc: Proc) -> Proc | None:
         alive = [p for p in self._by_pid.get(proc.ppid, ()) if p.start <= proc.start + 1 and p.end >= proc.start - 1]
-        if alive:
-            return min(alive, key=lambda p: p.elapsed)
-        return self._adopter(proc) if proc.ppid == 1 else None
+        return max(alive, key=lambda p: p.start) if alive else None
+
+    def _direct_worker(self, proc: Proc) -> int | None:
+        """The worker reached through recorded parents alone (no matching by time)."""
+        for _ in range(64):
+            if self.is_worker(proc.pid, proc.start):
+                return proc.pid
+            if self.is_worker(proc.ppid, proc.start):
+                return proc.ppid
+            parent = self._by_pid_at(proc)
+            if parent is None:
+                return None
+            proc = parent
+        return None
 
     def _adopter(self, proc: Proc) -> Proc | None:
-        """The process that ended last before `proc`, within the gap, and was alive when `proc` started."""
         lo = bisect.bisect_left(self._ends, proc.end - self.ORPHAN_GAP_S)
         hi = bisect.bisect_right(self._ends, proc.end + 1)
         candidates = [p for p in self._by_end[lo:hi]
-                      if p is not proc and p.start <= proc.start + 1 and p.end >= proc.start - 1
-                      and p.command not in ("sh", "bash")]
-        return max(candidates, key=lambda p: (p.end, -p.elapsed)) if candidates else None
+                      if p is not proc and p.ppid != proc.pid and p.start <= proc.start + 1 and p.end >= proc.start
+                      and p.command not in ("sh", "bash") and self._direct_worker(p) is not None]
+        if not candidates:
+            return None
+        self.adopted.add(id(proc))
+        return max(candidates, key=lambda p: (p.end, p.start))
 
-    def worker_of(self, proc: Proc, workers: set[int]) -> int | None:
+    def worker_of(self, proc: Proc) -> int | None:
         """The pytest worker this process descends from (its pid), when the chain can be followed."""
         for _ in range(64):
-            if proc.ppid in workers:
+            if self.is_worker(proc.ppid, proc.start):
                 return proc.ppid
             parent = self.parent(proc)
             if parent is None:
                 return None
-            if parent.pid in workers:  # adopted: matched to the worker itself
+            if self.is_worker(parent.pid, proc.start):  # adopted: matched to the worker itself
                 return parent.pid
             proc = parent
         return None
 
 
-def charge(procs: list[Proc], timeline: list[dict]) -> tuple[dict[str, list[Proc]], list[Proc], list[Proc]]:
-    """(test -> the processes it started and that ended within it, shared processes, unattributed ones)."""
-    workers = {t["worker"] for t in timeline}
-    by_worker: dict[int, list[dict]] = defaultdict(list)
+@dataclass
+class Charged:
+    """Each process of the run, by where it is charged."""
+
+    per_test: dict[str, list[Proc]]
+    shared: list[Proc]  # started in a test, outlived it
+    untraced: list[Proc]  # no worker found in its ancestry
+    workers: list[Proc]  # the pytest workers themselves
+    adopted: list[Proc]  # charged through a parent matched by time
+
+
+def worker_spans(timeline: list[dict]) -> dict[int, tuple[float, float]]:
+    spans: dict[int, tuple[float, float]] = {}
     for t in timeline:
+        lo, hi = spans.get(t["worker"], (t["start"], t["end"]))
+        spans[t["worker"]] = (min(lo, t["start"]), max(hi, t["end"]))
+    return spans
+
+
+def charge(procs: list[Proc], timeline: list[dict]) -> Charged:
+    """Each process charged to the test that started it (its ancestry reaches that test's worker, and it started
+    during the test: the latest test begun on that worker by then), or as shared, untraced or a worker."""
+    spans = worker_spans(timeline)
+    by_worker: dict[int, list[dict]] = defaultdict(list)
+    for t in sorted(timeline, key=lambda t: t["start"]):
         by_worker[t["worker"]].append(t)
-    ancestry = Ancestry(procs)
-    per_test: dict[str, list[Proc]] = defaultdict(list)
-    shared, unattributed = [], []
+    ancestry = Ancestry(procs, spans)
+    out = Charged(defaultdict(list), [], [], [], [])
     for p in procs:
-        if p.pid in workers:
-            continue  # the workers themselves: their own CPU is the Python of every test
-        worker = ancestry.worker_of(p, workers)
-        test = None if worker is None else next(
-            (t for t in by_worker.get(worker, ()) if t["start"] - 1 <= p.start <= t["end"]), None)
+        span = spans.get(p.pid)
+        if span is not None and p.start <= span[0] + 1 and p.end >= span[1] - 1:
+            out.workers.append(p)  # their own CPU is the Python of every in-process test
+            continue
+        worker = ancestry.worker_of(p)
+        started = [t for t in by_worker.get(worker, ()) if t["start"] - 1 <= p.start] if worker is not None else []
+        test = started[-1] if started and p.start <= started[-1]["end"] else None
         if test is None:
-            unattributed.append(p)
+            out.untraced.append(p)
         elif p.end > test["end"] + 2:
-            shared.append(p)
+            out.shared.append(p)
         else:
-            per_test[test["test"]].append(p)
-    return per_test, shared, unattributed
+            out.per_test[test["test"]].append(p)
+    out.adopted = [p for p in procs if id(p) in ancestry.adopted and p not in out.untraced]
+    return out
 
 
 def _by_command(group: list[Proc], most: int = 3) -> str:
@@ -154,18 +209,20 @@ def report(procs: list[Proc], timeline: list[dict] | None, top: int) -> str:
     for command, group in sorted(by_command.items(), key=lambda kv: -sum(p.cpu for p in kv[1]))[:top]:
         lines.append(_row(sum(p.cpu for p in group), len(group), command))
     if timeline:
-        per_test, shared, unattributed = charge(procs, timeline)
-        workers = {t["worker"] for t in timeline}
-        own = [p for p in procs if p.pid in workers and p.elapsed > 60]
-        lines.append(_row(sum(p.cpu for p in own), len(own), "the pytest workers' own Python (every test's in-process work)"))
-        java = [p for p in procs if p.command == "java"]
-        lines.append(f"JVMs: {len(java)}, {sum(p.cpu for p in java):.0f} CPU-s; started inside a test and ended with it: "
-                     f"{sum(1 for g in per_test.values() for p in g if p.command == 'java')}")
-        lines.append(_row(sum(p.cpu for p in shared), len(shared), "shared: outlived the test that started them")
-                     + f"  ({_by_command(shared)})")
-        lines.append(_row(sum(p.cpu for p in unattributed), len(unattributed),
-                          "unattributed: no worker in their ancestry (reparented, or started outside a test)")
-                     + f"  ({_by_command(unattributed)})")
+        charged = charge(procs, timeline)
+        per_test, shared, untraced = charged.per_test, charged.shared, charged.untraced
+        lines.append(_row(sum(p.cpu for p in charged.workers), len(charged.workers),
+                          "the pytest workers' own Python (every test's in-process work)"))
+        in_tests = [p for g in per_test.values() for p in g]
+        for label, group in (("charged to the test that started them", in_tests),
+                             ("shared: outlived the test that started them", shared),
+                             ("untraced: no worker in their ancestry (a parent killed first, or not the suite's)",
+                              untraced)):
+            group_jvms = [p for p in group if p.command == "java"]
+            lines.append(_row(sum(p.cpu for p in group), len(group), label) + f"  ({_by_command(group)}; "
+                         f"{len(group_jvms)} JVMs, {sum(p.cpu for p in group_jvms):.0f} CPU-s)")
+        lines.append(_row(sum(p.cpu for p in charged.adopted), len(charged.adopted),
+                          "of those charged or shared, traced through a parent matched by time (orphans)"))
         lines.append("tests by the CPU of the processes they started (processes, JVMs among them):")
         ranked = sorted(per_test.items(), key=lambda kv: -sum(p.cpu for p in kv[1]))
         for test, group in ranked[:top]:
@@ -193,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         timeline = read_timeline(args.timeline) if args.timeline else None
     except OSError as exc:
         print(f"cpu_by_process: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # not accounting records, or a timeline line that is not JSON
+        print(f"cpu_by_process: {exc}", file=sys.stderr)
         return 2
     print(report(procs, timeline, args.top))
     return 0

@@ -65,7 +65,7 @@ def data_files_of(jvm, tasks):
 
 class TasksOf(Sequence):
     """The tasks of `paths`, each fetched from `tasks_by_path` when first read (a `PlannedTasks` crosses Py4J then),
-    and `java_list`, the same tasks as one Java list for a read or a commit."""
+    and `to_java`, the same tasks as one Java list for a read or a commit."""
 
     def __init__(self, tasks_by_path: Mapping, paths: Sequence[str]):
         self._tasks = tasks_by_path
@@ -79,7 +79,7 @@ class TasksOf(Sequence):
     def __len__(self) -> int:
         return len(self._paths)
 
-    def java_list(self, jvm):
+    def to_java(self, jvm):
         """A Java list of these tasks: the plan's own list when they are all of it, else built one by one."""
         if isinstance(self._tasks, PlannedTasks):
             whole = self._tasks.java_list(self._paths)

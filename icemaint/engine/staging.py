@@ -277,7 +277,7 @@ class StagingArea:
         # A task's size counts its delete files too: split by what the reader will weigh.
         splits = read_splits([self._weights[f.path] if f.path in self._weights else int(tasks_by_path[f.path].sizeBytes())
                               for f in group.files], group.total_bytes, target_file_size_bytes)
-        old_java_tasks = tasks.java_list(self.jvm)
+        old_java_tasks = tasks.to_java(self.jvm)
         set_id = self._stage_tasks(old_java_tasks)
         rows = self._read_set(set_id, split_size=splits.split_bytes, lookback=splits.lookback)
         fed = None
