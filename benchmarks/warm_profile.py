@@ -184,10 +184,7 @@ class WarmProcess:
         return {"table": table, "published": bool(report.outcome.get("published")), "load1": os.getloadavg()[0],
                 "parts": self.timers.take(), "wall": wall, **cpu, "branch_removal": self.timers.mode}
 
-
-    files = 0  # the estate's files per table-date (set by `measure` for `--bare`)
-
-    def bare(self, table: str) -> dict:
+    def bare(self, table: str, files: int) -> dict:
         """Iceberg's own rewrite of `table`'s date (its default options, the date's bounds as the filter): it must
         rewrite every file of the date."""
         day = dt.date.fromisoformat(str(DATE))
@@ -197,8 +194,8 @@ class WarmProcess:
                               f"where => \"{where}\")").collect()[0].asDict()
         out = {"table": table, "wall": time.perf_counter() - t0, "cpu_python": time.process_time() - py0,
                "cpu_jvm": _cpu_seconds(self.jvm_pid) - jvm0, "rewritten": done["rewritten_data_files_count"]}
-        if out["rewritten"] != self.files:  # a CALL that skipped the date is no floor
-            raise RuntimeError(f"the bare CALL rewrote {out['rewritten']} files of {table}, not {self.files}")
+        if out["rewritten"] != files:  # a CALL that skipped the date is no floor
+            raise RuntimeError(f"the bare CALL rewrote {out['rewritten']} files of {table}, not {files}")
         return out
 
 
@@ -206,7 +203,7 @@ def _estate(args, sides: list[str]) -> dict[str, Path]:
     """The estate built once (or `--seed`), copied for each side."""
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
-    total = (args.tables + args.warm_up) * (2 if getattr(args, "bare", False) else 1)  # --bare: a twin each
+    total = (args.tables + args.warm_up) * (2 if args.bare else 1)  # --bare: a twin each
     if args.seed:  # an estate of the same shape another benchmark built (its `wh`), copied
         seed = Path(args.seed)
     else:
@@ -228,14 +225,13 @@ def measure(args) -> dict:
     total = args.tables + args.warm_up
     root = _estate(args, ["this"])["this"]
     side = WarmProcess(root, args.compare_branch_removal, cprofile=bool(args.cprofile))
-    side.files = args.files
     tables = [f"ice.t{i:03d}" for i in range(total)]
     rows = []
     load_before = load_average()
     for i, table in enumerate(tables):
         row = side.compact(table, i, counted=i >= args.warm_up)
         if args.bare:
-            row["bare"] = side.bare(f"ice.t{total + i:03d}")
+            row["bare"] = side.bare(f"ice.t{total + i:03d}", args.files)
         if i >= args.warm_up:
             rows.append(row)
         log(f"{table}{' (warm-up)' if i < args.warm_up else ''}: {row['parts'].get(PARTS[1][0], 0) * 1000:.0f} ms "

@@ -185,7 +185,8 @@ def charge(procs: list[Proc], timeline: list[dict]) -> Charged:
             out.shared.append(p)
         else:
             out.per_test[test["test"]].append(p)
-    out.adopted = [p for p in procs if id(p) in ancestry.adopted and p not in out.untraced]
+    untraced = {id(p) for p in out.untraced}
+    out.adopted = [p for p in procs if id(p) in ancestry.adopted and id(p) not in untraced]
     return out
 
 
