@@ -151,16 +151,17 @@ def class_histogram(pid: int, path: Path, top: int = 30) -> int | None:
     return int(total.split()[2]) if total else None
 
 
-def tick_lines(path: Path) -> list[dict]:
-    ticks = []
+def tick_lines(path: Path, event: str = "tick") -> list[dict]:
+    """serve's `--json` objects of one kind (`tick`, `recycle`, `start`) so far."""
+    found = []
     for line in path.read_text().splitlines() if path.exists() else []:
         try:
             item = json.loads(line)
         except ValueError:
             continue
-        if item.get("event") == "tick":
-            ticks.append(item)
-    return ticks
+        if item.get("event") == event:
+            found.append(item)
+    return found
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
@@ -186,8 +187,8 @@ def measure(args, stamp: str) -> dict:
     started, started_utc = time.monotonic(), dt.datetime.now(dt.timezone.utc)
     with open(ticks_path, "w") as out, open(serve_err, "w") as err:
         serve = subprocess.Popen([str(Path(sys.executable).parent / "icemaint"), "--config", str(estate.config),
-                                  "serve", "--interval", args.interval, "--json"], cwd=REPO, env=estate.env, stdout=out,
-                                 stderr=err)
+                                  "serve", "--interval", args.interval, "--recycle-above", args.recycle_above,
+                                  "--json"], cwd=REPO, env=estate.env, stdout=out, stderr=err)
     signal.signal(signal.SIGTERM, _request_stop)
     signal.signal(signal.SIGINT, _request_stop)
     duration, every = parse_duration(args.duration), parse_duration(args.sample_every)
@@ -240,6 +241,7 @@ def measure(args, stamp: str) -> dict:
     return {"samples": samples, "ticks": ticks, "tables": args.tables, "interval": args.interval,
             "writer_every": args.writer_every, "writer_batches": batches, "duration": args.duration,
             "wall_seconds": round(wall, 1), "started": started_utc.isoformat(timespec="seconds"),
+            "recycle_above": args.recycle_above, "recycles": tick_lines(ticks_path, "recycle"),
             "serve_exited_before_the_end": exited_early, "serve_exit_code_after_sigterm": serve_rc,
             "serve_stop_seconds": round(stop_seconds, 1), "serve_stderr_tail": serve_err.read_text()[-3000:],
             "load_before": load_before, "load_after": load_average(), "machine": machine,
@@ -321,7 +323,8 @@ def render(result: dict, summary: dict) -> str:
         f"- Work: `icemaint serve --interval {result['interval']}` over {result['tables']} streaming tables (3 dates "
         f"each) a writer process (its own JVM) fed a micro-batch each every {result['writer_every']:g}s "
         f"({result['writer_batches']} rounds); expiry on (older than 10m, newest 10 kept). {t['count']} ticks, "
-        f"{t['published']} table-dates published, {t['failed']} ticks with a failed run, {t['jvms']} JVM for all; "
+        f"{t['published']} table-dates published, {t['failed']} ticks with a failed run, "
+        f"{_jvms(t['jvms'], result)}; "
         f"a tick took {t['median_seconds']:.1f}s at the median, {t['max_seconds']:.1f}s at most. SIGTERM at the "
         f"end: exit code {result['serve_exit_code_after_sigterm']} after {result['serve_stop_seconds']:.1f}s.", "",
         "Warm samples (from 10 minutes in); slopes are least-squares lines through the samples:", "",
@@ -329,11 +332,22 @@ def render(result: dict, summary: dict) -> str:
         "|---|---|---|---|---|---|", *rows, ""])
 
 
+def _jvms(count: int, result: dict) -> str:
+    recycles, limit = result.get("recycles", []), result.get("recycle_above", "off")
+    if not recycles:
+        return f"{count} JVM for all (`--recycle-above {limit}`, not reached)" if limit != "off" else \
+            f"{count} JVM for all"
+    after = ", ".join(str(r["tick"]) for r in recycles)
+    return f"{count} JVMs: started afresh {len(recycles)} times over `--recycle-above {limit}` (after ticks {after})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.serve_hours", description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", default="90m", help="how long serve runs (default 90m)")
     parser.add_argument("--sample-every", default="60s")
     parser.add_argument("--interval", default="45s", help="serve's --interval (default 45s)")
+    parser.add_argument("--recycle-above", default="off",
+                        help="serve's --recycle-above (default off here: the harness measures the growth itself)")
     parser.add_argument("--tables", type=int, default=3)
     parser.add_argument("--writer-every", type=float, default=15.0, help="seconds between the writer's rounds")
     parser.add_argument("--histogram-every", default="15m", help="a JVM class histogram (full GC); '' for none")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +20,8 @@ import pytest
 
 from conftest import run_cli, streaming_table, write_config
 from icemaint.config import load_config
-from icemaint.domain.serve_health import BUG, OPERATIONAL, ServeState, TickRecord, alive, ready, stale_after
+from icemaint.domain.serve_health import (BUG, OPERATIONAL, Recycle, ServeState, TickRecord, alive, ready,
+                                          recycle_after, stale_after)
 from icemaint.observe.catalog import CatalogReader
 from icemaint.safety.claims import open_claims
 from waiting import Patience, cpu_steps
@@ -59,9 +62,27 @@ def test_stale_after_covers_three_intervals_and_a_long_tick():
     assert stale_after(60, None) == 900 and stale_after(600, None) == 1800 and stale_after(60, 120) == 120
 
 
+MiB = 2**20
+
+
+@pytest.mark.parametrize("rss, limit, ticks_in_process, stopping, expected", [
+    (300 * MiB, 200 * MiB, 5, False, Recycle(tick=9, rss=300 * MiB, limit=200 * MiB, first_in_process=False)),
+    (300 * MiB, 200 * MiB, 1, False, Recycle(tick=9, rss=300 * MiB, limit=200 * MiB, first_in_process=True)),
+    (200 * MiB, 200 * MiB, 5, False, None),   # at the limit is not over it
+    (300 * MiB, None, 5, False, None),        # --recycle-above off
+    (None, 200 * MiB, 5, False, None),        # nothing measured (no /proc): never on a guess
+    (300 * MiB, 200 * MiB, 5, True, None),    # stopping: the process exits instead
+])
+def test_recycles_only_when_measured_over_the_limit_and_not_stopping(rss, limit, ticks_in_process, stopping,
+                                                                     expected):
+    assert recycle_after(9, rss, limit, ticks_in_process, stopping) == expected
+
+
 @pytest.mark.parametrize("argv, words", [(["--interval", "0s"], "under a second"),
                                          (["--interval", "soon"], "is not a duration"),
-                                         (["--health-port", "70000"], "not a TCP port")])
+                                         (["--health-port", "70000"], "not a TCP port"),
+                                         (["--recycle-above", "512KiB"], "under 1 MiB"),
+                                         (["--recycle-above", "lots"], "is not a size")])
 def test_bad_flags_are_one_line_and_start_nothing(capsys, argv, words):
     code, out, err = run_cli(capsys, "serve", *argv)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and out == ""
@@ -165,5 +186,79 @@ def test_sigterm_mid_tick_exits_0_with_one_line_and_leaves_main_whole(spark, lak
     assert head_before in ancestry
     if ticks[0]["published"] == 0:
         assert table.current_snapshot().snapshot_id == head_before
+    ids = table.scan().to_arrow().column("event_id").to_pylist()
+    assert sorted(ids) == sorted(writer.ledger.expected_ids())
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_over_recycle_above_it_starts_afresh_in_the_same_process_with_a_new_jvm(spark, lake_root, tmp_path):
+    """Over the limit after each tick (1 MiB), serve executes itself again: the same pid, the tick count carried on, a
+    new JVM while the old one has exited. A SIGTERM sent once the old JVM is gone lands in the start afresh (held
+    over the exec or delivered to the new image): it still stops gracefully, exit 0, without a new JVM."""
+    writer, path = due_table(spark, lake_root, tmp_path)
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "unused-dagster-home"), "ICEMAINT_IDENTITY": "maint-test"}
+    err_file = (tmp_path / "serve.err").open("w")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "icemaint"), "--config", str(path), "serve",
+                             "--interval", "1s", "--recycle-above", "1MiB", "--json"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=err_file, text=True)
+    lines: queue.Queue = queue.Queue()
+    seen: list[dict] = []
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
+    reader.start()
+
+    def next_event(kind: str) -> dict:
+        patience = Patience(f"serve's {kind} line", cap_s=1800)
+        while True:
+            try:
+                event = json.loads(lines.get(timeout=0.5))
+            except queue.Empty:
+                assert proc.poll() is None, f"serve exited: {(tmp_path / 'serve.err').read_text()[-3000:]}"
+                patience.check(cpu_steps(proc.pid), seen)
+                continue
+            seen.append(event)
+            if event["event"] == kind:
+                return event
+
+    try:
+        first = next_event("start")
+        tick1 = next_event("tick")
+        assert next_event("recycle")["tick"] == 1
+        second = next_event("start")
+        tick2 = next_event("tick")
+        assert next_event("recycle")["tick"] == 2
+        patience = Patience("the second JVM's exit", cap_s=600)
+        while not gone(tick2["jvm_pid"]):  # past stop_jvm: the stop signals are held from here on
+            patience.check(cpu_steps(proc.pid))
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err_file.close()
+    reader.join(timeout=60)
+    err = (tmp_path / "serve.err").read_text()
+    third = [json.loads(lines.get_nowait()) for _ in range(lines.qsize())]
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err
+    assert [e["event"] for e in third] == ["start"], third  # the third image saw the stop: no tick, no JVM
+    assert [(e["restarts"], e["ticks_before"]) for e in (first, second, third[0])] == [(0, 0), (1, 1), (2, 2)]
+    assert {e["pid"] for e in (first, second, third[0])} == {proc.pid}  # the same process all along
+    assert [t["tick"] for t in (tick1, tick2)] == [1, 2]
+    assert tick1["jvm_pid"] != tick2["jvm_pid"] and tick1["spark_app_id"] != tick2["spark_app_id"]
+    assert gone(tick1["jvm_pid"]) and gone(tick2["jvm_pid"])
+    stopped = [line for line in err.splitlines() if line.startswith("serve: ")]
+    assert stopped == ["serve: stopped (terminated (SIGTERM)) after 2 ticks"], err[-3000:]
+    assert tick1["published"] == 3 and tick2["published"] == 0 and not tick1["failed"] and not tick2["failed"]
+    table = CatalogReader(load_config(path)).load(writer.name.key)
+    assert set(table.metadata.refs) == {"main"}
     ids = table.scan().to_arrow().column("event_id").to_pylist()
     assert sorted(ids) == sorted(writer.ledger.expected_ids())

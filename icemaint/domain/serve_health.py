@@ -74,3 +74,25 @@ def ready(state: ServeState, now: float) -> tuple[bool, dict[str, Any]]:
                     "number": last.number, "seconds_ago": round(max(now - last.finished_at, 0.0), 3),
                     "seconds": round(last.seconds, 3), "failed": last.failed or bool(last.raised),
                     "raised": last.raised, "error": last.error}}
+
+
+@dataclass(frozen=True)
+class Recycle:
+    """Why `serve` starts afresh after a tick: its Python process's resident set is over the operator's limit.
+
+    A fresh process image (the same pid, a new JVM) gives back what the long-lived one kept: measured, its Python
+    side grows tens of MiB an hour (docs/operations/serve.md), so a limit bounds it by construction."""
+
+    tick: int                     # the tick after which it starts afresh
+    rss: int                      # bytes, measured after the tick's heap trim
+    limit: int                    # bytes, `--recycle-above`
+    first_in_process: bool        # over the limit on this process's first tick: a fresh start is no smaller
+
+
+def recycle_after(tick: int, rss: int | None, limit: int | None, ticks_in_process: int,
+                  stopping: bool) -> Recycle | None:
+    """The verdict after a tick: recycle when the resident set is over the limit, unless stopping (a stop wins: the
+    process exits instead) or nothing could be measured (no /proc: never recycles on a guess)."""
+    if limit is None or rss is None or stopping or rss <= limit:
+        return None
+    return Recycle(tick=tick, rss=rss, limit=limit, first_in_process=ticks_in_process <= 1)

@@ -300,6 +300,42 @@ def start_jvm(config: MaintenanceConfig, settings: dict[str, str]) -> None:
         SparkContext._jvm = gateway.jvm
 
 
+def stop_jvm(timeout: float = 60.0) -> bool:
+    """Stops this process's Spark session and its driver JVM, and waits for the JVM to exit (`icemaint serve`
+    before it starts afresh, so two JVMs never hold memory at once). The JVM exits when its standard input closes
+    (pyspark's gateway watches it); one that does not within `timeout` seconds is killed. True when it exited on
+    its own, or there was none."""
+    import subprocess
+
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    with _lock:
+        session = SparkSession.getActiveSession() or _running_session(SparkSession)
+        if session is not None:
+            session.stop()
+        gateway = getattr(SparkContext, "_gateway", None)
+        if gateway is None:
+            return True
+        proc = getattr(gateway, "proc", None)  # set by pyspark's launch_gateway
+        try:
+            gateway.shutdown()
+        except Exception:  # noqa: BLE001 - a gateway already gone: the JVM's exit below is what matters
+            pass
+        SparkContext._gateway, SparkContext._jvm = None, None
+        if proc is None:
+            return True
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return False
+
+
 @contextlib.contextmanager
 def _forks_under_the_import_lock():
     """pyspark starts the JVM with a `preexec_fn`, so the fork runs Python's at-fork hooks: `logging` takes its
