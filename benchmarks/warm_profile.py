@@ -19,11 +19,17 @@ cProfile's statistics of the counted table-dates' contracts (this checkout's sid
 
 `--bare` runs Iceberg's own `CALL rewrite_data_files` on a twin of each table-date right after our compaction of
 it, in the same process and JVM: the floor a proven compaction on Spark is measured against.
+
+`--dagster-storage postgres` keeps the Dagster instance of this side (and of `--against`'s) in PostgreSQL
+(`dagster.storage: postgres`, a throwaway server, a database a side) instead of SQLite, Dagster's default;
+`--dagster-storage-against STORAGE` gives the other side that storage instead, and without `--against` measures
+this checkout against itself: what the run around the contract costs on each storage, side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import functools
 import importlib
@@ -221,9 +227,12 @@ def _estate(args, sides: list[str]) -> dict[str, Path]:
     return roots
 
 
-def measure(args) -> dict:
+def measure(args, dsn: str | None = None) -> dict:
+    """One warm process, this one (its Dagster instance in PostgreSQL at `dsn` when given)."""
     total = args.tables + args.warm_up
     root = _estate(args, ["this"])["this"]
+    if dsn is not None:
+        os.environ.update(_on_postgres(root, dsn))
     side = WarmProcess(root, args.compare_branch_removal, cprofile=bool(args.cprofile))
     tables = [f"ice.t{i:03d}" for i in range(total)]
     rows = []
@@ -257,12 +266,13 @@ def _worker(args) -> int:
     return 0
 
 
-def _start_worker(checkout: Path, root: Path, args, cprofile: str | None) -> subprocess.Popen:
+def _start_worker(checkout: Path, root: Path, args, cprofile: str | None,
+                  env_extra: dict[str, str] | None = None) -> subprocess.Popen:
     # the script by path, with the checkout first on the path: its `icemaint` is the one measured
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(root), "--warm-up", str(args.warm_up)]
     if cprofile:
         cmd += ["--cprofile", cprofile]
-    env = {**os.environ, "PYTHONPATH": str(checkout), "ICEMAINT_IDENTITY": "benchmark"}
+    env = {**os.environ, "PYTHONPATH": str(checkout), "ICEMAINT_IDENTITY": "benchmark", **(env_extra or {})}
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     return proc
 
@@ -279,11 +289,33 @@ def _ask(proc: subprocess.Popen, index: int, table: str) -> dict:
             return json.loads(line)
 
 
-def measure_against(args) -> dict:
+def _on_postgres(root: Path, dsn: str) -> dict[str, str]:
+    """The side at `root` keeps its Dagster instance in PostgreSQL at `dsn`; the worker's environment for it."""
+    import yaml
+
+    path = root / "icemaint.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["dagster"] = {"storage": "postgres", "dsn_env": "ICEMAINT_BENCH_DAGSTER_DSN"}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return {"ICEMAINT_BENCH_DAGSTER_DSN": dsn}
+
+
+def storages(args) -> dict[str, str]:
+    """Each side's Dagster storage: `--dagster-storage` for this side, `--dagster-storage-against` (else the same)
+    for the other."""
+    return {"this": args.dagster_storage, "against": args.dagster_storage_against or args.dagster_storage}
+
+
+def measure_against(args, dsns: dict[str, str] | None = None) -> dict:
+    """Two warm processes fed the same table-dates alternately: this checkout against `--against`'s (or against
+    itself on another Dagster storage), a side's instance in PostgreSQL at `dsns[side]` where given."""
     total = args.tables + args.warm_up
-    checkouts = {"this": HERE.parent, "against": Path(args.against).resolve()}
+    dsns = dsns or {}
+    checkouts = {"this": HERE.parent, "against": Path(args.against).resolve() if args.against else HERE.parent}
     roots = _estate(args, list(checkouts))
-    procs = {side: _start_worker(checkouts[side], roots[side], args, args.cprofile if side == "this" else None)
+    env = {side: _on_postgres(roots[side], dsns[side]) if side in dsns else None for side in checkouts}
+    procs = {side: _start_worker(checkouts[side], roots[side], args, args.cprofile if side == "this" else None,
+                                 env[side])
              for side in checkouts}
     for side, proc in procs.items():
         _ask_ready(proc, side)
@@ -310,9 +342,23 @@ def measure_against(args) -> dict:
         check_estate(root, total, args.files, args.rows)
     return {"rows": rows["this"], "against_rows": rows["against"], "against": str(checkouts["against"]),
             "commits": {side: _commit_of(path) for side, path in checkouts.items()},
+            "dagster_storage": storages(args),
             "tables": args.tables, "warm_up": args.warm_up, "files": args.files, "rows_per_file": args.rows,
             "load_before": load_before, "load_after": load_average(),
             "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes")}
+
+
+def _measure_on_postgres(args) -> dict:
+    """A throwaway PostgreSQL server, a database for each side whose instance is kept there."""
+    from benchmarks.shared_catalog import postgres_server
+    from tests.pg_server import fresh_database
+
+    sides = [side for side, storage in storages(args).items() if storage == "postgres"]
+    with postgres_server() as server, contextlib.ExitStack() as stack:
+        dsns = {side: stack.enter_context(fresh_database(server.dsn, f"warm_profile_dagster_{side}"))
+                for side in sides}
+        return measure_against(args, dsns) if args.against or args.dagster_storage_against else \
+            measure(args, dsns.get("this"))
 
 
 def _ask_ready(proc: subprocess.Popen, side: str) -> None:
@@ -350,7 +396,9 @@ def _render_against(result: dict) -> str:
     sides = {"this": result["rows"], "against": result["against_rows"]}
     out = [f"warm table-dates: {len(result['rows'])} a side (after {result['warm_up']} warm-up), {result['files']} "
            f"files of {result['rows_per_file']} rows each; load {result['load_before']} -> {result['load_after']}",
-           f"this: {result['commits']['this']}; against: {result['commits']['against']}",
+           f"this: {result['commits']['this']}; against: {result['commits']['against']}"
+           + ("; Dagster storage: this {this}, against {against}".format(**result["dagster_storage"])
+              if "dagster_storage" in result else ""),
            "| part (median ms; CPU-s) | this | against |", "|---|---|---|"]
     for label, _, _, depth in PARTS:
         values = {side: [r["parts"].get(label, 0.0) * 1000 for r in rows] for side, rows in sides.items()}
@@ -401,8 +449,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", metavar="DIR", default=str(WORK), help="where the estate is built and copied")
     parser.add_argument("--bare", action="store_true",
                         help="also time Iceberg's bare CALL rewrite_data_files on a twin of each table-date")
+    parser.add_argument("--dagster-storage", choices=("sqlite", "postgres"), default="sqlite",
+                        help="this side's (and --against's) Dagster storage (postgres: a throwaway server)")
+    parser.add_argument("--dagster-storage-against", choices=("sqlite", "postgres"),
+                        help="the other side's Dagster storage; without --against, this checkout against itself")
     parser.add_argument("--worker", metavar="ROOT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.bare and (args.against or args.dagster_storage_against or args.seed):
+        parser.error("--bare builds its own estate with a twin of each table, in this process: "
+                     "not with --against, --dagster-storage-against or --seed")
     if args.bare and (args.against or args.seed):
         parser.error("--bare builds its own estate with a twin of each table, in this process: "
                      "not with --against or --seed")
@@ -411,7 +466,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         result = json.loads(Path(args.from_results).read_text())
     else:
-        result = measure_against(args) if args.against else measure(args)
+        if "postgres" in storages(args).values():
+            result = _measure_on_postgres(args)
+        else:
+            result = measure_against(args) if args.against or args.dagster_storage_against else measure(args)
     if not args.from_results:  # benchmarks.cost_summary reads the newest
         stamp = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M}"
         out = Path(args.json) if args.json else HERE / "results" / f"warm_profile_{stamp}.json"
