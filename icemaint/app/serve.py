@@ -330,7 +330,9 @@ def start_afresh(serve: Serve, recycle: Recycle, restarts: int) -> None:
     if interrupts.stopping():  # a stop that landed before the mask: honour it here, not in the next image
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         return
-    stop_jvm()
+    if not stop_jvm():
+        print("serve: the driver JVM did not exit within a minute of its session's stop: killed",
+              file=sys.stderr, flush=True)
     atexit._run_exitfuncs()  # what a normal exit runs (exec does not): Dagster's and logging's handlers
     logging.shutdown()
     sys.stdout.flush()

@@ -313,7 +313,10 @@ def stop_jvm(timeout: float = 60.0) -> bool:
     with _lock:
         session = SparkSession.getActiveSession() or _running_session(SparkSession)
         if session is not None:
-            session.stop()
+            try:
+                session.stop()
+            except Exception:  # noqa: BLE001 - a JVM already dying: it is waited for or killed below all the same
+                pass
         gateway = getattr(SparkContext, "_gateway", None)
         if gateway is None:
             return True
