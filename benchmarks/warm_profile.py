@@ -251,6 +251,7 @@ def measure(args, dsn: str | None = None) -> dict:
     check_estate(root, total * (2 if args.bare else 1), args.files, args.rows)
     return {"rows": rows, "tables": args.tables, "warm_up": args.warm_up, "files": args.files,
             "rows_per_file": args.rows, "load_before": load_before, "load_after": load_average(),
+            "dagster_storage": args.dagster_storage,
             "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes")}
 
 

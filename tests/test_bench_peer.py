@@ -81,10 +81,15 @@ def test_the_cost_summary_draws_the_newest_figures_of_each_benchmark_and_names_a
     profile = {"when": "2026-11-29T05:00+00:00", "warm_up": 30, "files": 100, "rows_per_file": 100,
                "rows": [{"published": True, "load1": 1.0, "parts": parts}]}
     old = {**profile, "rows": [{"published": True, "load1": 1.0, "parts": {**parts, "contract (Compactor.run)": 0.1}}]}
+    profile["rows"][0]["bare"] = {"wall": 0.35}  # `--bare`: Iceberg's own CALL on a twin, the floor
     (tmp_path / "warm_profile_20261129T0400.json").write_text(json.dumps(old))
     (tmp_path / "warm_profile_20261129T0500.json").write_text(json.dumps(profile))
+    # newer, but not the default deployment: two versions side by side, and a profile on PostgreSQL storage
+    (tmp_path / "warm_profile_20261129T0600.json").write_text(json.dumps({**old, "against_rows": old["rows"]}))
+    (tmp_path / "warm_profile_20261129T0700.json").write_text(json.dumps({**old, "dagster_storage": "postgres"}))
     text = render_cost(tmp_path)
     assert text.startswith(SECTION)
     assert "warm_profile_20261129T0500.json" in text and "the contract 400 ms" in text and "**missed**" in text
+    assert "no proof, took 350 ms: the floor" in text
     assert "| Spark's write of the staged files | 100 ms | 25% |" in text
     assert "No `warm_vs_per_run_*.json`" in text and "No `peer_*.json`" in text
