@@ -38,7 +38,7 @@ from benchmarks.machine import describe_machine, load_average
 from benchmarks.serve_memory import start_estate
 from benchmarks.stack_bench import write_section
 from icemaint.app.process_memory import rss_bytes
-from icemaint.domain.units import parse_duration
+from icemaint.domain.units import counted, parse_duration
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -327,9 +327,43 @@ def render(result: dict, summary: dict) -> str:
         f"{_jvms(t['jvms'], result)}; "
         f"a tick took {t['median_seconds']:.1f}s at the median, {t['max_seconds']:.1f}s at most. SIGTERM at the "
         f"end: exit code {result['serve_exit_code_after_sigterm']} after {result['serve_stop_seconds']:.1f}s.", "",
+        *restart_lines(result, summary),
         "Warm samples (from 10 minutes in); slopes are least-squares lines through the samples:", "",
         "| MiB | start | peak | end | slope per hour | slope per hour, second half |",
         "|---|---|---|---|---|---|", *rows, ""])
+
+
+def restart_lines(result: dict, summary: dict) -> list[str]:
+    """With `--recycle-above`: the Python process's peak against the limit over the whole run, and what each fresh
+    start cost (from serve's own tick lines: the gap between the tick before it and the tick after, and how long
+    that first tick on a new JVM took)."""
+    recycles = result.get("recycles") or []
+    if not recycles:
+        return []
+    ticks = {t["tick"]: t for t in result["ticks"]}
+    gaps, firsts = [], []
+    for r in recycles:
+        before, after = ticks.get(r["tick"]), ticks.get(r["tick"] + 1)
+        if before and after:
+            gaps.append(after["finished_at"] - after["seconds"] - before["finished_at"])
+            firsts.append(after["seconds"])
+    peak = max((float(x["rss_python"]) for x in result["samples"] if x.get("rss_python") not in (None, "")),
+               default=0.0)
+    limit = recycles[0]["recycle_above_bytes"]
+    after = ", ".join(str(r["tick"]) for r in recycles)
+    at = ", ".join(f"{r['rss_python_bytes'] / MiB:.0f}" for r in recycles)
+    lines = [f"- **Bounded by `--recycle-above {result['recycle_above']}`:** the Python process's resident set peaked "
+             f"at {peak / MiB:.0f} MiB over the whole run (every sample, warm-up included), against the limit of "
+             f"{limit / MiB:.0f} MiB. serve started afresh {counted(len(recycles), 'time')}, after ticks {after} (at {at} MiB), "
+             "each in the same process (the harness samples one pid throughout) with a new JVM."]
+    if gaps:
+        median_tick = summary["ticks"]["median_seconds"]
+        lines.append(f"- **What a fresh start cost:** the next tick began {min(gaps):.0f}-{max(gaps):.0f} s after "
+                     f"the last one ended (otherwise the interval, {result['interval']}, separates ticks; a fresh "
+                     "start has no wait: this is the exec, the imports and the JVM's start), and that first tick on "
+                     f"a new JVM took {min(firsts):.0f}-{max(firsts):.0f} s against the run's median tick of "
+                     f"{median_tick:.0f} s.")
+    return lines + [""]
 
 
 def _jvms(count: int, result: dict) -> str:
