@@ -323,7 +323,7 @@ def render(result: dict, summary: dict) -> str:
         f"- Work: `icemaint serve --interval {result['interval']}` over {result['tables']} streaming tables (3 dates "
         f"each) a writer process (its own JVM) fed a micro-batch each every {result['writer_every']:g}s "
         f"({result['writer_batches']} rounds); expiry on (older than 10m, newest 10 kept). {t['count']} ticks, "
-        f"{t['published']} table-dates published, {t['failed']} ticks with a failed run, "
+        f"{t['published']} table-dates published, {counted(t['failed'], 'tick')} with a failed run, "
         f"{_jvms(t['jvms'], result)}; "
         f"a tick took {t['median_seconds']:.1f}s at the median, {t['max_seconds']:.1f}s at most. SIGTERM at the "
         f"end: exit code {result['serve_exit_code_after_sigterm']} after {result['serve_stop_seconds']:.1f}s.", "",
@@ -346,7 +346,8 @@ def restart_lines(result: dict, summary: dict) -> list[str]:
         before, after = ticks.get(r["tick"]), ticks.get(r["tick"] + 1)
         if before and after:
             gaps.append(after["finished_at"] - after["seconds"] - before["finished_at"])
-            firsts.append(after["seconds"])
+            if not after.get("failed"):  # a first tick cut short (the harness's SIGTERM) says nothing of its length
+                firsts.append(after["seconds"])
     peak = max((float(x["rss_python"]) for x in result["samples"] if x.get("rss_python") not in (None, "")),
                default=0.0)
     limit = recycles[0]["recycle_above_bytes"]
@@ -358,11 +359,12 @@ def restart_lines(result: dict, summary: dict) -> list[str]:
              "each in the same process (the harness samples one pid throughout) with a new JVM."]
     if gaps:
         median_tick = summary["ticks"]["median_seconds"]
+        first = (f", and that first tick on a new JVM took {min(firsts):.0f}-{max(firsts):.0f} s against the run's "
+                 f"median tick of {median_tick:.0f} s" if firsts else
+                 ", and that first tick was cut short by the harness's SIGTERM")
         lines.append(f"- **What a fresh start cost:** the next tick began {min(gaps):.0f}-{max(gaps):.0f} s after "
                      f"the last one ended (otherwise the interval, {result['interval']}, separates ticks; a fresh "
-                     "start has no wait: this is the exec, the imports and the JVM's start), and that first tick on "
-                     f"a new JVM took {min(firsts):.0f}-{max(firsts):.0f} s against the run's median tick of "
-                     f"{median_tick:.0f} s.")
+                     f"start has no wait: this is the exec, the imports and the JVM's start){first}.")
     return lines + [""]
 
 
@@ -372,7 +374,8 @@ def _jvms(count: int, result: dict) -> str:
         return f"{count} JVM for all (`--recycle-above {limit}`, not reached)" if limit != "off" else \
             f"{count} JVM for all"
     after = ", ".join(str(r["tick"]) for r in recycles)
-    return f"{count} JVMs: started afresh {len(recycles)} times over `--recycle-above {limit}` (after ticks {after})"
+    return (f"{count} JVMs: started afresh {counted(len(recycles), 'time')} over `--recycle-above {limit}` (after "
+            f"ticks {after})")
 
 
 def main(argv: list[str] | None = None) -> int:

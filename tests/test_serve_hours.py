@@ -20,5 +20,15 @@ def test_a_fresh_start_is_told_by_its_gap_and_its_first_tick_and_the_peak_by_eve
     assert "began 20-20 s after the last one ended" in text and "took 12-12 s against the run's median tick of 5 s" in text
 
 
+def test_a_first_tick_cut_short_by_the_sigterm_is_no_measure_of_a_fresh_start():
+    ticks = [tick(1, 100.0, 5.0), tick(2, 182.0, 12.0)]
+    ticks[1]["failed"] = True
+    result = {"ticks": ticks, "interval": "45s", "recycle_above": "450MiB",
+              "recycles": [{"tick": 1, "rss_python_bytes": 451 * MiB, "recycle_above_bytes": 450 * MiB}],
+              "samples": [{"rss_python": 451 * MiB}]}
+    text = "\n".join(restart_lines(result, {"ticks": {"median_seconds": 5.0}}))
+    assert "began 70-70 s after" in text and "cut short by the harness's SIGTERM" in text and "took 12" not in text
+
+
 def test_no_fresh_start_no_lines():
     assert restart_lines({"ticks": [], "recycles": [], "samples": []}, {}) == []
