@@ -459,9 +459,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.bare and (args.against or args.dagster_storage_against or args.seed):
         parser.error("--bare builds its own estate with a twin of each table, in this process: "
                      "not with --against, --dagster-storage-against or --seed")
-    if args.bare and (args.against or args.seed):
-        parser.error("--bare builds its own estate with a twin of each table, in this process: "
-                     "not with --against or --seed")
     if args.worker:
         return _worker(args)
     if args.from_results:
