@@ -355,7 +355,7 @@ def register(sub) -> None:
     s.add_argument("--stale-after", type=interval_arg, default=None, metavar="DURATION",
                    help="/healthz fails when the loop has not beaten for this long (default: 3 intervals, at "
                         "least 15m; the loop does not beat inside a tick, so it must exceed the longest tick)")
-    s.add_argument("--recycle-above", type=recycle_arg, default=parse_size(DEFAULT_RECYCLE_ABOVE), metavar="SIZE",
+    s.add_argument("--recycle-above", type=recycle_arg, default=DEFAULT_RECYCLE_ABOVE, metavar="SIZE",
                    help="after a tick that leaves this process's Python resident set over SIZE, start afresh: the "
                         "same process (pid) runs the same command again with a new JVM (default "
                         f"{DEFAULT_RECYCLE_ABOVE}; off to never)")
