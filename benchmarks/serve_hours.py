@@ -369,13 +369,11 @@ def restart_lines(result: dict, summary: dict) -> list[str]:
 
 
 def _jvms(count: int, result: dict) -> str:
-    recycles, limit = result.get("recycles", []), result.get("recycle_above", "off")
-    if not recycles:
-        return f"{count} JVM for all (`--recycle-above {limit}`, not reached)" if limit != "off" else \
-            f"{count} JVM for all"
-    after = ", ".join(str(r["tick"]) for r in recycles)
-    return (f"{count} JVMs: started afresh {counted(len(recycles), 'time')} over `--recycle-above {limit}` (after "
-            f"ticks {after})")
+    """How many JVMs served the run; the fresh starts behind them are `restart_lines`'."""
+    limit = result.get("recycle_above", "off")
+    if result.get("recycles"):
+        return f"{count} JVMs (fresh starts: below)"
+    return f"{count} JVM for all" + (f" (`--recycle-above {limit}`, not reached)" if limit != "off" else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -316,14 +316,13 @@ def start_afresh(serve: Serve, recycle: Recycle, restarts: int) -> None:
     the signals were held: the caller then stops as it would have."""
     from icemaint.engine.spark_session import stop_jvm
 
-    over = (f"python {human_size(recycle.rss)} after tick {recycle.tick} is over --recycle-above "
-            f"{human_size(recycle.limit)}")
     if serve.json_lines:
         serve.emit(json.dumps({"event": "recycle", "tick": recycle.tick, "rss_python_bytes": recycle.rss,
                                "recycle_above_bytes": recycle.limit, "first_in_process": recycle.first_in_process,
                                "restarts": restarts + 1}))
     else:
-        serve.emit(f"serve: {over}: starting afresh (the same process, a new JVM)"
+        serve.emit(f"serve: python {human_size(recycle.rss)} after tick {recycle.tick} is over --recycle-above "
+                   f"{human_size(recycle.limit)}: starting afresh (the same process, a new JVM)"
                    + ("; it was over on this process's first tick, so a fresh start is no smaller: raise "
                       "--recycle-above" if recycle.first_in_process else ""))
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
